@@ -1,0 +1,101 @@
+"""Framework overhead of train.py: its tokens/s against a bare PyTorch loop (forward, backward,
+clip, AdamW step) over the same model and batch shape, measured alternately in one process.
+
+    python scripts/bench_train_overhead.py [configs/wikitext2_gpt_mini.py] [--iters=8] [--rounds=3]
+
+Writes results/bench_train_overhead.{csv,json,png}. train.py's throughput is read from its own
+log (tokens/s between log points, first interval dropped as warm-up); the bare loop is timed
+with time.perf_counter over the same number of iterations after one warm-up step.
+"""
+import csv
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import configurator  # noqa: E402
+import train  # noqa: E402
+
+
+def bare_loop(cfg, iters):
+    """tokens/s of a plain loop: get_batch, forward, backward, clip, AdamW step."""
+    torch.manual_seed(cfg["seed"])
+    model = train.build_model(cfg, vocab_size=50304)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg["learning_rate"], weight_decay=cfg["weight_decay"])
+    data = train.load_split(cfg, "train")
+    tokens = cfg["batch_size"] * cfg["block_size"]
+    elapsed = 0.0
+    for it in range(iters + 1):
+        t0 = time.perf_counter()
+        x, y = train.get_batch(data, cfg["batch_size"], cfg["block_size"], [cfg["seed"], it], "cpu")
+        _, loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if it > 0:  # the first step is warm-up
+            elapsed += time.perf_counter() - t0
+    return iters * tokens / elapsed
+
+
+def train_py(config_files, iters):
+    """tokens/s that train.py reports, with logging every iteration and no eval in the window."""
+    with tempfile.TemporaryDirectory() as out:
+        train.main([*config_files, f"--out_dir={out}", f"--max_iters={iters + 1}", "--log_interval=1",
+                    f"--eval_interval={10 ** 9}", "--always_save_checkpoint=False"])
+        with open(os.path.join(out, "log.jsonl")) as f:
+            rows = [json.loads(line) for line in f if '"tok_per_s"' in line]
+    rates = [r["tok_per_s"] for r in rows[1:]]  # drop the warm-up step
+    return len(rates) / sum(1.0 / r for r in rates)  # harmonic mean = total tokens / total time
+
+
+def main(argv):
+    torch.set_flush_denormal(True)
+    files = [a for a in argv if not a.startswith("--")] or [os.path.join(ROOT, "configs", "wikitext2_gpt_mini.py")]
+    opts = configurator.parse({"iters": 8, "rounds": 3}, [a for a in argv if a.startswith("--")])
+    cfg = configurator.parse(train.DEFAULTS, files)
+    rows = []
+    for r in range(opts["rounds"]):
+        rows.append({"round": r, "impl": "train.py", "tok_per_s": train_py(files, opts["iters"])})
+        rows.append({"round": r, "impl": "bare_loop", "tok_per_s": bare_loop(cfg, opts["iters"])})
+        print(rows[-2], rows[-1], flush=True)
+    ratios = [a["tok_per_s"] / b["tok_per_s"] for a, b in zip(rows[::2], rows[1::2])]
+    summary = {"config": files, "iters": opts["iters"], "rounds": opts["rounds"],
+               "batch_size": cfg["batch_size"], "block_size": cfg["block_size"],
+               "ratio_train_py_over_bare_per_round": ratios, "median_ratio": statistics.median(ratios),
+               "overhead_percent": 100 * (1 - statistics.median(ratios)), "threads": torch.get_num_threads(),
+               "rows": rows}
+    os.makedirs(os.path.join(ROOT, "results"), exist_ok=True)
+    base = os.path.join(ROOT, "results", "bench_train_overhead")
+    with open(base + ".csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["round", "impl", "tok_per_s"])
+        writer.writeheader()
+        writer.writerows(rows)
+    with open(base + ".json", "w") as f:
+        json.dump(summary, f, indent=2)
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for impl in ("train.py", "bare_loop"):
+        ax.plot([r["round"] for r in rows if r["impl"] == impl], [r["tok_per_s"] for r in rows if r["impl"] == impl],
+                "o-", label=impl)
+    ax.set_xlabel("round")
+    ax.set_ylabel("tokens / s")
+    ax.set_title(f"train.py overhead: {summary['overhead_percent']:.1f}% (median)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(base + ".png", dpi=120)
+    print(f"median train.py / bare ratio {summary['median_ratio']:.3f} "
+          f"(overhead {summary['overhead_percent']:.1f}%); wrote {base}.{{csv,json,png}}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,164 @@
+"""Feature maps phi: (..., D) -> (..., R) whose inner products estimate (or stand in for) the
+softmax kernel exp(<x, y>).
+
+Shared by tree attention's samplers ("High Attention Scores and Where to Find Them", section 2.3,
+Eq. 4-7) and by linear-attention baselines such as the Performer (Choromanski et al. 2022).
+
+All maps act on the last dimension and accept any float dtype; the random maps return the dtype of
+their input promoted to at least float32. They apply no 1/sqrt(D) temperature themselves: to estimate
+exp(<q, k> / sqrt(D)) as in GPT-2, scale q and k by D^(-1/4) each first (``RandomFeatureMap``
+does this through ``input_scale``).
+"""
+import math
+
+import torch
+import torch.nn as nn
+
+KINDS = ("positive_alignment", "rff", "favor_plus", "favor_plus_relu")
+
+
+def orthogonal_gaussian_matrix(m, D, generator=None, norms="chi", dtype=torch.float64):
+    """Random projection W of shape (m, D) made of orthogonal blocks (Choromanski et al. 2022, ORF).
+
+    Rows inside each block of min(m, D) rows are orthogonal (QR of a Gaussian matrix); blocks are
+    independent, so m may exceed D.
+
+    Args:
+        m (int): number of rows (random directions), >= 1.
+        D (int): input dimension, >= 1.
+        generator (torch.Generator | None): source of randomness.
+        norms (str): "chi" gives each row the norm of an independent D-dimensional standard
+            Gaussian vector (chi(D) distributed), so every row is marginally N(0, I_D) (used by
+            RFF and FAVOR+, Eq. 5-6); "fixed" gives every row norm sqrt(D) (FAVOR+ReLU, Eq. 7).
+        dtype: dtype of the result.
+
+    Returns:
+        torch.Tensor of shape (m, D).
+
+    Raises:
+        ValueError: m or D < 1, or unknown ``norms``.
+    """
+    if m < 1 or D < 1:
+        raise ValueError(f"orthogonal_gaussian_matrix needs m >= 1 and D >= 1; got m={m}, D={D}")
+    if norms not in ("chi", "fixed"):
+        raise ValueError(f"norms '{norms}' unknown; allowed: 'chi', 'fixed'")
+    nblocks = -(-m // D)
+    g = torch.randn(nblocks, D, D, generator=generator, dtype=torch.float64)
+    qmat, r = torch.linalg.qr(g)  # batched: one independent orthogonal block per D rows
+    qmat = qmat * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1))[:, None, :]  # Haar-distributed
+    W = qmat.transpose(1, 2).reshape(nblocks * D, D)[:m]
+    if norms == "chi":
+        lengths = torch.randn(m, D, generator=generator, dtype=torch.float64).norm(dim=1)
+    else:
+        lengths = torch.full((m,), math.sqrt(D), dtype=torch.float64)
+    return (W * lengths[:, None]).to(dtype)
+
+
+def positive_alignment_features(x):
+    """Eq. 4: phi(x) = [(x)_+, (-x)_+], so <phi(q), phi(k)> = sum_i (q_i k_i)_+.
+
+    Args:
+        x (torch.Tensor): shape (..., D).
+    Returns:
+        torch.Tensor of shape (..., 2D), same dtype.
+    """
+    return torch.cat([torch.relu(x), torch.relu(-x)], dim=-1)
+
+
+def rff_features(x, W):
+    """Eq. 5 (random Fourier features for the softmax kernel):
+    phi(x) = exp(||x||^2 / 2) / sqrt(m) [sin(Wx), cos(Wx)] with m = W.shape[0] = R/2, so that
+    E <phi(q), phi(k)> = exp(<q, k>) when the rows of W are marginally N(0, I).
+    Values may be negative; the estimate's variance grows like exp(||q||^2 + ||k||^2).
+
+    Args:
+        x (torch.Tensor): shape (..., D).
+        W (torch.Tensor): shape (m, D).
+    Returns:
+        torch.Tensor of shape (..., 2m).
+    """
+    proj = x @ W.to(x.dtype).T
+    amp = torch.exp(0.5 * (x * x).sum(-1, keepdim=True)) / math.sqrt(W.shape[0])
+    return torch.cat([torch.sin(proj), torch.cos(proj)], dim=-1) * amp
+
+
+def favor_plus_features(x, W):
+    """Eq. 6 (FAVOR+, positive hyperbolic features):
+    phi(x) = exp(-||x||^2 / 2) / sqrt(2m) [exp(Wx), exp(-Wx)] with m = W.shape[0] = R/2, so that
+    E <phi(q), phi(k)> = exp(<q, k>) for rows of W marginally N(0, I); all entries are positive.
+
+    Args:
+        x (torch.Tensor): shape (..., D).
+        W (torch.Tensor): shape (m, D).
+    Returns:
+        torch.Tensor of shape (..., 2m).
+    """
+    proj = x @ W.to(x.dtype).T
+    half_sq = 0.5 * (x * x).sum(-1, keepdim=True)
+    # fold the norm term into the exponent so that large |Wx| and large ||x|| do not overflow apart
+    return torch.cat([torch.exp(proj - half_sq), torch.exp(-proj - half_sq)], dim=-1) / math.sqrt(2 * W.shape[0])
+
+
+def favor_plus_relu_features(x, W):
+    """Eq. 7 (FAVOR+ReLU, biased): phi(x) = [(Wx)_+, (-Wx)_+] / sqrt(2m) with m = W.shape[0] = R/2;
+    the paper uses rows of W with norm sqrt(D) (``orthogonal_gaussian_matrix(..., norms="fixed")``).
+
+    Args:
+        x (torch.Tensor): shape (..., D).
+        W (torch.Tensor): shape (m, D).
+    Returns:
+        torch.Tensor of shape (..., 2m), non-negative.
+    """
+    proj = x @ W.to(x.dtype).T
+    return torch.cat([torch.relu(proj), torch.relu(-proj)], dim=-1) / math.sqrt(2 * W.shape[0])
+
+
+class RandomFeatureMap(nn.Module):
+    """A feature map phi: (..., D) -> (..., R) with its random projection drawn once from ``seed``.
+
+    ``phi(x) = f(input_scale * x)`` with f one of Eq. 4-7. With ``input_scale = D^(-1/4)``,
+    <phi(q), phi(k)> estimates exp(<q, k> / sqrt(D)) (rff, favor_plus) as in GPT-2 attention.
+
+    Args:
+        kind (str): one of "positive_alignment" (Eq. 4, R = 2D fixed, no randomness), "rff" (Eq. 5),
+            "favor_plus" (Eq. 6), "favor_plus_relu" (Eq. 7).
+        D (int): input (head) dimension.
+        R (int | None): output dimension, even, >= 2; default 2D. Ignored by positive_alignment
+            (always 2D).
+        seed (int): seed of the torch.Generator that draws the (R/2, D) orthogonal projection
+            (chi(D)-distributed row norms; norm sqrt(D) for favor_plus_relu).
+        input_scale (float): multiplies x before the map.
+
+    Raises:
+        ValueError: unknown kind, D < 1, or R odd or < 2.
+    """
+
+    def __init__(self, kind, D, R=None, seed=0, input_scale=1.0):
+        super().__init__()
+        if kind not in KINDS:
+            raise ValueError(f"feature map '{kind}' unknown; allowed: {', '.join(KINDS)}")
+        if D < 1:
+            raise ValueError(f"feature map needs D >= 1; got D={D}")
+        if kind == "positive_alignment":
+            R = 2 * D
+        R = 2 * D if R is None else int(R)
+        if R < 2 or R % 2:
+            raise ValueError(f"feature dimension R must be an even integer >= 2; got R={R}")
+        self.kind, self.D, self.R, self.input_scale = kind, D, R, float(input_scale)
+        if kind == "positive_alignment":
+            self.register_buffer("W", torch.zeros(0, D, dtype=torch.float64), persistent=False)
+        else:
+            gen = torch.Generator().manual_seed(int(seed))
+            norms = "fixed" if kind == "favor_plus_relu" else "chi"
+            self.register_buffer("W", orthogonal_gaussian_matrix(R // 2, D, gen, norms), persistent=False)
+
+    def forward(self, x):
+        """x (..., D) -> features (..., R) in the dtype of x promoted to >= float32."""
+        if x.shape[-1] != self.D:
+            raise ValueError(f"feature map expects last dimension D={self.D}; got shape {tuple(x.shape)}")
+        x = x.to(torch.promote_types(x.dtype, torch.float32)) * self.input_scale
+        if self.kind == "positive_alignment":
+            return positive_alignment_features(x)
+        fn = {"rff": rff_features, "favor_plus": favor_plus_features,
+              "favor_plus_relu": favor_plus_relu_features}[self.kind]
+        return fn(x, self.W)

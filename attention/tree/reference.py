@@ -1,0 +1,228 @@
+"""Readable reference of tree / bud-expansion attention: one query at a time.
+
+Paper: "High Attention Scores and Where to Find Them" (Menet, Choi, de Viragh, Chettata), section 2,
+Algorithm 1. This file is the specification; ``fast.py`` must give the same result for the same seed.
+
+Conventions shared with fast.py:
+- Block length L = sequence length padded to the next power of two. A perfect binary tree over the
+  L leaf positions stores for every node (level h, index j) covering leaves [j 2^h, (j+1) 2^h) the
+  sum of its keys, values (and feature-mapped keys) and its number of non-empty leaves (Eq. 1).
+  Leaves at or after the query's history length l are empty.
+- History: causal query t sees keys 0..t (l = t+1), or 0..t-1 (l = t) with exclude_self;
+  non-causal queries see the whole sequence (l = T). l = 0 gives a zero output.
+- T = ceil(l^E) terms (buds); P buds are expanded per round.
+- Initial buds: the nodes of width w = max(1, 2^ceil(log2 l) / P) that intersect [0, l), i.e.
+  ceil(l / w) <= P nodes of the level where min(P, 2^ceil(log2 l)) nodes cover the prefix
+  (as in the authors' code; a P that is not a power of two is rounded down for this step only).
+  Each costs one inner product per head.
+- Each round (while #buds < T) samples k = min(P, #expandable) buds without replacement in
+  proportion to their mass (Gumbel-top-k with counter-based noise, see samplers.py). Expandable =
+  at least 2 non-empty leaves (a bud with one leaf is a leaf: mass 0, never expanded).
+  A sampled node whose right child is empty is replaced by its left child (same sums, no inner
+  product, no new bud) until its right child is non-empty; then it is split: the right child's
+  alignment costs one inner product per head, the left one is parent - right (Eq. 2).
+  The last round may overshoot T by up to P - 1 buds (as in the authors' code).
+- Bud identity for the noise: its first leaf position s (buds are disjoint, so s is unique).
+- Output per head, with a_n = scale * A_n / |n| (log of the bud's geometric-mean score):
+    "consistent": sum_n |n| e^{a_n} (V_n / |n|) / sum_n |n| e^{a_n}  (every leaf of a bud gets a_n)
+    "paper":      sum_n e^{a_n} V_n / sum_n e^{a_n}                  (Algorithm 1 as printed)
+  With E = 1 every bud is a leaf and both equal exact softmax attention.
+"""
+import math
+
+import torch
+
+from attention.tree.samplers import FEATURE_SAMPLERS, gumbel_noise, log_mass, sampling_keys
+
+_EPS = 1e-9  # guards ceil/floor of real powers against float rounding (e.g. 1000^(1/3))
+
+
+def num_terms(l, E):
+    """Number of terms T = ceil(l^E) for history length l >= 0 (0 for l = 0); never exceeds l."""
+    if l <= 0:
+        return 0
+    return min(l, max(1, math.ceil(l ** E - _EPS)))
+
+
+def default_P(L, E):
+    """Buds expanded per round, P = 2^floor(log2(L^(E/2))) (paper section 3), L = block length."""
+    return 2 ** max(0, math.floor(E / 2 * math.log2(L) + _EPS))
+
+
+def block_length(T):
+    """Sequence length T padded to the next power of two (>= 1)."""
+    return 1 << max(0, (int(T) - 1).bit_length())
+
+
+def initial_width(l, P):
+    """Leaf width w of the initial buds for history length l >= 1; there are ceil(l / w) <= P.
+
+    w = max(1, 2^ceil(log2 l) / 2^floor(log2 P)): the tree level where at most P nodes cover the
+    prefix (P is rounded down to a power of two here, so the initial buds are tree nodes)."""
+    lp = 1 << (l - 1).bit_length()       # 2^ceil(log2 l)
+    p2 = 1 << (P.bit_length() - 1)       # 2^floor(log2 P)
+    return max(1, lp // p2)
+
+
+class BudTree:
+    """Perfect binary tree of key / value / feature-key sums with L leaves (Eq. 1), built incrementally.
+
+    Attributes:
+        K[h], V[h]: float64 (H, L >> h, D) sums at level h (h = 0 are the leaves).
+        F[h]: float64 (H, L >> h, R) sums of feature-mapped keys, or None.
+        N[h]: int64 (L >> h,) number of non-empty leaves below each node.
+    """
+
+    def __init__(self, L, H, D, R=None):
+        self.L = L
+        self.levels = L.bit_length()  # log2(L) + 1
+        self.K = [torch.zeros(H, L >> h, D, dtype=torch.float64) for h in range(self.levels)]
+        self.V = [torch.zeros(H, L >> h, D, dtype=torch.float64) for h in range(self.levels)]
+        self.F = None if R is None else [torch.zeros(H, L >> h, R, dtype=torch.float64) for h in range(self.levels)]
+        self.N = [torch.zeros(L >> h, dtype=torch.int64) for h in range(self.levels)]
+
+    def insert(self, pos, k, v, kf=None):
+        """Add key k (H, D), value v (H, D) and feature key kf (H, R) at leaf ``pos`` and on its path to the root."""
+        for h in range(self.levels):
+            j = pos >> h
+            self.K[h][:, j] += k
+            self.V[h][:, j] += v
+            if self.F is not None:
+                self.F[h][:, j] += kf
+            self.N[h][j] += 1
+
+    def count(self, h, j):
+        return int(self.N[h][j])
+
+
+def tree_attention_query(tree, q, l, T, P, sampler, normalization, scale, b, seed, batch, pos, qf=None):
+    """Algorithm 1 for one query over a tree whose first l leaves are the history.
+
+    Args:
+        tree (BudTree): holds exactly the keys/values of history positions 0..l-1.
+        q (torch.Tensor): float64 (H, D) query.
+        l (int): history length (>= 1).
+        T (int): number of terms, 1 <= T <= l.
+        P (int): buds expanded per round, >= 1.
+        sampler, normalization (str), scale (float), b (float): see the package docstring.
+        seed, batch, pos (int): select the random draws (with the round and the bud start).
+        qf (torch.Tensor | None): float64 (H, R) feature-mapped query for FEATURE_SAMPLERS.
+
+    Returns:
+        (out, info): out float64 (H, D); info dict with "initial" (initial buds), "splits",
+        "terms" (final number of buds), "rounds" and "sampled" (per round, the list of sampled
+        buds as (start, leaf count) pairs, for tests).
+
+    Raises:
+        ValueError: T outside [1, l] or P < 1.
+        RuntimeError: no expandable bud left before T buds (cannot happen for T <= l).
+    """
+    if not 1 <= T <= l:
+        raise ValueError(f"number of terms T must satisfy 1 <= T <= l (history length {l}); got T={T}")
+    if P < 1:
+        raise ValueError(f"P (buds expanded per round) must be >= 1; got P={P}")
+    use_f = sampler in FEATURE_SAMPLERS
+    w = initial_width(l, P)
+    h0 = w.bit_length() - 1
+    # a bud: [level, index, alignment (H,), feature alignment (H,) or None]
+    buds = []
+    for j in range(-(-l // w)):
+        A = (q * tree.K[h0][:, j]).sum(-1)
+        Af = (qf * tree.F[h0][:, j]).sum(-1) if use_f else None
+        buds.append([h0, j, A, Af])
+    info = {"initial": len(buds), "splits": 0, "rounds": 0, "sampled": []}
+    rnd = 0
+    while len(buds) < T:
+        starts = torch.tensor([j << h for h, j, _, _ in buds], dtype=torch.int64)
+        counts = torch.tensor([tree.count(h, j) for h, j, _, _ in buds], dtype=torch.int64)
+        A_all = torch.stack([bd[2] for bd in buds])
+        Af_all = torch.stack([bd[3] for bd in buds]) if use_f else None
+        logm = log_mass(sampler, A_all, Af_all, counts, starts, l, scale, b)
+        expandable = counts >= 2
+        n_exp = int(expandable.sum())
+        if n_exp == 0:
+            raise RuntimeError(f"no expandable bud left with {len(buds)} < T={T} buds (l={l})")
+        keys = sampling_keys(logm, expandable, gumbel_noise(seed, batch, pos, rnd, starts))
+        chosen = torch.argsort(keys, descending=True)[:min(P, n_exp)].tolist()
+        info["sampled"].append([(int(starts[i]), int(counts[i])) for i in chosen])
+        for i in chosen:
+            h, j, A, Af = buds[i]
+            while tree.count(h - 1, 2 * j + 1) == 0:  # right child empty: descend, no new bud
+                h, j = h - 1, 2 * j
+            A_right = (q * tree.K[h - 1][:, 2 * j + 1]).sum(-1)  # one inner product per head
+            Af_right = (qf * tree.F[h - 1][:, 2 * j + 1]).sum(-1) if use_f else None
+            buds[i] = [h - 1, 2 * j, A - A_right, (Af - Af_right) if use_f else None]  # Eq. 2
+            buds.append([h - 1, 2 * j + 1, A_right, Af_right])
+            info["splits"] += 1
+        rnd += 1
+    info["rounds"] = rnd
+    info["terms"] = len(buds)
+
+    counts = torch.tensor([tree.count(h, j) for h, j, _, _ in buds], dtype=torch.float64)
+    A_all = torch.stack([bd[2] for bd in buds])                          # (n, H)
+    V_all = torch.stack([tree.V[h][:, j] for h, j, _, _ in buds])        # (n, H, D)
+    a = scale * A_all / counts[:, None]
+    if normalization == "consistent":
+        weights = torch.softmax(a + counts.log()[:, None], dim=0) / counts[:, None]
+    else:
+        weights = torch.softmax(a, dim=0)
+    return (weights[:, :, None] * V_all).sum(0), info
+
+
+def reference_forward(q, k, v, causal, exclude_self, E, P, sampler, normalization, b, seed,
+                      qf=None, kf=None, stats=None, positions=None):
+    """Tree attention for (B, H, T, D) inputs, one batch element and one query at a time.
+
+    Args:
+        q, k, v (torch.Tensor): (B, H, T, D), any float dtype (computed in float64).
+        causal (bool), exclude_self (bool): history rule (see module docstring).
+        E (float), P (int | None: default_P), sampler, normalization (str), b (float), seed (int).
+        qf, kf (torch.Tensor | None): (B, H, T, R) feature-mapped queries / keys for FEATURE_SAMPLERS.
+        stats (dict | None): counters to increment (see TreeAttention.stats).
+        positions (iterable | None): query positions to evaluate (others stay zero, keys are still
+            inserted); None = all. For timing a subset in benchmarks.
+    Returns:
+        float64 tensor (B, H, T, D).
+    """
+    B, H, Tlen, D = q.shape
+    todo = set(range(Tlen)) if positions is None else set(positions)
+    L = block_length(Tlen)
+    P = default_P(L, E) if P is None else P
+    scale = 1.0 / math.sqrt(D)
+    q, k, v = q.double(), k.double(), v.double()
+    use_f = sampler in FEATURE_SAMPLERS
+    R = qf.shape[-1] if use_f else None
+    out = torch.zeros(B, H, Tlen, D, dtype=torch.float64)
+    for bi in range(B):
+        tree = BudTree(L, H, D, R)
+
+        def insert(p):
+            tree.insert(p, k[bi, :, p], v[bi, :, p], kf[bi, :, p].double() if use_f else None)
+
+        if not causal:
+            for p in range(Tlen):
+                insert(p)
+        for t in range(Tlen):
+            if causal and not exclude_self:
+                insert(t)
+            l = Tlen if not causal else (t if exclude_self else t + 1)
+            if t not in todo:
+                if causal and exclude_self:
+                    insert(t)
+                continue
+            if l > 0:
+                T = num_terms(l, E)
+                o, info = tree_attention_query(tree, q[bi, :, t], l, T, P, sampler, normalization, scale,
+                                               b, seed, bi, t, qf[bi, :, t].double() if use_f else None)
+                out[bi, :, t] = o
+                if stats is not None:
+                    ips = (info["initial"] + info["splits"]) * H
+                    stats["alignment_inner_products"] += ips
+                    stats["feature_inner_products"] += ips if use_f else 0
+                    stats["terms"] += info["terms"] * H
+            if stats is not None:
+                stats["queries"] += H
+                stats["full_attention_inner_products"] += l * H
+            if causal and exclude_self:
+                insert(t)
+    return out

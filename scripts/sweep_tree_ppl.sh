@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Sweep of tree / bud-expansion attention as in Figure 2 of "High Attention Scores and Where to
+# Find Them": every sampler x E x normalization x protocol (true perplexity: blocks; the paper's
+# measurement: casino) x two test slices (offsets 0.2 and 0.4), plus the exact softmax baseline.
+# One eval_ppl.py run per JSON; runs whose JSON already exists are skipped (resumable).
+#
+# Environment:
+#   CKPT       checkpoint directory for --out_dir (default out/wikitext2_gpt_mini), or
+#   INIT_FROM  a Hugging Face GPT-2 name / local HF dir (e.g. gpt2); takes precedence over CKPT
+#   OUT        output directory of the JSONs (default results/tree_sweep)
+#   FRACTION   fraction of the test split per slice (default 0.2)
+#   OFFSETS    slice offsets (default "0.2 0.4")
+#   SAMPLERS   default "uniform edh alignment positive_alignment rff favor_plus favor_plus_relu"
+#   ES         default "0.2 0.3 0.4 0.5 0.6 0.7 0.8 0.9 1.0"
+#   NORMS      default "consistent paper"
+#   PROTOCOLS  default "blocks casino"
+#   PYTHON     interpreter (default python)
+#   EXTRA      extra arguments for eval_ppl.py (e.g. "--batch_size=1 --num_threads=1")
+#   DRY_RUN=1  print the commands instead of running them
+# Then: python scripts/tree_sweep_table.py --in_dir "$OUT"
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+OUT=${OUT:-results/tree_sweep}
+FRACTION=${FRACTION:-0.2}
+OFFSETS=${OFFSETS:-"0.2 0.4"}
+SAMPLERS=${SAMPLERS:-"uniform edh alignment positive_alignment rff favor_plus favor_plus_relu"}
+ES=${ES:-"0.2 0.3 0.4 0.5 0.6 0.7 0.8 0.9 1.0"}
+NORMS=${NORMS:-"consistent paper"}
+PROTOCOLS=${PROTOCOLS:-"blocks casino"}
+PYTHON=${PYTHON:-python}
+EXTRA=${EXTRA:-}
+mkdir -p "$OUT"
+
+if [[ -n "${INIT_FROM:-}" ]]; then
+  MODEL=(--init_from="$INIT_FROM")
+else
+  MODEL=(--out_dir="${CKPT:-out/wikitext2_gpt_mini}")
+fi
+
+run() {  # run <json> <eval_ppl args...>
+  local json=$1; shift
+  if [[ -s "$json" ]]; then echo "skip (exists): $json"; return 0; fi
+  local cmd=("$PYTHON" eval_ppl.py "${MODEL[@]}" --split=test --fraction="$FRACTION" "$@" --out_json="$json")
+  # shellcheck disable=SC2206
+  cmd+=($EXTRA)
+  echo "+ ${cmd[*]}"
+  if [[ "${DRY_RUN:-0}" == "1" ]]; then return 0; fi
+  "${cmd[@]}" || echo "FAILED: $json" >&2
+}
+
+for protocol in $PROTOCOLS; do
+  for offset in $OFFSETS; do
+    run "$OUT/softmax_${protocol}_off${offset}.json" --protocol="$protocol" --offset="$offset" --attention=softmax
+    for sampler in $SAMPLERS; do
+      for E in $ES; do
+        for norm in $NORMS; do
+          run "$OUT/tree_${sampler}_E${E}_${norm}_${protocol}_off${offset}.json" \
+            --protocol="$protocol" --offset="$offset" --attention=tree --attention.sampler="$sampler" \
+            --attention.E="$E" --attention.normalization="$norm"
+        done
+      done
+    done
+  done
+done
+echo "done; table: $PYTHON scripts/tree_sweep_table.py --in_dir $OUT"

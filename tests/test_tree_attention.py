@@ -1,0 +1,294 @@
+"""Tests of tree / bud-expansion attention (attention/tree/)."""
+import math
+
+import pytest
+import torch
+
+import attention
+from attention.tree.reference import BudTree, default_P, initial_width, num_terms, tree_attention_query
+from attention.tree.samplers import (SAMPLERS, ZERO_MASS_KEY, gumbel_noise, hash_uniform, log_mass,
+                                     sampling_keys)
+
+torch.set_flush_denormal(True)
+
+
+def _qkv(B=2, H=3, T=29, D=8, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(B, H, T, D, generator=g, dtype=dtype) for _ in range(3)]
+
+
+def _softmax(q, k, v, causal, exclude_self=False):
+    m = attention.build("softmax_reference")
+    m.exclude_self = exclude_self
+    return m(q, k, v, causal)
+
+
+def _tree(exclude_self=False, **kw):
+    m = attention.build("tree", **kw)
+    m.exclude_self = exclude_self
+    return m
+
+
+MODES = [(True, False), (True, True), (False, False)]  # (causal, exclude_self)
+RUNS = [(True, False, "consistent"), (True, True, "paper"), (False, False, "consistent")]
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS)
+@pytest.mark.parametrize("E,P", [(0.35, None), (0.6, 2), (0.8, 3)])
+def test_fast_matches_reference(sampler, E, P):
+    q, k, v = _qkv(B=2, H=2, T=19)
+    for causal, excl, norm in RUNS:
+        outs, stats = [], []
+        for impl in ("fast", "reference"):
+            m = _tree(excl, E=E, P=P, sampler=sampler, normalization=norm, implementation=impl, seed=5)
+            outs.append(m(q, k, v, causal))
+            stats.append(m.stats())
+        torch.testing.assert_close(outs[0], outs[1], rtol=1e-9, atol=1e-11)
+        assert stats[0] == stats[1]
+
+
+def test_fast_matches_reference_small_chunks_and_float32():
+    q, k, v = _qkv(B=3, T=40, dtype=torch.float32, seed=1)
+    from attention.tree.fast import fast_forward
+    from attention.tree.reference import reference_forward
+    a = fast_forward(q, k, v, True, False, 0.5, None, "alignment", "consistent", 0.99, 3, chunk=7)
+    b = reference_forward(q, k, v, True, False, 0.5, None, "alignment", "consistent", 0.99, 3)
+    torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
+    m = _tree(E=0.5, sampler="alignment", seed=3)
+    out = m(q, k, v, True)
+    assert out.dtype == torch.float32 and out.shape == q.shape
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS)
+@pytest.mark.parametrize("norm", ["consistent", "paper"])
+@pytest.mark.parametrize("impl", ["fast", "reference"])
+def test_E1_equals_softmax(sampler, norm, impl):
+    q, k, v = _qkv(B=2, H=2, T=11, seed=2)
+    for causal, excl in MODES:
+        m = _tree(excl, E=1.0, sampler=sampler, normalization=norm, implementation=impl)
+        torch.testing.assert_close(m(q, k, v, causal), _softmax(q, k, v, causal, excl), rtol=1e-9, atol=1e-12)
+        st = m.stats()
+        # a fully expanded tree costs exactly one inner product per key (paper section 2.1)
+        assert st["alignment_inner_products"] == st["full_attention_inner_products"] > 0
+
+
+def test_E_below_one_is_approximate_and_paper_differs():
+    q, k, v = _qkv(T=64, seed=3)
+    exact = _softmax(q, k, v, True)
+    c = _tree(E=0.5, sampler="alignment")(q, k, v, True)
+    p = _tree(E=0.5, sampler="alignment", normalization="paper")(q, k, v, True)
+    assert (c - exact).abs().max() > 1e-3
+    assert (p - c).abs().max() > 1e-3
+    e = _tree(E=0.5, sampler="edh")(q, k, v, True)
+    assert (e - c).abs().max() > 1e-3  # the sampler changes which buds are expanded
+    # more terms -> closer to exact attention (alignment sampler, averaged over positions)
+    err = [(_tree(E=E, sampler="alignment")(q, k, v, True) - exact).pow(2).mean().item() for E in (0.3, 0.6, 0.9)]
+    assert err[0] > err[1] > err[2]
+
+
+def test_single_position_and_exclude_self_first_row_zero():
+    q, k, v = _qkv(B=2, H=2, T=1)
+    out = _tree(True, E=0.5)(q, k, v, True)
+    assert torch.equal(out, torch.zeros_like(out))
+    q, k, v = _qkv(B=2, H=2, T=9)
+    out = _tree(True, E=0.5, sampler="rff")(q, k, v, True)
+    assert torch.equal(out[:, :, 0], torch.zeros_like(out[:, :, 0]))
+    torch.testing.assert_close(out[:, :, 1], v[:, :, 0])  # one key in the history
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_consistent_exact_when_scores_equal(sampler):
+    # all keys equal -> every score equal -> exact output is the mean of the values, for any E
+    B, H, T, D = 1, 2, 33, 4
+    q, _, v = _qkv(B, H, T, D, seed=4)
+    k = torch.randn(1, H, 1, D, dtype=torch.float64).expand(B, H, T, D).contiguous()
+    exact = _softmax(q, k, v, True)
+    got = _tree(E=0.3, sampler=sampler)(q, k, v, True)
+    torch.testing.assert_close(got, exact, rtol=1e-9, atol=1e-11)
+    paper = _tree(E=0.3, sampler=sampler, normalization="paper")(q, k, v, True)
+    assert (paper - exact).abs().max() > 1e-2
+
+
+def test_consistent_exact_for_piecewise_constant_keys():
+    # non-causal, 16 keys constant on [0, 8) and [8, 16); P = 2, T = ceil(16^0.2) = 2 -> the two
+    # initial buds are exactly the two constant pieces, so the consistent estimator is exact
+    H, D = 2, 4
+    q, _, v = _qkv(1, H, 16, D, seed=5)
+    k = torch.cat([torch.randn(1, H, 1, D, dtype=torch.float64).expand(1, H, 8, D),
+                   3 * torch.randn(1, H, 1, D, dtype=torch.float64).expand(1, H, 8, D)], dim=2)
+    m = _tree(E=0.2, P=2, sampler="alignment")
+    torch.testing.assert_close(m(q, k, v, False), _softmax(q, k, v, False), rtol=1e-9, atol=1e-11)
+    assert m.stats()["alignment_inner_products"] == 2 * H * 16
+
+
+def test_eq1_eq2_tree_sums_and_recursion():
+    H, D, L = 2, 3, 8
+    g = torch.Generator().manual_seed(6)
+    keys = torch.randn(6, H, D, generator=g, dtype=torch.float64)
+    tree = BudTree(L, H, D)
+    for p in range(6):
+        tree.insert(p, keys[p], keys[p])
+    q = torch.randn(H, D, generator=g, dtype=torch.float64)
+    for h in range(1, tree.levels):
+        for j in range(L >> h):
+            torch.testing.assert_close(tree.K[h][:, j], tree.K[h - 1][:, 2 * j] + tree.K[h - 1][:, 2 * j + 1])  # Eq. 1
+            parent = (q * tree.K[h][:, j]).sum(-1)
+            right = (q * tree.K[h - 1][:, 2 * j + 1]).sum(-1)
+            torch.testing.assert_close(parent - right, (q * tree.K[h - 1][:, 2 * j]).sum(-1))  # Eq. 2
+            direct = (q[:, None] * keys[j << h: min(6, (j + 1) << h)].transpose(0, 1)).sum((-1, -2))
+            torch.testing.assert_close(parent, direct)
+    assert tree.N[3][0] == 6 and tree.N[2].tolist() == [4, 2] and tree.N[1].tolist() == [2, 2, 2, 0]
+
+
+def test_edh_closed_form_matches_direct_sum():
+    b, l = 0.99, 300
+    start = torch.tensor([0, 5, 100, 250, 299])
+    count = torch.tensor([300, 17, 128, 50, 1])
+    got = log_mass("edh", None, None, count, start, l, 1.0, b).exp()
+    want = torch.tensor([sum(b ** (l - 1 - t) for t in range(s, s + c)) for s, c in zip(start.tolist(), count.tolist())],
+                        dtype=torch.float64)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=0)
+
+
+def test_masses_formulas():
+    A = torch.tensor([[2.0, -1.0], [0.5, 0.5]], dtype=torch.float64)   # (buds, heads)
+    Af = torch.tensor([[1.0, -3.0], [-1.0, -2.0]], dtype=torch.float64)
+    c = torch.tensor([2, 4])
+    s = torch.tensor([0, 2])
+    lm = log_mass("alignment", A, None, c, s, 6, 0.5, 0.99)
+    torch.testing.assert_close(lm.exp(), (0.5 * A / c[:, None].double()).exp().sum(1))
+    torch.testing.assert_close(log_mass("rff", A, Af, c, s, 6, 0.5).exp(), torch.tensor([0.5, 0.0], dtype=torch.float64))
+    torch.testing.assert_close(log_mass("positive_alignment", A, Af, c, s, 6, 0.5).exp(),
+                               (Af / c[:, None].double()).exp().sum(1))
+    assert torch.equal(log_mass("uniform", A, Af, c, s, 6, 0.5), torch.zeros(2, dtype=torch.float64))
+    with pytest.raises(ValueError, match="unknown; allowed"):
+        log_mass("foo", A, Af, c, s, 6, 0.5)
+    # overflowed features: NaN -> zero mass, inf -> capped finite
+    bad = torch.tensor([[math.nan, 1.0], [math.inf, 0.0]], dtype=torch.float64)
+    lm = log_mass("favor_plus", A, bad, c, s, 6, 0.5)
+    assert torch.isneginf(lm[0]) and torch.isfinite(lm[1])
+
+
+def test_hash_rng_is_deterministic_and_uniform():
+    n = torch.arange(20000)
+    u1 = hash_uniform(7, 0, n, 3, 5)
+    u2 = hash_uniform(7, 0, n, 3, 5)
+    assert torch.equal(u1, u2)
+    assert not torch.equal(u1, hash_uniform(8, 0, n, 3, 5))
+    assert 0 < u1.min() and u1.max() < 1
+    assert abs(u1.mean().item() - 0.5) < 0.01 and abs(u1.var().item() - 1 / 12) < 0.005
+
+
+def test_gumbel_top1_is_proportional_to_mass():
+    mass = torch.tensor([1.0, 2.0, 5.0, 0.0], dtype=torch.float64)
+    n = torch.arange(20000)[:, None]
+    keys = sampling_keys(mass.log(), torch.tensor([True, True, True, True]),
+                         gumbel_noise(1, 0, n, 0, torch.arange(4)[None, :]))
+    freq = torch.bincount(keys.argmax(1), minlength=4).double() / 20000
+    torch.testing.assert_close(freq[:3], mass[:3] / 8, atol=0.015, rtol=0)
+    assert freq[3] == 0  # zero-mass buds come after every positive-mass bud
+
+
+def test_zero_mass_buds_rank_between_positive_and_unexpandable():
+    logm = torch.tensor([-700.0, -math.inf, -math.inf, 3.0], dtype=torch.float64)
+    expandable = torch.tensor([True, True, False, True])
+    keys = sampling_keys(logm, expandable, torch.zeros(4, dtype=torch.float64))
+    assert keys.argsort(descending=True).tolist() == [3, 0, 1, 2]
+    assert keys[1] == ZERO_MASS_KEY and keys[2] == -math.inf
+
+
+def test_all_zero_mass_still_reaches_T():
+    # q = 0 makes every FAVOR+ReLU mass zero; buds must still be expanded to T terms
+    q, k, v = _qkv(T=40, seed=7)
+    q = torch.zeros_like(q)
+    for impl in ("fast", "reference"):
+        m = _tree(E=0.5, sampler="favor_plus_relu", implementation=impl)
+        m(q, k, v, True)
+        st = m.stats()
+        need = sum(num_terms(t + 1, 0.5) for t in range(40)) * q.shape[0] * q.shape[1]
+        assert st["terms"] >= need
+
+
+def test_sampling_without_replacement_and_never_leaves():
+    g = torch.Generator().manual_seed(8)
+    H, D, L, l = 2, 4, 64, 50
+    tree = BudTree(L, H, D)
+    for p in range(l):
+        tree.insert(p, torch.randn(H, D, generator=g, dtype=torch.float64),
+                    torch.randn(H, D, generator=g, dtype=torch.float64))
+    q = torch.randn(H, D, generator=g, dtype=torch.float64)
+    for sampler in ("uniform", "edh", "alignment"):
+        for T, P in ((20, 4), (50, 8), (45, 3)):
+            out, info = tree_attention_query(tree, q, l, T, P, sampler, "consistent", 0.5, 0.99, 0, 0, 0)
+            assert info["rounds"] == len(info["sampled"]) > 0
+            for picks in info["sampled"]:
+                starts = [s for s, _ in picks]
+                assert len(set(starts)) == len(starts)            # no bud twice in a round
+                assert all(c >= 2 for _, c in picks)              # never a leaf
+                assert 1 <= len(picks) <= P
+            assert T <= info["terms"] <= T + P - 1
+            assert info["initial"] + info["splits"] == info["terms"]
+
+
+def test_inner_product_counts_match_algorithm():
+    q, k, v = _qkv(B=2, H=3, T=50, seed=9)
+    m = _tree(E=0.5, sampler="edh", implementation="fast")
+    m(q, k, v, True)
+    st = m.stats()
+    B, H, T = 2, 3, 50
+    # replay the schedule with the reference per query and count initial buds + splits
+    ref = _tree(E=0.5, sampler="edh", implementation="reference")
+    ref(q, k, v, True)
+    assert st == ref.stats()
+    P = default_P(64, 0.5)
+    lo = sum(max(num_terms(t + 1, 0.5), -(-(t + 1) // initial_width(t + 1, P))) for t in range(T)) * B * H
+    hi = sum(max(num_terms(t + 1, 0.5) + P - 1, -(-(t + 1) // initial_width(t + 1, P))) for t in range(T)) * B * H
+    assert lo <= st["alignment_inner_products"] <= hi
+    assert st["feature_inner_products"] == 0
+    assert st["full_attention_inner_products"] == sum(range(1, T + 1)) * B * H
+    assert st["queries"] == B * H * T
+    m.reset_stats()
+    assert m.stats()["alignment_inner_products"] == 0
+    f = _tree(E=0.5, sampler="rff")
+    f(q, k, v, True)
+    assert f.stats()["feature_inner_products"] == f.stats()["alignment_inner_products"] > 0
+
+
+def test_schedule_helpers():
+    assert default_P(1024, 0.5) == 4 and default_P(1024, 1.0) == 32 and default_P(1024, 0.2) == 2
+    assert num_terms(1024, 0.5) == 32 and num_terms(1000, 1 / 3) == 10 and num_terms(0, 0.5) == 0
+    assert initial_width(1000, 4) == 256 and initial_width(3, 32) == 1
+
+
+def test_seed_determinism():
+    q, k, v = _qkv(T=40, seed=10)
+    a = _tree(E=0.4, sampler="uniform", seed=1)(q, k, v, True)
+    b = _tree(E=0.4, sampler="uniform", seed=1)(q, k, v, True)
+    c = _tree(E=0.4, sampler="uniform", seed=2)(q, k, v, True)
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def test_bad_parameters():
+    for kw, msg in [({"E": 0}, "E must be in"), ({"E": 1.5}, "E must be in"), ({"E": -0.1}, "E must be in"),
+                    ({"P": 0}, "P"), ({"sampler": "foo"}, "sampler 'foo' unknown; allowed"),
+                    ({"normalization": "bar"}, "normalization 'bar' unknown"), ({"R": 7}, "even"),
+                    ({"b": 1.0}, "b \\(EDH base\\)"), ({"implementation": "gpu"}, "implementation")]:
+        with pytest.raises(ValueError, match=msg):
+            attention.build("tree", **kw)
+    tree = BudTree(4, 1, 2)
+    for p in range(3):
+        tree.insert(p, torch.ones(1, 2, dtype=torch.float64), torch.ones(1, 2, dtype=torch.float64))
+    q = torch.ones(1, 2, dtype=torch.float64)
+    with pytest.raises(ValueError, match="T must satisfy"):
+        tree_attention_query(tree, q, 3, 4, 1, "uniform", "consistent", 1.0, 0.99, 0, 0, 0)
+    with pytest.raises(ValueError, match="P"):
+        tree_attention_query(tree, q, 3, 2, 0, "uniform", "consistent", 1.0, 0.99, 0, 0, 0)
+    qq, kk, vv = _qkv(B=1, T=4)
+    with pytest.raises(ValueError, match="key_padding_mask"):
+        attention.build("tree")(qq, kk, vv, True, key_padding_mask=torch.ones(1, 4, dtype=torch.bool))
+
+
+def test_registry_and_string_params():
+    assert "tree" in attention.registered()
+    m = attention.build("tree", E="0.5", P="4", R="None", seed="3")
+    assert m.E == 0.5 and m.P == 4 and m.R is None and m.seed == 3

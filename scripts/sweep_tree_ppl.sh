@@ -2,7 +2,8 @@
 # Sweep of tree / bud-expansion attention as in Figure 2 of "High Attention Scores and Where to
 # Find Them": every sampler x E x normalization x protocol (true perplexity: blocks; the paper's
 # measurement: casino) x two test slices (offsets 0.2 and 0.4), plus the exact softmax baseline.
-# One eval_ppl.py run per JSON; runs whose JSON already exists are skipped (resumable).
+# One evaluation per JSON, all in one process (scripts/run_eval_grid.py); runs whose JSON already
+# exists are skipped (resumable).
 #
 # Environment:
 #   CKPT       checkpoint directory for --out_dir (default out/wikitext2_gpt_mini), or
@@ -38,23 +39,23 @@ else
   MODEL=(--out_dir="${CKPT:-out/wikitext2_gpt_mini}")
 fi
 
-run() {  # run <json> <eval_ppl args...>
+run() {  # run <json> <eval_ppl args...>: queue one evaluation for the in-process grid runner
   local json=$1; shift
-  if [[ -s "$json" ]]; then echo "skip (exists): $json"; return 0; fi
-  local cmd=("$PYTHON" eval_ppl.py "${MODEL[@]}" --split=test --fraction="$FRACTION" "$@" --out_json="$json")
   # shellcheck disable=SC2206
-  cmd+=($EXTRA)
-  echo "+ ${cmd[*]}"
-  if [[ "${DRY_RUN:-0}" == "1" ]]; then return 0; fi
-  "${cmd[@]}" || echo "FAILED: $json" >&2
+  local cmd=("${MODEL[@]}" --split=test --fraction="$FRACTION" "$@" $EXTRA --out_json="$json")
+  printf '%q ' "${cmd[@]}"; printf '\n'
 }
 
+{
+# ordered so that an interrupted sweep has complete tables first: protocol, normalization, sampler, E, slice
 for protocol in $PROTOCOLS; do
   for offset in $OFFSETS; do
     run "$OUT/softmax_${protocol}_off${offset}.json" --protocol="$protocol" --offset="$offset" --attention=softmax
+  done
+  for norm in $NORMS; do
     for sampler in $SAMPLERS; do
       for E in $ES; do
-        for norm in $NORMS; do
+        for offset in $OFFSETS; do
           run "$OUT/tree_${sampler}_E${E}_${norm}_${protocol}_off${offset}.json" \
             --protocol="$protocol" --offset="$offset" --attention=tree --attention.sampler="$sampler" \
             --attention.E="$E" --attention.normalization="$norm"
@@ -63,4 +64,8 @@ for protocol in $PROTOCOLS; do
     done
   done
 done
+} > "$OUT/grid.txt"
+echo "$(wc -l < "$OUT/grid.txt") evaluations listed in $OUT/grid.txt"
+if [[ "${DRY_RUN:-0}" == "1" ]]; then cat "$OUT/grid.txt"; exit 0; fi
+"$PYTHON" scripts/run_eval_grid.py < "$OUT/grid.txt"
 echo "done; table: $PYTHON scripts/tree_sweep_table.py --in_dir $OUT"

@@ -102,3 +102,18 @@ def test_hf_tiny_gpt2(tmp_path, wikitext2_dir):
                             "--fraction=0.005", f"--out_json={tmp_path / 'hf.json'}"])
     # random tiny weights: close to a uniform guess over the 50,257 tokens
     assert abs(result["mean_nll"] - np.log(50257)) < 0.5
+
+
+def test_grid_runner_skips_done_and_survives_failures(checkpoint, tmp_path):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("run_eval_grid", os.path.join(ROOT, "scripts", "run_eval_grid.py"))
+    grid = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(grid)
+    common = f"--out_dir={checkpoint} --fraction=0.002 --protocol=blocks"
+    lines = [f"{common} --out_json={tmp_path}/good.json", f"{common} --attention=nope --out_json={tmp_path}/bad.json",
+             "# a comment"]
+    assert grid.main(lines) == 1
+    assert json.loads((tmp_path / "good.json").read_text())["metric"] == "perplexity"
+    assert not (tmp_path / "bad.json").exists()
+    mtime = (tmp_path / "good.json").stat().st_mtime_ns
+    assert grid.main(lines[:1]) == 0 and (tmp_path / "good.json").stat().st_mtime_ns == mtime

@@ -1,0 +1,45 @@
+"""Run many eval_ppl.py evaluations in one process (torch is imported once), one per line of
+standard input. Each line holds eval_ppl.py arguments and must include --out_json=PATH; lines
+whose JSON already exists are skipped, so an interrupted sweep resumes where it stopped.
+
+    printf '%s\n' "--out_dir=out/m --attention=tree --attention.E=0.5 --out_json=r/a.json" | \
+        python scripts/run_eval_grid.py
+
+A failing run is reported on stderr and the grid goes on; the exit code is 1 if any run failed.
+"""
+import os
+import shlex
+import sys
+import time
+import traceback
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import eval_ppl  # noqa: E402
+
+
+def main(lines):
+    jobs = [shlex.split(line) for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    failed = 0
+    t0 = time.time()
+    for i, args in enumerate(jobs, 1):
+        out = [a.split("=", 1)[1] for a in args if a.startswith("--out_json=")]
+        if not out:
+            sys.exit(f"error: line {i} has no --out_json=PATH: {' '.join(args)}")
+        if os.path.exists(out[0]) and os.path.getsize(out[0]) > 0:
+            print(f"[{i}/{len(jobs)}] skip (exists): {out[0]}", flush=True)
+            continue
+        print(f"[{i}/{len(jobs)}] {time.time() - t0:.0f}s  {' '.join(args)}", flush=True)
+        try:
+            eval_ppl.main(args)
+        except Exception:  # one bad configuration must not stop a long sweep
+            failed += 1
+            traceback.print_exc()
+            print(f"FAILED: {out[0]}", file=sys.stderr, flush=True)
+    print(f"{len(jobs)} runs, {failed} failed, {time.time() - t0:.0f}s")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.stdin.read().splitlines()))

@@ -231,6 +231,18 @@ def main(argv):
                     ckpt_path)
 
     log_path = os.path.join(cfg["out_dir"], "log.jsonl")
+
+    def evaluate_and_log(lr):
+        """estimate_loss, printed and appended to log.jsonl (and wandb)."""
+        losses = estimate_loss()
+        print(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}, "
+              f"val ppl {math.exp(losses['val']):.2f}")
+        with open(log_path, "a") as f:
+            f.write(json.dumps({"iter": iter_num, "eval": losses, "elapsed_s": time.time() - t_start}) + "\n")
+        if wandb_run:
+            wandb_run.log({"iter": iter_num, "train/loss": losses["train"], "val/loss": losses["val"], "lr": lr})
+        return losses
+
     tokens_per_iter = grad_accum * world * cfg["batch_size"] * cfg["block_size"]
     if master:
         print(f"tokens per iteration: {tokens_per_iter:,}")
@@ -242,13 +254,7 @@ def main(argv):
             group["lr"] = lr
 
         if iter_num % cfg["eval_interval"] == 0 and master and (iter_num > 0 or cfg["eval_only"]):
-            losses = estimate_loss()
-            print(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}, "
-                  f"val ppl {math.exp(losses['val']):.2f}")
-            with open(log_path, "a") as f:
-                f.write(json.dumps({"iter": iter_num, "eval": losses, "elapsed_s": time.time() - t_start}) + "\n")
-            if wandb_run:
-                wandb_run.log({"iter": iter_num, "train/loss": losses["train"], "val/loss": losses["val"], "lr": lr})
+            losses = evaluate_and_log(lr)
             if losses["val"] < best_val or cfg["always_save_checkpoint"]:
                 best_val = min(best_val, losses["val"])
                 save_checkpoint()
@@ -296,7 +302,7 @@ def main(argv):
             t_last, tokens_since = now, 0
 
     if iter_num >= cfg["max_iters"] and master and not cfg["eval_only"] and iter_num % cfg["eval_interval"]:
-        best_val = min(best_val, estimate_loss()["val"])
+        best_val = min(best_val, evaluate_and_log(lr)["val"])
         save_checkpoint()  # the final state, whatever the eval schedule
         print(f"saved final checkpoint to {ckpt_path}")
     if wandb_run:

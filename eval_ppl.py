@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 import configurator
+from data.wikitext2 import prepare as wt2
 from model import GPT, ModelConfig
 
 DEFAULTS = dict(
@@ -85,19 +86,11 @@ def load_model(cfg):
 
 def load_tokens(cfg):
     """The evaluated token range of the split as an int64 numpy array."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from data.wikitext2 import prepare as wt2
-
     split = {"valid": "val", "validation": "val"}.get(cfg["split"], cfg["split"])
-    if split not in wt2.SPLITS:
-        raise configurator.ConfigError(f"unknown split {cfg['split']!r}; allowed: {', '.join(wt2.SPLITS)}")
-    path = os.path.join(wt2.data_dir(cfg["dataset_config"]), f"{split}.bin")
-    if not os.path.exists(path):
-        try:
-            wt2.prepare(cfg["dataset_config"], cfg["data_source_dir"] or None)
-        except wt2.DataUnavailable as e:
-            sys.exit(f"error: no WikiText-2 data at {path}: {e}")
-    data = np.memmap(path, dtype=np.uint16, mode="r")
+    try:
+        data = wt2.load_split(split, cfg["dataset_config"], cfg["data_source_dir"] or None)
+    except wt2.DataUnavailable as e:
+        sys.exit(f"error: {e}")
     if not (0.0 < cfg["fraction"] <= 1.0 and 0.0 <= cfg["offset"] < 1.0):
         raise configurator.ConfigError(f"need 0 < fraction <= 1 and 0 <= offset < 1; got {cfg['fraction']}, {cfg['offset']}")
     start = int(math.floor(cfg["offset"] * len(data)))

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 import configurator
+from data.wikitext2 import prepare as wt2
 from model import GPT, ModelConfig, config_dict
 
 DEFAULTS = dict(
@@ -87,19 +88,12 @@ def get_lr(it, cfg):
 
 def load_split(cfg, split):
     """Memory-map the uint16 token file of ``split``, preparing the dataset first if needed."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from data.wikitext2 import prepare as wt2
-
     if cfg["dataset"] != "wikitext2":
         raise ValueError(f"unknown dataset {cfg['dataset']!r}; available: wikitext2")
-    path = os.path.join(wt2.data_dir(cfg["dataset_config"]), f"{split}.bin")
-    if not os.path.exists(path):
-        print(f"{path} missing: preparing WikiText-2 ({cfg['dataset_config']})")
-        try:
-            wt2.prepare(cfg["dataset_config"], cfg["data_source_dir"] or None)
-        except wt2.DataUnavailable as e:
-            sys.exit(f"error: no WikiText-2 data at {path}: {e}")
-    return np.memmap(path, dtype=np.uint16, mode="r")
+    try:
+        return wt2.load_split(split, cfg["dataset_config"], cfg["data_source_dir"] or None)
+    except wt2.DataUnavailable as e:
+        sys.exit(f"error: {e}")
 
 
 def get_batch(data, batch_size, block_size, seed, device):

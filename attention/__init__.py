@@ -78,7 +78,8 @@ def _lookup(name):
 
 class Attention(nn.Module):
     """Base class of all registered attention mechanisms (no learnable parameters of their own
-    unless the method needs them; projections live in the model).
+    unless the method needs them; projections live in the model). Subclasses implement
+    ``forward(q, k, v, causal, key_padding_mask=None)`` as described in the module docstring.
 
     Attributes:
         exclude_self (bool): when True and ``causal``, query t attends to keys 0..t-1 only and
@@ -87,9 +88,6 @@ class Attention(nn.Module):
     """
 
     exclude_self = False
-
-    def forward(self, q, k, v, causal, key_padding_mask=None):
-        raise NotImplementedError
 
     def stats(self):
         """Counters accumulated since the last ``reset_stats`` (e.g. inner products); a dict of

@@ -98,6 +98,26 @@ def prepare(config="wikitext-2-v1", source_dir=None, out_dir=None, verbose=True)
     return meta
 
 
+def load_split(split, config="wikitext-2-v1", source_dir=None):
+    """Memory-map the uint16 token file of ``split`` ("train", "val", "test"), preparing the
+    dataset first if it is missing.
+
+    Raises:
+        ValueError: unknown split or config.
+        DataUnavailable: the data is missing and cannot be prepared (message says how to supply it).
+    """
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; allowed: {', '.join(SPLITS)}")
+    path = os.path.join(data_dir(config), f"{split}.bin")
+    if not os.path.exists(path):
+        print(f"{path} missing: preparing WikiText-2 ({config})")
+        try:
+            prepare(config, source_dir)
+        except DataUnavailable as e:
+            raise DataUnavailable(f"no WikiText-2 data at {path}: {e}") from e
+    return np.memmap(path, dtype=np.uint16, mode="r")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="wikitext-2-v1", choices=CONFIGS)

@@ -35,23 +35,62 @@ RUNS = [(True, False, "consistent"), (True, True, "paper"), (False, False, "cons
 
 @pytest.mark.parametrize("sampler", SAMPLERS)
 @pytest.mark.parametrize("E,P", [(0.35, None), (0.6, 2), (0.8, 3)])
-def test_fast_matches_reference(sampler, E, P):
+def test_fast_implementations_match_reference(sampler, E, P):
     q, k, v = _qkv(B=2, H=2, T=19)
     for causal, excl, norm in RUNS:
-        outs, stats = [], []
-        for impl in ("fast", "reference"):
+        outs, stats = {}, {}
+        for impl in ("cpu", "vectorized", "reference"):
             m = _tree(excl, E=E, P=P, sampler=sampler, normalization=norm, implementation=impl, seed=5)
-            outs.append(m(q, k, v, causal))
-            stats.append(m.stats())
-        torch.testing.assert_close(outs[0], outs[1], rtol=1e-9, atol=1e-11)
-        assert stats[0] == stats[1]
+            outs[impl] = m(q, k, v, causal)
+            stats[impl] = m.stats()
+        for impl in ("cpu", "vectorized"):
+            torch.testing.assert_close(outs[impl], outs["reference"], rtol=1e-9, atol=1e-11)
+            assert stats[impl] == stats["reference"]
 
 
-def test_fast_matches_reference_small_chunks_and_float32():
-    q, k, v = _qkv(B=3, T=40, dtype=torch.float32, seed=1)
-    from attention.tree.fast import fast_forward
+def test_cpu_kernel_long_sequence_threads_and_seed():
+    # T not a power of two, several rounds, several threads, a seed above 2^63
+    from attention.tree.cpu import cpu_forward
     from attention.tree.reference import reference_forward
-    a = fast_forward(q, k, v, True, False, 0.5, None, "alignment", "consistent", 0.99, 3, chunk=7)
+    q, k, v = _qkv(B=2, H=3, T=100, D=16, seed=11)
+    seed = 2 ** 64 - 5
+    n = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        a = cpu_forward(q, k, v, True, False, 0.5, None, "alignment", "consistent", 0.99, seed)
+    finally:
+        torch.set_num_threads(n)
+    b = reference_forward(q, k, v, True, False, 0.5, None, "alignment", "consistent", 0.99, seed)
+    torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
+
+
+def test_cpu_kernel_float32_close_to_float64():
+    q, k, v = _qkv(B=2, H=4, T=64, D=32, seed=12, dtype=torch.float32)
+    m = _tree(E=0.5, sampler="edh", implementation="cpu", seed=1)
+    out32 = m(q, k, v, True)
+    out64 = m(q.double(), k.double(), v.double(), True)
+    assert out32.dtype == torch.float32
+    torch.testing.assert_close(out32.double(), out64, rtol=1e-4, atol=1e-5)
+
+
+def test_cpu_kernel_rejects_bad_inputs():
+    from attention.tree.cpu import load_kernel
+    q, k, v = _qkv(B=1, H=2, T=8, D=4)
+    terms = torch.tensor([num_terms(l, 0.5) for l in range(9)], dtype=torch.int64)
+    empty = torch.empty(0, dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="shapes differ"):
+        load_kernel().forward(q, k[:, :, :4].contiguous(), v, empty, empty, terms, True, False, 2, 0, True, 0.99, 0)
+    with pytest.raises(RuntimeError, match="terms must be int64"):
+        load_kernel().forward(q, k, v, empty, empty, terms[:4], True, False, 2, 0, True, 0.99, 0)
+    with pytest.raises(RuntimeError, match="float32 or float64"):
+        load_kernel().forward(q.half(), k.half(), v.half(), empty, empty, terms, True, False, 2, 0, True, 0.99, 0)
+
+
+def test_vectorized_matches_reference_small_chunks_and_float32():
+    q, k, v = _qkv(B=3, T=40, dtype=torch.float32, seed=1)
+    from attention.tree.reference import reference_forward
+    from attention.tree.vectorized import vectorized_forward
+    a = vectorized_forward(q, k, v, True, False, 0.5, None, "alignment", "consistent", 0.99, 3, chunk=7)
     b = reference_forward(q, k, v, True, False, 0.5, None, "alignment", "consistent", 0.99, 3)
     torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
     m = _tree(E=0.5, sampler="alignment", seed=3)
@@ -61,7 +100,7 @@ def test_fast_matches_reference_small_chunks_and_float32():
 
 @pytest.mark.parametrize("sampler", SAMPLERS)
 @pytest.mark.parametrize("norm", ["consistent", "paper"])
-@pytest.mark.parametrize("impl", ["fast", "reference"])
+@pytest.mark.parametrize("impl", ["cpu", "vectorized", "reference"])
 def test_E1_equals_softmax(sampler, norm, impl):
     q, k, v = _qkv(B=2, H=2, T=11, seed=2)
     for causal, excl in MODES:
@@ -201,7 +240,7 @@ def test_all_zero_mass_still_reaches_T():
     # q = 0 makes every FAVOR+ReLU mass zero; buds must still be expanded to T terms
     q, k, v = _qkv(T=40, seed=7)
     q = torch.zeros_like(q)
-    for impl in ("fast", "reference"):
+    for impl in ("cpu", "vectorized", "reference"):
         m = _tree(E=0.5, sampler="favor_plus_relu", implementation=impl)
         m(q, k, v, True)
         st = m.stats()
@@ -232,7 +271,7 @@ def test_sampling_without_replacement_and_never_leaves():
 
 def test_inner_product_counts_match_algorithm():
     q, k, v = _qkv(B=2, H=3, T=50, seed=9)
-    m = _tree(E=0.5, sampler="edh", implementation="fast")
+    m = _tree(E=0.5, sampler="edh", implementation="cpu")
     m(q, k, v, True)
     st = m.stats()
     B, H, T = 2, 3, 50
@@ -272,7 +311,7 @@ def test_bad_parameters():
     for kw, msg in [({"E": 0}, "E must be in"), ({"E": 1.5}, "E must be in"), ({"E": -0.1}, "E must be in"),
                     ({"P": 0}, "P"), ({"sampler": "foo"}, "sampler 'foo' unknown; allowed"),
                     ({"normalization": "bar"}, "normalization 'bar' unknown"), ({"R": 7}, "even"),
-                    ({"b": 1.0}, "b \\(EDH base\\)"), ({"implementation": "gpu"}, "implementation")]:
+                    ({"b": 1.0}, "b \\(EDH base\\)"), ({"implementation": "fast"}, "implementation")]:
         with pytest.raises(ValueError, match=msg):
             attention.build("tree", **kw)
     tree = BudTree(4, 1, 2)
@@ -292,3 +331,22 @@ def test_registry_and_string_params():
     assert "tree" in attention.registered()
     m = attention.build("tree", E="0.5", P="4", R="None", seed="3")
     assert m.E == 0.5 and m.P == 4 and m.R is None and m.seed == 3
+
+
+def test_auto_uses_cpu_kernel_and_falls_back_with_a_warning(monkeypatch):
+    import attention.tree as tree_pkg
+    m = _tree(E=0.5)
+    assert m._implementation_for(torch.device("cpu")) == "cpu"
+    assert m._implementation_for(torch.device("meta")) == "vectorized"
+
+    def broken():
+        raise OSError("no compiler")
+
+    monkeypatch.setattr(tree_pkg, "load_kernel", broken)
+    monkeypatch.setattr(tree_pkg, "_KERNEL_STATE", {})
+    q, k, v = _qkv(B=1, T=12, seed=13)
+    with pytest.warns(RuntimeWarning, match="could not be built.*vectorized"):
+        out = m(q, k, v, True)
+    assert m._implementation_for(torch.device("cpu")) == "vectorized"
+    ref = _tree(E=0.5, implementation="reference")(q, k, v, True)
+    torch.testing.assert_close(out, ref, rtol=1e-9, atol=1e-11)

@@ -6,20 +6,26 @@ only partially: starting from a few large buds, it repeatedly splits buds sample
 "mass" until it has T = ceil(l^E) buds, and attends to every bud with its geometric-mean score.
 
 Files: ``reference.py`` (one query at a time; the specification and its conventions),
-``fast.py`` (vectorised over positions and batch), ``samplers.py`` (masses, shared random draws),
+``cpu.py`` + ``cpu_kernel.cpp`` (compiled CPU kernel, one query per iteration over threads),
+``vectorized.py`` (PyTorch ops over all positions and batch elements, any device),
+``samplers.py`` (masses, shared random draws),
 ``numpy_baseline.py`` (the authors' NumPy design, for benchmarks), ``attention/feature_maps.py``.
 """
+
+import warnings
 
 import torch
 
 from attention import Attention, check_qkv, register
 from attention.feature_maps import RandomFeatureMap
-from attention.tree.fast import fast_forward
+from attention.tree.cpu import cpu_forward, load_kernel
 from attention.tree.reference import reference_forward
 from attention.tree.samplers import FEATURE_SAMPLERS, SAMPLERS
+from attention.tree.vectorized import vectorized_forward
 
 NORMALIZATIONS = ("consistent", "paper")
-IMPLEMENTATIONS = ("fast", "reference")
+IMPLEMENTATIONS = ("auto", "cpu", "vectorized", "reference")
+_FORWARD = {"cpu": cpu_forward, "vectorized": vectorized_forward, "reference": reference_forward}
 STAT_KEYS = ("queries", "alignment_inner_products", "feature_inner_products",
              "full_attention_inner_products", "terms")
 
@@ -59,7 +65,10 @@ class TreeAttention(Attention):
         seed (int): seeds the random feature projection and the sampling noise. The same seed gives
             the same draws in every layer and call (the noise is a hash of seed, batch index,
             query position, round and bud start).
-        implementation (str): "fast" (vectorised, default) or "reference" (one query at a time).
+        implementation (str): "auto" (default: "cpu" for CPU tensors, "vectorized" otherwise; if
+            the CPU kernel cannot be compiled it warns once and uses "vectorized"), "cpu" (compiled
+            C++ kernel, cpu.py), "vectorized" (PyTorch ops, any device) or "reference" (readable,
+            one query at a time). All give the same buds for the same seed (float64 inputs).
 
     Feature maps get q and k scaled by D^(-1/4) each, so the random features estimate
     exp(<q, k>/sqrt(D)) (as the authors' code does); the projection is drawn once per module
@@ -71,7 +80,7 @@ class TreeAttention(Attention):
     """
 
     def __init__(self, E=0.5, sampler="edh", normalization="consistent", P=None, b=0.99, R=None,
-                 seed=0, implementation="fast"):
+                 seed=0, implementation="auto"):
         super().__init__()
         try:
             E = float(E)
@@ -126,12 +135,19 @@ class TreeAttention(Attention):
         if fmap is not None:
             fmap = fmap.to(q.device)
             qf, kf = fmap(q.double()), fmap(k.double())
-        impl = fast_forward if self.implementation == "fast" else reference_forward
+        impl = _FORWARD[self._implementation_for(q.device)]
         with torch.no_grad():
             out = impl(q, k, v, bool(causal), bool(self.exclude_self and causal), self.E, self.P,
                        self.sampler, self.normalization, self.b, self.seed, qf=qf, kf=kf,
                        stats=self._stats)
         return out.to(v.dtype)
+
+    def _implementation_for(self, device):
+        if self.implementation != "auto":
+            return self.implementation
+        if device.type != "cpu":
+            return "vectorized"
+        return "cpu" if _cpu_kernel_available() else "vectorized"
 
     def stats(self):
         """Counters since the last reset, summed over batch, heads and query positions; every
@@ -152,3 +168,19 @@ class TreeAttention(Attention):
     def reset_stats(self):
         """Zero the counters returned by ``stats``."""
         self._stats = {key: 0 for key in STAT_KEYS}
+
+
+_KERNEL_STATE = {}
+
+
+def _cpu_kernel_available():
+    """Whether the CPU kernel compiles/loads; on failure warns once (implementation="auto")."""
+    if "ok" not in _KERNEL_STATE:
+        try:
+            load_kernel()
+            _KERNEL_STATE["ok"] = True
+        except Exception as exc:  # no compiler / ninja: fall back, but say so
+            warnings.warn(f"tree attention: the CPU kernel could not be built ({type(exc).__name__}: {exc}); "
+                          "using implementation='vectorized' (slower)", RuntimeWarning)
+            _KERNEL_STATE["ok"] = False
+    return _KERNEL_STATE["ok"]

@@ -6,7 +6,7 @@ masses computed directly (exp, no log-space) plus a tiny epsilon for non-leaf bu
 without replacement from a binary sum-heap (draw, set the weight to 0, redraw; Vieira 2016).
 Like their code, history excludes the current token (query t sees keys 0..t-1) and the "paper"
 output normalization is used. It uses numpy's own random generator, so its draws differ from
-``reference.py`` / ``fast.py``; with E = 1 it equals exact attention.
+``reference.py`` / ``cpu.py`` / ``vectorized.py``; with E = 1 it equals exact attention.
 """
 import math
 

@@ -1,9 +1,10 @@
 """Readable reference of tree / bud-expansion attention: one query at a time.
 
 Paper: "High Attention Scores and Where to Find Them" (Menet, Choi, de Viragh, Chettata), section 2,
-Algorithm 1. This file is the specification; ``fast.py`` must give the same result for the same seed.
+Algorithm 1. This file is the specification; ``cpu.py`` (compiled kernel) and ``vectorized.py`` must
+give the same result for the same seed.
 
-Conventions shared with fast.py:
+Conventions shared with cpu_kernel.cpp and vectorized.py:
 - Block length L = sequence length padded to the next power of two. A perfect binary tree over the
   L leaf positions stores for every node (level h, index j) covering leaves [j 2^h, (j+1) 2^h) the
   sum of its keys, values (and feature-mapped keys) and its number of non-empty leaves (Eq. 1).

@@ -61,6 +61,11 @@ def _mix(x):
     return x ^ _srl(x, 31)
 
 
+def seed_int64(seed):
+    """The seed's low 64 bits as the signed int64 that the hash starts from."""
+    return _s64(int(seed) & _MASK64)
+
+
 def hash_uniform(seed, *fields):
     """Counter-based uniform random numbers in (0, 1): a splitmix64 hash of (seed, *fields).
 
@@ -68,11 +73,11 @@ def hash_uniform(seed, *fields):
         seed (int): the module's seed.
         *fields: int64 tensors (or ints) broadcastable to each other, e.g. (batch, query position,
             round, bud start). Equal inputs give equal outputs on any device and in any order of
-            evaluation, so the reference and the fast implementation see identical draws.
+            evaluation, so every implementation sees identical draws.
     Returns:
         float64 tensor of the broadcast shape, values in (0, 1) (53 random bits, never 0 or 1).
     """
-    h = _mix(torch.as_tensor(_s64(int(seed) & _MASK64), dtype=torch.int64))
+    h = _mix(torch.as_tensor(seed_int64(seed), dtype=torch.int64))
     for f in fields:
         h = _mix(h ^ torch.as_tensor(f, dtype=torch.int64))
     return (_srl(h, 11).to(torch.float64) + 0.5) * 2.0 ** -53

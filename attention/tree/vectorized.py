@@ -1,4 +1,5 @@
-"""Vectorised tree / bud-expansion attention: all query positions and batch elements at once.
+"""Vectorised tree / bud-expansion attention: all query positions and batch elements at once, in
+PyTorch ops (any device; on the CPU the compiled kernel of cpu.py is faster).
 
 Same algorithm, conventions and random draws as ``reference.py`` (read that docstring first); the
 result matches the reference up to float64 rounding.
@@ -40,7 +41,7 @@ def _ceil_log2(c):
     return torch.ceil(torch.log2(c.double()) - _EPS).long().clamp(min=0)
 
 
-def fast_forward(q, k, v, causal, exclude_self, E, P, sampler, normalization, b, seed,
+def vectorized_forward(q, k, v, causal, exclude_self, E, P, sampler, normalization, b, seed,
                  qf=None, kf=None, stats=None, chunk=None):
     """Tree attention for (B, H, T, D) inputs without a Python loop over positions.
 

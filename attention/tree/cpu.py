@@ -1,0 +1,98 @@
+"""Tree / bud-expansion attention with the compiled CPU kernel (``cpu_kernel.cpp``).
+
+Same algorithm, conventions and random draws as ``reference.py``; the kernel runs Algorithm 1 one
+query at a time, like the reference, but in C++ and spread over torch's intra-op threads
+(``torch.set_num_threads``); it builds the level tables of key / value (/ feature-key) sums (Eq. 1)
+itself. This module passes the inputs and the number of terms per history length, and compiles the
+kernel on first use with
+``torch.utils.cpp_extension.load`` (needs a C++ compiler and ninja; the build is cached under
+``TORCH_EXTENSIONS_DIR``, by default ``~/.cache/torch_extensions``).
+
+Precision: the kernel computes in the dtype of q (float32 or float64; other dtypes run in float32);
+sampling masses, noise and weights are always float64, feature sums too. With float64 inputs it
+matches the reference up to rounding; with float32 a near-tie between two buds can in rare cases be
+sampled differently.
+"""
+import functools
+import os
+import platform
+
+import torch
+
+from attention.tree.reference import block_length, default_P, num_terms
+from attention.tree.samplers import FEATURE_SAMPLERS, SAMPLERS, seed_int64
+
+_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_kernel.cpp")
+
+
+def _build_flags():
+    """Compiler / linker flags: -march=native vectorises the dot products and value sums with the
+    machine's widest SIMD (the build cache is keyed by flags and source); on x86-64 glibc, libmvec
+    vectorises exp / log in the sampling masses, the Gumbel noise and the softmax."""
+    cflags, ldflags = ["-O3", "-march=native", "-fopenmp", "-fno-math-errno"], ["-fopenmp"]
+    if platform.machine() == "x86_64" and platform.libc_ver()[0] == "glibc":
+        cflags.append("-DTREE_USE_LIBMVEC")
+        ldflags.append("-lmvec")
+    return cflags, ldflags
+
+
+@functools.lru_cache(maxsize=None)
+def load_kernel(verbose=False):
+    """Compile (first call, ~1 min) or load the cached C++ kernel; returns the extension module.
+
+    Raises:
+        RuntimeError / OSError / ImportError: from torch.utils.cpp_extension when no C++ compiler or
+            ninja is available (install them, or use implementation="vectorized").
+    """
+    from torch.utils.cpp_extension import load
+    cflags, ldflags = _build_flags()
+    return load(name="tree_attention_cpu", sources=[_SOURCE], verbose=verbose, extra_cflags=cflags,
+                extra_ldflags=ldflags)
+
+
+@functools.lru_cache(maxsize=64)
+def _terms(T, E):
+    return torch.tensor([num_terms(l, E) for l in range(T + 1)], dtype=torch.int64)
+
+
+def cpu_forward(q, k, v, causal, exclude_self, E, P, sampler, normalization, b, seed,
+                qf=None, kf=None, stats=None):
+    """Tree attention for (B, H, T, D) CPU inputs with the compiled kernel.
+
+    Args:
+        q, k, v (torch.Tensor): (B, H, T, D) on the CPU; float64 runs in float64, anything else in
+            float32.
+        causal, exclude_self (bool): history rule (reference.py).
+        E (float), P (int | None: default_P), sampler, normalization (str), b (float), seed (int):
+            see TreeAttention.
+        qf, kf (torch.Tensor | None): (B, H, T, R) feature-mapped queries / keys for FEATURE_SAMPLERS.
+        stats (dict | None): counters to increment (see TreeAttention.stats).
+    Returns:
+        (B, H, T, D) tensor in the compute dtype (float32 or float64).
+    Raises:
+        ValueError: tensors not on the CPU.
+    """
+    if q.device.type != "cpu":
+        raise ValueError(f"implementation='cpu' needs CPU tensors; got {q.device} "
+                         "(use implementation='vectorized' on accelerators)")
+    B, H, Tlen, D = q.shape
+    L = block_length(Tlen)
+    P = default_P(L, E) if P is None else P
+    dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+
+    use_f = sampler in FEATURE_SAMPLERS
+    empty = torch.empty(0, dtype=torch.float64)
+    out, info = load_kernel().forward(
+        q.to(dtype).contiguous(), k.to(dtype).contiguous(), v.to(dtype).contiguous(),
+        qf.double().contiguous() if use_f else empty, kf.double().contiguous() if use_f else empty,
+        _terms(Tlen, float(E)), bool(causal), bool(exclude_self), int(P), SAMPLERS.index(sampler),
+        normalization == "consistent", float(b), seed_int64(seed))
+    if stats is not None:
+        initial, splits, terms = info.sum(dim=(0, 1)).tolist()
+        hist = (Tlen * (Tlen - 1) // 2 if exclude_self else Tlen * (Tlen + 1) // 2) if causal else Tlen * Tlen
+        stats["queries"] += B * Tlen * H
+        stats["alignment_inner_products"] += (initial + splits) * H
+        stats["feature_inner_products"] += (initial + splits) * H if use_f else 0
+        stats["full_attention_inner_products"] += B * hist * H
+        stats["terms"] += terms * H
+    return out

@@ -4,9 +4,9 @@ Same algorithm, conventions and random draws as ``reference.py``; the kernel run
 query at a time, like the reference, but in C++ and spread over torch's intra-op threads
 (``torch.set_num_threads``); it builds the level tables of key / value (/ feature-key) sums (Eq. 1)
 itself. This module passes the inputs and the number of terms per history length, and compiles the
-kernel on first use with
-``torch.utils.cpp_extension.load`` (needs a C++ compiler and ninja; the build is cached under
-``TORCH_EXTENSIONS_DIR``, by default ``~/.cache/torch_extensions``).
+kernel on first use with ``torch.utils.cpp_extension.load`` (needs a C++ compiler and ninja; the
+build is cached under ``TORCH_EXTENSIONS_DIR``, by default ``~/.cache/torch_extensions``, in a
+folder per CPU type because it is compiled for the build machine's instruction set).
 
 Precision: the kernel computes in the dtype of q (float32 or float64; other dtypes run in float32);
 sampling masses, noise and weights are always float64, feature sums too. With float64 inputs it
@@ -14,6 +14,7 @@ matches the reference up to rounding; with float32 a near-tie between two buds c
 sampled differently.
 """
 import functools
+import hashlib
 import os
 import platform
 
@@ -36,6 +37,18 @@ def _build_flags():
     return cflags, ldflags
 
 
+def _cpu_signature():
+    """Short hash of the CPU's model and instruction-set flags (Linux), else of platform names:
+    a -march=native build must not be reused on a different CPU sharing the cache."""
+    text = platform.machine() + platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            text += "".join(line for line in f if line.startswith(("model name", "flags")))[:100000]
+    except OSError:
+        pass
+    return hashlib.sha1(text.encode()).hexdigest()[:10]
+
+
 @functools.lru_cache(maxsize=None)
 def load_kernel(verbose=False):
     """Compile (first call, ~1 min) or load the cached C++ kernel; returns the extension module.
@@ -46,8 +59,8 @@ def load_kernel(verbose=False):
     """
     from torch.utils.cpp_extension import load
     cflags, ldflags = _build_flags()
-    return load(name="tree_attention_cpu", sources=[_SOURCE], verbose=verbose, extra_cflags=cflags,
-                extra_ldflags=ldflags)
+    return load(name=f"tree_attention_cpu_{_cpu_signature()}", sources=[_SOURCE], verbose=verbose,
+                extra_cflags=cflags, extra_ldflags=ldflags)
 
 
 @functools.lru_cache(maxsize=64)

@@ -10,7 +10,10 @@ Outputs:
              slices, i.e. offsets), with the cost fraction alignment_inner_products /
              full_attention_inner_products;
   <out>.md   per (protocol, normalization): rows = samplers, columns = E with T = L^E in the header,
-             cells "mean ± std" over the slices; the exact softmax baseline below each table;
+             cells "mean ± std" over the slices; the exact softmax baseline below each table; for
+             perplexity protocols also the paired change against exact attention on the same
+             slice, exp(NLL_tree - NLL_exact) - 1 in %, averaged over the slices (the slices differ
+             far more from each other than the samplers do, so this is the comparison to read);
   <out>.png  value vs E per sampler (one panel per protocol x normalization), cost fraction on a
              second y-axis.
 """
@@ -119,6 +122,37 @@ def markdown(agg, L):
     return "\n".join(lines)
 
 
+def paired_changes(runs):
+    """{(protocol, sampler, normalization, E): mean over slices of 100 (exp(NLL_tree - NLL_exact) - 1)}
+    for perplexity runs whose slice (offset) also has an exact-attention run with the same protocol."""
+    exact = {(r["protocol"], r["offset"]): float(r["mean_nll"]) for r in runs
+             if r["attention"] != "tree" and r["metric"] == "perplexity" and r["mean_nll"] != ""}
+    changes = {}
+    for r in runs:
+        ref = exact.get((r["protocol"], r["offset"]))
+        if r["attention"] == "tree" and r["metric"] == "perplexity" and r["mean_nll"] != "" and ref is not None:
+            key = (r["protocol"], r["sampler"], r["normalization"], r["E"])
+            changes.setdefault(key, []).append(100.0 * math.expm1(float(r["mean_nll"]) - ref))
+    return {k: statistics.fmean(v) for k, v in changes.items()}
+
+
+def paired_markdown(changes):
+    lines = []
+    for protocol, norm in sorted({(k[0], k[2]) for k in changes}):
+        keys = [k for k in changes if k[0] == protocol and k[2] == norm]
+        Es = sorted({k[3] for k in keys})
+        lines.append(f"### {protocol}, normalization = {norm}: paired change of perplexity vs exact attention "
+                     "(%, same tokens, mean over slices)")
+        lines.append("")
+        lines.append("| sampler | " + " | ".join(f"E={E:g}" for E in Es) + " |")
+        lines.append("|" + "---|" * (len(Es) + 1))
+        for s in sorted({k[1] for k in keys}, key=lambda s: SAMPLER_ORDER.index(s) if s in SAMPLER_ORDER else 99):
+            cells = [f"{changes[(protocol, s, norm, E)]:+.2f}" if (protocol, s, norm, E) in changes else "–" for E in Es]
+            lines.append(f"| {s} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def write_csv(path, runs, agg):
     fields = ["row", "file", "attention", "sampler", "E", "normalization", "protocol", "metric", "offset",
               "fraction", "value", "std", "n_slices", "mean_nll", "tokens_scored", "seconds", "cost_fraction"]
@@ -182,6 +216,9 @@ def main(argv=None):
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     write_csv(out + ".csv", runs, agg)
     md = markdown(agg, args.L)
+    changes = paired_changes(runs)
+    if changes:
+        md += "\n" + paired_markdown(changes)
     with open(out + ".md", "w") as f:
         f.write(md + "\n")
     plot(out + ".png", agg)

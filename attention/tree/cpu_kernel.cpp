@@ -57,8 +57,8 @@ inline double hash_uniform(uint64_t h_query, int64_t rnd, int64_t start) {
   return (static_cast<double>(h >> 11) + 0.5) * 0x1p-53;
 }
 
-// Inner product with independent partial sums per SIMD lane and a pairwise final reduction (a plain
-// sequential reduction makes the lanes' sum a long dependency chain, which dominated the kernel).
+// Inner product with independent partial sums per SIMD lane and a pairwise final reduction (GCC
+// does not reorder a plain floating-point sum, which would stay one long dependency chain).
 template <typename T>
 inline T dot(const T* a, const T* b, int64_t n) {
   constexpr int kLanes = 32 / sizeof(T);  // one 256-bit vector

@@ -64,6 +64,25 @@ def test_cpu_kernel_long_sequence_threads_and_seed():
     torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
 
 
+@pytest.mark.parametrize("sampler", ["alignment", "favor_plus_relu"])
+def test_cpu_kernel_matches_reference_on_a_long_block(sampler):
+    # 11-level tree, T = 1000 (not a power of two), default P = 4; the reference is run on a few
+    # positions only (the others stay zero in its output)
+    from attention.feature_maps import RandomFeatureMap
+    from attention.tree.cpu import cpu_forward
+    from attention.tree.reference import reference_forward
+    q, k, v = _qkv(B=1, H=3, T=1000, D=16, seed=14)
+    qf = kf = None
+    if sampler == "favor_plus_relu":
+        fmap = RandomFeatureMap(sampler, 16, None, seed=2, input_scale=16 ** -0.25)
+        qf, kf = fmap(q), fmap(k)
+    positions = [0, 1, 511, 512, 777, 999]
+    a = cpu_forward(q, k, v, True, False, 0.5, None, sampler, "consistent", 0.99, 4, qf=qf, kf=kf)
+    b = reference_forward(q, k, v, True, False, 0.5, None, sampler, "consistent", 0.99, 4, qf=qf, kf=kf,
+                          positions=positions)
+    torch.testing.assert_close(a[:, :, positions], b[:, :, positions], rtol=1e-9, atol=1e-11)
+
+
 def test_cpu_kernel_float32_close_to_float64():
     q, k, v = _qkv(B=2, H=4, T=64, D=32, seed=12, dtype=torch.float32)
     m = _tree(E=0.5, sampler="edh", implementation="cpu", seed=1)

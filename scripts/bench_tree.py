@@ -80,7 +80,8 @@ def main():
         print(" ".join(f"{k}={row[k]}" for k in FIELDS if row[k] != ""), flush=True)
 
     def timed(fn, threads):
-        """Median wall time of fn() over --repeats calls (one call if the first takes > 2 s)."""
+        """(median wall time, number of calls) of fn() over --repeats calls (one call if the first
+        takes > 2 s)."""
         torch.set_num_threads(threads)
         try:
             times = []
@@ -90,7 +91,7 @@ def main():
                 times.append(time.perf_counter() - t0)
                 if times[0] > 2.0:
                     break
-            return float(np.median(times))
+            return float(np.median(times)), len(times)
         finally:
             torch.set_num_threads(1)
 
@@ -102,7 +103,7 @@ def main():
         sm(q, k, v, True)
         for th in thread_counts:
             emit(impl="softmax", threads=th, L=L, E=1.0, H=args.H, D=args.D, queries_timed=L, queries_total=L,
-                 seconds=round(timed(lambda: sm(q, k, v, True), th), 6), extrapolated=False,
+                 seconds=round(timed(lambda: sm(q, k, v, True), th)[0], 6), extrapolated=False,
                  alignment_inner_products=full_ips(L, args.H, False),
                  full_attention_inner_products=full_ips(L, args.H, False), fraction=1.0)
         for impl, threads in [("cpu", th) for th in thread_counts] + [("vectorized", 1)]:
@@ -113,10 +114,9 @@ def main():
                          note=f"skipped: previous E took {last:.0f} s > budget {args.budget:.0f} s")
                     continue
                 m = attention.build("tree", E=E, sampler=args.sampler, seed=args.seed, implementation=impl)
-                last = timed(lambda: m(q, k, v, True), threads)
-                m.reset_stats()
-                m(q, k, v, True)
-                st = m.stats()
+                last, calls = timed(lambda: m(q, k, v, True), threads)
+                # every call makes the same draws, so the counters of one call are the total / calls
+                st = {key: n // calls for key, n in m.stats().items()}
                 emit(impl=impl, threads=threads, sampler=args.sampler, L=L, E=E, H=args.H, D=args.D,
                      queries_timed=L, queries_total=L, seconds=round(last, 6), extrapolated=False,
                      alignment_inner_products=st["alignment_inner_products"],

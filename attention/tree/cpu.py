@@ -20,7 +20,7 @@ import platform
 
 import torch
 
-from attention.tree.reference import block_length, default_P, num_terms
+from attention.tree.reference import add_stats, block_length, default_P, num_terms
 from attention.tree.samplers import FEATURE_SAMPLERS, SAMPLERS, seed_int64
 
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_kernel.cpp")
@@ -88,7 +88,7 @@ def cpu_forward(q, k, v, causal, exclude_self, E, P, sampler, normalization, b, 
     if q.device.type != "cpu":
         raise ValueError(f"implementation='cpu' needs CPU tensors; got {q.device} "
                          "(use implementation='vectorized' on accelerators)")
-    B, H, Tlen, D = q.shape
+    B, H, Tlen, _ = q.shape
     L = block_length(Tlen)
     P = default_P(L, E) if P is None else P
     dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -103,9 +103,5 @@ def cpu_forward(q, k, v, causal, exclude_self, E, P, sampler, normalization, b, 
     if stats is not None:
         initial, splits, terms = info.sum(dim=(0, 1)).tolist()
         hist = (Tlen * (Tlen - 1) // 2 if exclude_self else Tlen * (Tlen + 1) // 2) if causal else Tlen * Tlen
-        stats["queries"] += B * Tlen * H
-        stats["alignment_inner_products"] += (initial + splits) * H
-        stats["feature_inner_products"] += (initial + splits) * H if use_f else 0
-        stats["full_attention_inner_products"] += B * hist * H
-        stats["terms"] += terms * H
+        add_stats(stats, H, B * Tlen, initial + splits, B * hist, terms, use_f)
     return out

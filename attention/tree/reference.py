@@ -65,6 +65,27 @@ def initial_width(l, P):
     return max(1, lp // p2)
 
 
+def add_stats(stats, heads, queries, tree_inner_products, full_inner_products, terms, features):
+    """Add one batch of cost counts to a TreeAttention stats dict (see TreeAttention.stats).
+
+    Args:
+        stats (dict | None): counters to increment in place (nothing happens for None).
+        heads (int): H; every count below is per query position and is multiplied by H.
+        queries (int): query positions processed.
+        tree_inner_products (int): initial buds + splits, summed over the queries.
+        full_inner_products (int): history lengths l, summed over the queries (exact attention's cost).
+        terms (int): final numbers of buds, summed over the queries.
+        features (bool): the sampler uses feature maps (each tree inner product has a feature twin).
+    """
+    if stats is None:
+        return
+    stats["queries"] += queries * heads
+    stats["alignment_inner_products"] += tree_inner_products * heads
+    stats["feature_inner_products"] += tree_inner_products * heads if features else 0
+    stats["full_attention_inner_products"] += full_inner_products * heads
+    stats["terms"] += terms * heads
+
+
 class BudTree:
     """Perfect binary tree of key / value / feature-key sums with L leaves (Eq. 1), built incrementally.
 
@@ -211,19 +232,14 @@ def reference_forward(q, k, v, causal, exclude_self, E, P, sampler, normalizatio
                 if causal and exclude_self:
                     insert(t)
                 continue
+            ips = terms = 0
             if l > 0:
                 T = num_terms(l, E)
                 o, info = tree_attention_query(tree, q[bi, :, t], l, T, P, sampler, normalization, scale,
                                                b, seed, bi, t, qf[bi, :, t].double() if use_f else None)
                 out[bi, :, t] = o
-                if stats is not None:
-                    ips = (info["initial"] + info["splits"]) * H
-                    stats["alignment_inner_products"] += ips
-                    stats["feature_inner_products"] += ips if use_f else 0
-                    stats["terms"] += info["terms"] * H
-            if stats is not None:
-                stats["queries"] += H
-                stats["full_attention_inner_products"] += l * H
+                ips, terms = info["initial"] + info["splits"], info["terms"]
+            add_stats(stats, H, 1, ips, l, terms, use_f)
             if causal and exclude_self:
                 insert(t)
     return out

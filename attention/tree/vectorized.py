@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from attention.tree.reference import block_length, default_P
+from attention.tree.reference import add_stats, block_length, default_P
 from attention.tree.samplers import FEATURE_SAMPLERS, gumbel_noise, log_mass, sampling_keys
 
 _EPS = 1e-9
@@ -217,10 +217,5 @@ def _chunk(qd, qfd, Kc, Vc, Fc, t0, t1, causal, exclude_self, E, P, sampler, nor
     res = res.view(B, tq, H, D)
 
     if stats is not None:
-        ips = int((n0 + splits).sum()) * H
-        stats["queries"] += N * H
-        stats["alignment_inner_products"] += ips
-        stats["feature_inner_products"] += ips if use_f else 0
-        stats["full_attention_inner_products"] += int(hist.sum()) * H
-        stats["terms"] += int(nb.sum()) * H
+        add_stats(stats, H, N, int((n0 + splits).sum()), int(hist.sum()), int(nb.sum()), use_f)
     return res

@@ -6,7 +6,8 @@ The attention mechanism of every block comes from the registry in ``attention/``
 with a transpose of the Conv1D matrices only (``GPT.from_hf``).
 
 Shapes: token ids (B, T) int64; hidden states (B, T, C) with C = n_embd; q/k/v per head
-(B, H, T, D) with D = C / H; logits (B, T, V).
+(B, H, T, D) with D = C / H; logits (B, T, V); attention_mask (B, T) bool, True = real token
+(padded keys get no attention; None = no padding).
 """
 import math
 from dataclasses import asdict, dataclass, field
@@ -58,24 +59,43 @@ class ModelConfig:
 
 class SelfAttention(nn.Module):
     """Multi-head self-attention: fused qkv projection (``c_attn``), a registered attention
-    mechanism on (B, H, T, D) tensors, output projection (``c_proj``)."""
+    mechanism on (B, H, T, D) tensors, output projection (``c_proj``).
 
-    def __init__(self, config, causal):
+    The mechanism is ``attention.build(config.attention, context, **config.attention_params)``
+    with context ``{"layer_idx": layer_idx, "block_size": config.block_size}`` (see
+    ``attention``). When the block is causal and the mechanism has ``exclude_self`` True,
+    position 0 has no allowed key and the block's output there is zero AFTER ``c_proj``: no
+    bias is added, as in the authors' code of "High Attention Scores and Where to Find Them"
+    (their attention block returns 0 for the first token).
+
+    ``forward(x (B, T, C) float, attention_mask (B, T) bool or None, True = real token)``
+    -> (B, T, C).
+    """
+
+    def __init__(self, config, causal, layer_idx=0):
         super().__init__()
         self.n_head = config.n_head
         self.causal = causal
+        self.layer_idx = layer_idx
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.resid_dropout = nn.Dropout(config.dropout)
-        self.mechanism = attention.build(config.attention, **config.attention_params)
+        self.mechanism = attention.build(config.attention, self.context(config), **config.attention_params)
 
-    def forward(self, x, key_padding_mask=None):
+    def context(self, config):
+        """The model context handed to ``attention.build`` for this block."""
+        return {"layer_idx": self.layer_idx, "block_size": config.block_size}
+
+    def forward(self, x, attention_mask=None):
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        y = self.mechanism(q, k, v, causal=self.causal, key_padding_mask=key_padding_mask)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
-        return self.resid_dropout(self.c_proj(y))
+        y = self.mechanism(q, k, v, causal=self.causal, attention_mask=attention_mask)
+        y = self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+        if self.causal and getattr(self.mechanism, "exclude_self", False):
+            # position 0 attends to nothing: the block contributes exactly 0 there (no c_proj bias)
+            y = torch.cat([torch.zeros_like(y[:, :1]), y[:, 1:]], dim=1)
+        return self.resid_dropout(y)
 
 
 class MLP(nn.Module):
@@ -92,24 +112,30 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-LayerNorm transformer block (GPT-2): x + attn(ln_1(x)), then x + mlp(ln_2(x))."""
+    """Pre-LayerNorm transformer block (GPT-2): x + attn(ln_1(x)), then x + mlp(ln_2(x)).
 
-    def __init__(self, config, causal):
+    ``layer_idx`` (0-based) is the block's position in the stack, handed to the attention
+    mechanism as model context. ``forward(x (B, T, C), attention_mask (B, T) bool or None)``
+    -> (B, T, C).
+    """
+
+    def __init__(self, config, causal, layer_idx=0):
         super().__init__()
         self.ln_1 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon, bias=config.bias)
-        self.attn = SelfAttention(config, causal)
+        self.attn = SelfAttention(config, causal, layer_idx)
         self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon, bias=config.bias)
         self.mlp = MLP(config)
 
-    def forward(self, x, key_padding_mask=None):
-        x = x + self.attn(self.ln_1(x), key_padding_mask)
+    def forward(self, x, attention_mask=None):
+        x = x + self.attn(self.ln_1(x), attention_mask)
         return x + self.mlp(self.ln_2(x))
 
 
 class Transformer(nn.Module):
     """Token + learned position embeddings, ``n_layer`` blocks and a final LayerNorm.
 
-    ``forward(idx (B, T) int64, key_padding_mask (B, T) bool or None) -> (B, T, C)``.
+    ``forward(idx (B, T) int64, attention_mask (B, T) bool or None, True = real token)``
+    -> (B, T, C) hidden states after ``ln_f``. Block i gets ``layer_idx = i``.
 
     Raises:
         ValueError: if T exceeds ``block_size`` (the message gives both lengths).
@@ -121,17 +147,17 @@ class Transformer(nn.Module):
         self.wte = nn.Embedding(config.vocab_size, config.n_embd)
         self.wpe = nn.Embedding(config.block_size, config.n_embd)
         self.drop = nn.Dropout(config.dropout)
-        self.h = nn.ModuleList([Block(config, causal) for _ in range(config.n_layer)])
+        self.h = nn.ModuleList([Block(config, causal, i) for i in range(config.n_layer)])
         self.ln_f = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon, bias=config.bias)
 
-    def forward(self, idx, key_padding_mask=None):
+    def forward(self, idx, attention_mask=None):
         T = idx.shape[1]
         if T > self.config.block_size:
             raise ValueError(f"sequence length {T} exceeds the model's block_size {self.config.block_size}")
         pos = torch.arange(T, device=idx.device)
         x = self.drop(self.wte(idx) + self.wpe(pos))
         for block in self.h:
-            x = block(x, key_padding_mask)
+            x = block(x, attention_mask)
         return self.ln_f(x)
 
 
@@ -157,14 +183,17 @@ class AttentionSwapMixin:
         return [block.attn.mechanism for block in self.transformer.h]
 
     def set_attention(self, name, params=None):
-        """Replace every block's attention by ``attention.build(name, **params)`` (no retraining).
+        """Replace every block's attention by ``attention.build(name, context, **params)`` with
+        the block's context (its ``layer_idx`` and the model's ``block_size``); no retraining.
+        ``config.attention`` and ``config.attention_params`` are updated.
 
         Raises:
-            ValueError: unknown attention name or parameter.
+            ValueError: unknown attention name or parameter, or a model-context name in params.
         """
         params = dict(params or {})
         for block in self.transformer.h:
-            block.attn.mechanism = attention.build(name, **params).to(block.attn.c_attn.weight.device)
+            mechanism = attention.build(name, block.attn.context(self.config), **params)
+            block.attn.mechanism = mechanism.to(block.attn.c_attn.weight.device)
         self.config.attention, self.config.attention_params = name, params
 
     def num_params(self, non_embedding=True):
@@ -176,9 +205,10 @@ class AttentionSwapMixin:
 class GPT(AttentionSwapMixin, nn.Module):
     """GPT-2 causal language model with a tied LM head.
 
-    ``forward(idx, targets=None, key_padding_mask=None)`` returns ``(logits, loss)``: logits
-    (B, T, V) float for every position; loss is the mean cross-entropy over targets != -1
-    (nats per token), or None without targets.
+    ``forward(idx, targets=None, attention_mask=None)`` with idx (B, T) int64, targets (B, T)
+    int64 (-1 = ignored) and attention_mask (B, T) bool (True = real token) or None returns
+    ``(logits, loss)``: logits (B, T, V) float for every position; loss is the mean
+    cross-entropy over targets != -1 (nats per token, scalar), or None without targets.
     """
 
     def __init__(self, config):
@@ -189,8 +219,8 @@ class GPT(AttentionSwapMixin, nn.Module):
         _init_weights(self, config.n_layer)
         self.lm_head.weight = self.transformer.wte.weight  # tied, as in GPT-2
 
-    def forward(self, idx, targets=None, key_padding_mask=None):
-        logits = self.lm_head(self.transformer(idx, key_padding_mask))
+    def forward(self, idx, targets=None, attention_mask=None):
+        logits = self.lm_head(self.transformer(idx, attention_mask))
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
@@ -233,10 +263,11 @@ class BertEncoder(AttentionSwapMixin, nn.Module):
     """Bidirectional encoder (the same blocks with ``causal=False``) with an MLM head and an
     optional sequence-classification head.
 
-    ``forward(idx, key_padding_mask=None)`` -> hidden states (B, T, C);
+    ``forward(idx (B, T) int64, attention_mask (B, T) bool or None)`` -> hidden states (B, T, C);
     ``mlm_logits(hidden)`` -> (B, T, V) with the decoder tied to ``wte``;
-    ``classify(idx, key_padding_mask=None, idx2=None, key_padding_mask2=None)`` -> (B, n_classes),
-    where the second sequence is used in ``two_tower`` mode.
+    ``classify(idx, attention_mask=None, idx2=None, attention_mask2=None)`` -> logits
+    (B, n_classes), where the second sequence (B, T2) is used in ``two_tower`` mode.
+    attention_mask is True for real tokens (padded keys get no attention).
     """
 
     def __init__(self, config):
@@ -252,30 +283,31 @@ class BertEncoder(AttentionSwapMixin, nn.Module):
                                             nn.Linear(config.n_embd, config.n_classes))
         _init_weights(self, config.n_layer)
 
-    def forward(self, idx, key_padding_mask=None):
-        return self.transformer(idx, key_padding_mask)
+    def forward(self, idx, attention_mask=None):
+        return self.transformer(idx, attention_mask)
 
     def mlm_logits(self, hidden):
         h = self.mlm_ln(F.gelu(self.mlm_dense(hidden)))
         return h @ self.transformer.wte.weight.t() + self.mlm_bias
 
-    def pool(self, hidden, key_padding_mask=None):
-        """(B, T, C) -> (B, C): the first token ("cls") or the mean over real tokens ("mean")."""
+    def pool(self, hidden, attention_mask=None):
+        """(B, T, C) -> (B, C): the first token ("cls") or the mean over real tokens ("mean";
+        attention_mask (B, T) bool, True = real token, None = all real)."""
         if self.config.pooling == "cls":
             return hidden[:, 0]
-        if key_padding_mask is None:
+        if attention_mask is None:
             return hidden.mean(1)
-        m = key_padding_mask.unsqueeze(-1).to(hidden.dtype)
+        m = attention_mask.unsqueeze(-1).to(hidden.dtype)
         return (hidden * m).sum(1) / m.sum(1).clamp_min(1.0)
 
-    def classify(self, idx, key_padding_mask=None, idx2=None, key_padding_mask2=None):
+    def classify(self, idx, attention_mask=None, idx2=None, attention_mask2=None):
         if not self.config.n_classes:
             raise ValueError("this encoder has no classification head (n_classes=0)")
-        u = self.pool(self(idx, key_padding_mask), key_padding_mask)
+        u = self.pool(self(idx, attention_mask), attention_mask)
         if self.config.two_tower:
             if idx2 is None:
                 raise ValueError("two_tower=True needs the second sequence idx2")
-            w = self.pool(self(idx2, key_padding_mask2), key_padding_mask2)
+            w = self.pool(self(idx2, attention_mask2), attention_mask2)
             u = torch.cat([u, w, u * w, u - w], dim=-1)
         return self.classifier(u)
 

@@ -2,21 +2,35 @@
 
 All registered modules share the call signature
 
-    forward(q, k, v, causal: bool, key_padding_mask=None) -> out
+    forward(q, k, v, causal: bool, attention_mask=None) -> out
 
 with q, k, v and out of shape (B, H, T, D) (batch, heads, sequence length, head dim), any float
-dtype; out has the dtype of v. ``key_padding_mask`` is an optional bool tensor of shape (B, T)
-that is True for real tokens and False for padding; padded keys receive no attention.
+dtype; out has the dtype of v. ``attention_mask`` is an optional bool tensor of shape (B, T) that
+is True for real tokens and False for padding (the Hugging Face / flash-linear-attention
+convention, the opposite of PyTorch's ``key_padding_mask``); padded keys receive no attention.
 
-Use ``build(name, **params)`` to construct one and ``registered()`` to list the names.
+Construction: ``build(name, context=None, **params)``; ``registered()`` lists the names and
+``accepted_params(name)`` the user parameters of one. ``params`` are the user's choices (from a
+config file or ``--attention.<param>=value``). ``context`` is what the model knows and supplies
+itself, a dict with the keys in ``MODEL_CONTEXT``:
+
+- ``layer_idx`` (int): 0-based index of the transformer block that owns the module;
+- ``block_size`` (int): the model's maximum sequence length.
+
+``build`` passes a context key to the constructor only if ``__init__`` declares a parameter of
+that name, so methods that need neither ignore the context. Context names are never user
+parameters: ``accepted_params`` leaves them out and ``build`` rejects them in ``params``.
+
 A method is added by a new file in this package that decorates its class with
-``@register("name")``; the file must be imported below.
+``@register("name")``; the file must be imported at the bottom of this module.
 """
 import difflib
 import inspect
 
 import torch
 import torch.nn as nn
+
+MODEL_CONTEXT = ("layer_idx", "block_size")
 
 _REGISTRY = {}
 
@@ -41,31 +55,58 @@ def registered():
     return sorted(_REGISTRY)
 
 
-def accepted_params(name):
-    """Dict of the keyword parameters (name -> default) that ``build(name, ...)`` accepts.
-
-    Raises:
-        ValueError: if ``name`` is not registered.
-    """
-    cls = _lookup(name)
+def _constructor_params(cls):
+    """name -> default of the keyword-usable parameters of ``cls.__init__`` (without self)."""
     sig = inspect.signature(cls.__init__)
     return {p.name: p.default for p in list(sig.parameters.values())[1:]
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
 
 
-def build(name, **params):
-    """Construct the registered attention module ``name`` with keyword parameters ``params``.
+def accepted_params(name):
+    """Dict of the user parameters (name -> default, ``inspect.Parameter.empty`` if required)
+    that ``build(name, ...)`` accepts; the model-context names of ``MODEL_CONTEXT`` are left out.
 
     Raises:
-        ValueError: ``name`` is unknown (the message lists the registered names), or a parameter
-            is unknown (the message lists the accepted ones).
+        ValueError: if ``name`` is not registered.
     """
+    return {k: v for k, v in _constructor_params(_lookup(name)).items() if k not in MODEL_CONTEXT}
+
+
+def build(name, context=None, **params):
+    """Construct the registered attention module ``name``.
+
+    Args:
+        name (str): a registered name (see ``registered()``).
+        context (dict | None): model context with keys from ``MODEL_CONTEXT`` (``layer_idx``,
+            ``block_size``); each key is passed to the constructor only if it declares a
+            parameter of that name. None = no context (the constructor's defaults apply).
+        **params: user parameters of the method (see ``accepted_params(name)``).
+
+    Raises:
+        ValueError: ``name`` is unknown (the message lists the registered names); a parameter
+            is unknown (the message lists the accepted ones); ``params`` holds a model-context
+            name; ``context`` is not a dict or has a key outside ``MODEL_CONTEXT``.
+    """
+    cls = _lookup(name)
+    reserved = sorted(set(params) & set(MODEL_CONTEXT))
+    if reserved:
+        raise ValueError(f"attention '{name}': {reserved} cannot be set as a parameter; the model supplies "
+                         f"{', '.join(MODEL_CONTEXT)} itself (build's context argument)")
     accepted = accepted_params(name)
     unknown = sorted(set(params) - set(accepted))
     if unknown:
         allowed = ", ".join(accepted) if accepted else "none"
         raise ValueError(f"attention '{name}' got unknown parameter(s) {unknown}; accepted parameters: {allowed}")
-    return _REGISTRY[name](**params)
+    if context is None:
+        context = {}
+    if not isinstance(context, dict):
+        raise ValueError(f"context must be a dict with keys from {MODEL_CONTEXT} or None; got {type(context).__name__}")
+    bad = sorted(set(context) - set(MODEL_CONTEXT))
+    if bad:
+        raise ValueError(f"unknown model context key(s) {bad}; allowed: {', '.join(MODEL_CONTEXT)}")
+    declared = _constructor_params(cls)
+    passed = {k: v for k, v in context.items() if k in declared}
+    return cls(**passed, **params)
 
 
 def _lookup(name):
@@ -79,15 +120,18 @@ def _lookup(name):
 class Attention(nn.Module):
     """Base class of all registered attention mechanisms (no learnable parameters of their own
     unless the method needs them; projections live in the model). Subclasses implement
-    ``forward(q, k, v, causal, key_padding_mask=None)`` as described in the module docstring.
+    ``forward(q, k, v, causal, attention_mask=None)`` as described in the module docstring.
 
-    Attributes:
-        exclude_self (bool): when True and ``causal``, query t attends to keys 0..t-1 only and
-            the first position gets a zero output. Only used by eval_ppl's ``casino`` protocol,
-            which reproduces the measurement of "High Attention Scores and Where to Find Them".
+    Self-exclusion (optional, per method): a method that supports it declares a constructor
+    parameter ``exclude_self=False`` and stores it as ``self.exclude_self``. When True, query t
+    never attends to key t: with ``causal`` it sees keys 0..t-1 only, so position 0 has no
+    allowed key and its output is zero; without ``causal`` it sees every key but t. It exists for
+    eval_ppl's ``casino`` protocol, which reproduces the measurement of "High Attention Scores and
+    Where to Find Them" (Sec. 3; the authors' model attends to the previous tokens only). When a
+    causal mechanism has ``exclude_self`` True, ``model.SelfAttention`` also zeroes position 0
+    after its output projection (the authors' block adds nothing there, not even the bias).
+    Methods without the parameter do not support self-exclusion (``build`` rejects it).
     """
-
-    exclude_self = False
 
     def stats(self):
         """Counters accumulated since the last ``reset_stats`` (e.g. inner products); a dict of
@@ -98,8 +142,9 @@ class Attention(nn.Module):
         """Zero the counters returned by ``stats``."""
 
 
-def check_qkv(q, k, v, key_padding_mask=None):
-    """Validate q, k, v of shape (B, H, T, D) and an optional (B, T) bool key padding mask.
+def check_qkv(q, k, v, attention_mask=None):
+    """Validate q, k, v of shape (B, H, T, D) and an optional (B, T) bool ``attention_mask``
+    (True = real token).
 
     Raises:
         ValueError: on a rank other than 4, mismatched shapes, or a bad mask.
@@ -108,11 +153,11 @@ def check_qkv(q, k, v, key_padding_mask=None):
         raise ValueError(f"q, k, v must have shape (B, H, T, D); got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     if q.shape[:2] != k.shape[:2] or k.shape[:3] != v.shape[:3] or q.shape[-1] != k.shape[-1]:
         raise ValueError(f"incompatible q, k, v shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-    if key_padding_mask is not None:
+    if attention_mask is not None:
         B, _, T, _ = k.shape
-        if key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) != (B, T):
-            raise ValueError(f"key_padding_mask must be a bool tensor of shape (B, T) = ({B}, {T}); "
-                             f"got {key_padding_mask.dtype} {tuple(key_padding_mask.shape)}")
+        if attention_mask.dtype != torch.bool or tuple(attention_mask.shape) != (B, T):
+            raise ValueError(f"attention_mask must be a bool tensor of shape (B, T) = ({B}, {T}), True = real "
+                             f"token; got {attention_mask.dtype} {tuple(attention_mask.shape)}")
 
 
 from attention import softmax  # noqa: E402,F401  (registers softmax, softmax_reference)

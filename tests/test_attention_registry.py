@@ -9,46 +9,65 @@ def qkv(B=2, H=3, T=7, D=8, dtype=torch.float64, seed=0):
     return [torch.randn(B, H, T, D, generator=g, dtype=dtype) for _ in range(3)]
 
 
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("masked", [False, True])
-def test_softmax_matches_reference(causal, masked):
-    q, k, v = qkv()
-    mask = None
-    if masked:
-        mask = torch.ones(2, 7, dtype=torch.bool)
-        mask[0, 5:] = False  # right padding
-        mask[1, :2] = False  # left padding
-    fast = attention.build("softmax")(q, k, v, causal=causal, key_padding_mask=mask)
-    ref = attention.build("softmax_reference")(q, k, v, causal=causal, key_padding_mask=mask)
-    assert fast.shape == q.shape and fast.dtype == q.dtype
-    torch.testing.assert_close(fast, ref, rtol=1e-10, atol=1e-10)
+@pytest.fixture
+def probe_attentions():
+    """Two throw-away registered classes: one declaring both context names, one declaring none.
+    Removed from the registry afterwards so other tests never see them."""
+    names = ("_probe_context", "_probe_plain")
+
+    @attention.register(names[0])
+    class WithContext(attention.Attention):
+        def __init__(self, scale=1.0, layer_idx=None, block_size=None):
+            super().__init__()
+            self.scale, self.layer_idx, self.block_size = scale, layer_idx, block_size
+
+    @attention.register(names[1])
+    class Plain(attention.Attention):
+        def __init__(self, scale=1.0):
+            super().__init__()
+            self.scale = scale
+
+    yield names
+    for name in names:
+        attention._REGISTRY.pop(name, None)
 
 
-def test_reference_matches_explicit_formula():
-    q, k, v = qkv(B=1, H=1, T=4, D=2)
-    scores = (q[0, 0] @ k[0, 0].T) / 2 ** 0.5
-    scores = scores.masked_fill(torch.ones(4, 4).triu(1).bool(), float("-inf"))
-    expected = torch.softmax(scores, -1) @ v[0, 0]
-    out = attention.build("softmax_reference")(q, k, v, causal=True)
-    torch.testing.assert_close(out[0, 0], expected)
+def test_context_passed_only_to_declaring_constructors(probe_attentions):
+    with_ctx, plain = probe_attentions
+    ctx = {"layer_idx": 3, "block_size": 64}
+    m = attention.build(with_ctx, ctx, scale=2.0)
+    assert (m.scale, m.layer_idx, m.block_size) == (2.0, 3, 64)
+    m = attention.build(with_ctx)  # no context: the constructor's defaults
+    assert (m.layer_idx, m.block_size) == (None, None)
+    assert attention.build(plain, ctx, scale=0.5).scale == 0.5  # context ignored, no TypeError
+    # built-in mechanisms take the context without declaring it
+    assert isinstance(attention.build("softmax", ctx), attention.Attention)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_dtype_preserved(dtype):
-    q, k, v = qkv(dtype=dtype)
+def test_context_names_are_not_user_params(probe_attentions):
+    with_ctx, _ = probe_attentions
+    assert attention.MODEL_CONTEXT == ("layer_idx", "block_size")
+    assert attention.accepted_params(with_ctx) == {"scale": 1.0}
+    for key in attention.MODEL_CONTEXT:
+        with pytest.raises(ValueError, match=f"'{key}'.*model supplies"):
+            attention.build(with_ctx, **{key: 1})
+
+
+def test_bad_context_rejected():
+    with pytest.raises(ValueError, match="unknown model context key.*'n_head'"):
+        attention.build("softmax", {"n_head": 2})
+    with pytest.raises(ValueError, match="context must be a dict"):
+        attention.build("softmax", [("layer_idx", 0)])
+
+
+def test_accepted_params_of_softmax():
     for name in ("softmax", "softmax_reference"):
-        assert attention.build(name)(q, k, v, causal=True).dtype == dtype
+        assert attention.accepted_params(name) == {"exclude_self": False, "window": 0}
 
 
-@pytest.mark.parametrize("name", ["softmax", "softmax_reference"])
-def test_exclude_self(name):
-    q, k, v = qkv()
-    module = attention.build(name)
-    module.exclude_self = True
-    out = module(q, k, v, causal=True)
-    assert torch.all(out[:, :, 0] == 0)
-    # position 1 may only attend to key 0, so its output is v_0
-    torch.testing.assert_close(out[:, :, 1], v[:, :, 0])
+def test_base_class_has_no_exclude_self_attribute():
+    # decision 3: a constructor parameter of the methods that support it, never a class default
+    assert not hasattr(attention.Attention, "exclude_self")
 
 
 def test_unknown_name_lists_registered():
@@ -58,13 +77,15 @@ def test_unknown_name_lists_registered():
 
 
 def test_unknown_parameter_lists_accepted():
-    with pytest.raises(ValueError, match="unknown parameter"):
+    with pytest.raises(ValueError, match=r"unknown parameter.*accepted parameters: exclude_self, window"):
         attention.build("softmax", E=0.5)
 
 
-def test_bad_shapes_raise():
+def test_bad_shapes_and_mask_raise():
     q, k, v = qkv()
     with pytest.raises(ValueError, match=r"\(B, H, T, D\)"):
         attention.build("softmax")(q[0], k[0], v[0], causal=True)
-    with pytest.raises(ValueError, match="key_padding_mask"):
-        attention.build("softmax")(q, k, v, causal=True, key_padding_mask=torch.ones(2, 6, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"attention_mask must be a bool tensor of shape \(B, T\) = \(2, 7\)"):
+        attention.build("softmax")(q, k, v, causal=True, attention_mask=torch.ones(2, 6, dtype=torch.bool))
+    with pytest.raises(ValueError, match="attention_mask"):
+        attention.check_qkv(q, k, v, attention_mask=torch.ones(2, 7))

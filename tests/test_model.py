@@ -104,3 +104,84 @@ def test_bert_is_bidirectional_and_two_tower():
         assert model.classify(idx, idx2=changed).shape == (2, 2)
     with pytest.raises(ValueError, match="idx2"):
         model.classify(idx)
+
+
+@pytest.fixture
+def context_probe():
+    """A registered softmax that records the model context it was built with (removed afterwards)."""
+    import attention
+    from attention.softmax import Softmax
+
+    @attention.register("_probe_ctx_softmax")
+    class Probe(Softmax):
+        def __init__(self, exclude_self=False, layer_idx=None, block_size=None):
+            super().__init__(exclude_self=exclude_self)
+            self.layer_idx, self.block_size = layer_idx, block_size
+
+    yield "_probe_ctx_softmax"
+    attention._REGISTRY.pop("_probe_ctx_softmax", None)
+
+
+def test_each_block_gets_its_context(context_probe):
+    model = GPT(small_config(n_layer=3, attention=context_probe))
+    assert [(m.layer_idx, m.block_size) for m in model.attention_modules()] == [(0, 16), (1, 16), (2, 16)]
+    bert = BertEncoder(small_config(n_layer=2))
+    bert.set_attention(context_probe, {"exclude_self": True})
+    assert [(m.layer_idx, m.block_size, m.exclude_self) for m in bert.attention_modules()] == [(0, 16, True), (1, 16, True)]
+    assert bert.config.attention == context_probe and bert.config.attention_params == {"exclude_self": True}
+
+
+def test_context_names_rejected_as_attention_params(context_probe):
+    with pytest.raises(ValueError, match="model supplies"):
+        GPT(small_config(attention=context_probe, attention_params={"layer_idx": 1}))
+    with pytest.raises(ValueError, match="model supplies"):
+        GPT(small_config()).set_attention("softmax", {"block_size": 8})
+
+
+def test_exclude_self_zeroes_position_zero_after_c_proj():
+    torch.manual_seed(0)
+    model = GPT(small_config(attention="softmax", attention_params={"exclude_self": True})).eval()
+    for block in model.transformer.h:
+        torch.nn.init.normal_(block.attn.c_proj.bias)  # a bias would show at position 0 if added
+    idx = torch.randint(0, 50, (2, 16))
+    x = torch.randn(2, 16, 16)
+    with torch.no_grad():
+        attn = model.transformer.h[0].attn
+        y = attn(x)
+        assert torch.all(y[:, 0] == 0) and torch.all(y[:, 1:].abs().sum(-1) > 0)
+        # position 1 reads only position 0: exactly c_proj(v_0)
+        v0 = attn.c_attn(x)[:, 0, 32:]
+        torch.testing.assert_close(y[:, 1], attn.c_proj(v0))
+        # by hand: every attention block adds 0 at position 0, so its logits come from the MLPs alone
+        h = model.transformer.wte(idx[:, :1]) + model.transformer.wpe.weight[:1]
+        for block in model.transformer.h:
+            h = h + block.mlp(block.ln_2(h))
+        expected = model.lm_head(model.transformer.ln_f(h))
+        logits, _ = model(idx)
+    torch.testing.assert_close(logits[:, :1], expected)
+
+
+def test_non_causal_exclude_self_keeps_bias():
+    model = BertEncoder(small_config(attention="softmax", attention_params={"exclude_self": True})).eval()
+    attn = model.transformer.h[0].attn
+    torch.nn.init.normal_(attn.c_proj.bias)
+    with torch.no_grad():
+        y = attn(torch.randn(1, 1, 16))  # one token, no allowed key: mechanism gives 0, c_proj adds its bias
+    torch.testing.assert_close(y[0, 0], attn.c_proj.bias.detach())
+
+
+def test_attention_mask_keyword_everywhere():
+    torch.manual_seed(0)
+    idx = torch.randint(0, 50, (2, 8))
+    mask = torch.ones(2, 8, dtype=torch.bool)
+    mask[1, 6:] = False
+    gpt = GPT(small_config()).eval()
+    bert = BertEncoder(small_config(n_classes=2, two_tower=True, pooling="mean")).eval()
+    with torch.no_grad():
+        logits, _ = gpt(idx, attention_mask=mask)
+        torch.testing.assert_close(logits[1, :6], gpt(idx[1:, :6])[0][0], rtol=1e-5, atol=1e-5)
+        hidden = bert(idx, attention_mask=mask)
+        torch.testing.assert_close(bert.pool(hidden, attention_mask=mask)[1], hidden[1, :6].mean(0))
+        a = bert.classify(idx, attention_mask=mask, idx2=idx, attention_mask2=mask)
+        b = bert.classify(idx[1:, :6], idx2=idx[1:, :6])
+        torch.testing.assert_close(a[1:], b, rtol=1e-5, atol=1e-5)

@@ -1,15 +1,20 @@
 """Config handling for train.py and eval_ppl.py, nanoGPT style but checked.
 
-A script declares its defaults as a dict. The command line is
+A script declares its defaults as a dict (and a dict of one-line meanings). The command line is
 
     python train.py [configs/file.py ...] [--key=value ...] [--attention.<param>=value ...]
+    python train.py --help
 
 Config files are plain Python that assign known keys. ``--key=value`` values are parsed with
 ``ast.literal_eval`` (bare words stay strings) and must match the type of the default
 (an int is accepted for a float). ``--attention.E=0.5`` sets ``attention_params["E"]``.
+``--help`` / ``-h`` prints every key with its default and meaning and exits with status 0.
+``run_cli(main)`` turns a ConfigError into ``error: <message>`` on stderr and exit status 2.
 """
 import ast
 import difflib
+import os
+import sys
 
 ATTENTION_PREFIX = "attention."
 
@@ -46,21 +51,56 @@ def _check_type(key, value, default):
     return value
 
 
-def parse(defaults, argv):
+HELP_FLAGS = ("--help", "-h")
+
+
+def format_help(defaults, help=None, prog=None):
+    """The ``--help`` text: usage, then one line per key: name, default, meaning.
+
+    Args:
+        defaults: dict of every valid key and its default value (printed in this order).
+        help: dict key -> one-line meaning; keys without an entry print no meaning.
+        prog: program name for the usage line (default: the running script's file name).
+    """
+    help = help or {}
+    prog = prog or os.path.basename(sys.argv[0] or "script.py")
+    lines = [f"usage: python {prog} [config_file.py ...] [--key=value ...]"
+             + (" [--attention.<param>=value ...]" if "attention_params" in defaults else ""),
+             "",
+             "Config files are Python files assigning the keys below; later arguments win.",
+             "Values are Python literals (bare words are strings) of the default's type.",
+             "",
+             "keys (default, meaning):"]
+    shown = {k: repr(v) for k, v in defaults.items()}
+    width = min(28, max(len(k) for k in defaults)) if defaults else 0
+    dwidth = min(24, max(len(s) for s in shown.values())) if defaults else 0
+    for key, text in shown.items():
+        meaning = help.get(key, "")
+        lines.append(f"  --{key:<{width}} {text:<{dwidth}}  {meaning}".rstrip())
+    return "\n".join(lines)
+
+
+def parse(defaults, argv, help=None):
     """Apply config files and ``--key=value`` overrides in ``argv`` to a copy of ``defaults``.
 
     Args:
         defaults: dict of every valid key and its default value; ``attention_params`` (a dict)
             must be present for ``--attention.<param>`` overrides.
         argv: command-line arguments (without the program name).
+        help: optional dict key -> one-line meaning, printed by ``--help`` / ``-h``.
 
     Returns:
         A new dict with the same keys.
 
     Raises:
+        SystemExit(0): ``--help`` or ``-h`` in ``argv`` (after printing every key, its default
+            and meaning to stdout).
         ConfigError: unknown key (names the closest valid keys), wrong type, malformed argument,
             or a missing config file.
     """
+    if any(arg in HELP_FLAGS for arg in argv):
+        print(format_help(defaults, help))
+        raise SystemExit(0)
     config = {k: (dict(v) if isinstance(v, dict) else v) for k, v in defaults.items()}
     for arg in argv:
         if not arg.startswith("--"):
@@ -77,6 +117,8 @@ def parse(defaults, argv):
         elif key not in defaults:
             raise _unknown(key, defaults)
         else:
+            if isinstance(defaults[key], str) and not isinstance(value, str):
+                value = text  # a string key keeps the text as typed: --wandb_run_name=2024
             config[key] = _check_type(key, value, defaults[key])
     return config
 
@@ -104,17 +146,34 @@ def check_attention_params(name, params):
     """Check an attention name and its parameters against the registry before building.
 
     Raises:
-        ValueError: unknown name (lists registered ones), unknown parameter (lists accepted ones),
-            or a value whose type differs from the parameter's default.
+        ConfigError (a ValueError): unknown name (lists registered ones), unknown parameter (lists
+            accepted ones), or a value whose type differs from the parameter's default.
     """
     import inspect
 
     import attention
 
-    accepted = attention.accepted_params(name)
+    try:
+        accepted = attention.accepted_params(name)
+    except ValueError as e:  # unknown name: the registry's message lists the registered ones
+        raise ConfigError(str(e)) from e
     for key, value in params.items():
         if key not in accepted:
             raise ConfigError(f"attention '{name}' has no parameter '{key}'; accepted: {', '.join(accepted) or 'none'}")
         default = accepted[key]
         if default is not None and default is not inspect.Parameter.empty:
             _check_type(f"attention.{key}", value, default)
+
+
+def run_cli(main, argv=None):
+    """Run ``main(argv)`` (default ``sys.argv[1:]``) as a command-line program.
+
+    A ConfigError (unknown key, bad value, bad combination of settings) prints
+    ``error: <message>`` on stderr and exits with status 2, without a traceback; every other
+    exception propagates unchanged. Returns what ``main`` returns.
+    """
+    try:
+        return main(sys.argv[1:] if argv is None else argv)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None

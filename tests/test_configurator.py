@@ -65,3 +65,56 @@ def test_shipped_configs_parse():
     for name in names:
         cfg = configurator.parse(train.DEFAULTS, [name])
         assert cfg["n_embd"] % cfg["n_head"] == 0
+
+
+HELP = dict(max_iters="number of optimizer steps", learning_rate="peak learning rate")
+
+
+def test_help_prints_every_key_default_and_meaning(capsys):
+    for flag in ("--help", "-h"):
+        with pytest.raises(SystemExit) as exc:
+            configurator.parse(DEFAULTS, ["--max_iters=3", flag], help=HELP)
+        assert exc.value.code == 0
+        out = capsys.readouterr().out
+        assert out.startswith("usage:")
+        for key, default in DEFAULTS.items():
+            line = next(line for line in out.splitlines() if line.strip().startswith(f"--{key} "))
+            assert repr(default) in line
+            if key in HELP:
+                assert line.endswith(HELP[key])
+
+
+def test_help_wins_over_bad_arguments(capsys):
+    with pytest.raises(SystemExit) as exc:
+        configurator.parse(DEFAULTS, ["--nope=1", "--help"])
+    assert exc.value.code == 0 and "--max_iters" in capsys.readouterr().out
+
+
+def test_string_key_keeps_the_text_as_typed():
+    assert configurator.parse(DEFAULTS, ["--out_dir=2024"])["out_dir"] == "2024"
+
+
+def test_unknown_attention_is_a_config_error():
+    with pytest.raises(ConfigError, match="nope"):
+        configurator.check_attention_params("nope", {})
+
+
+def test_run_cli_config_error_exits_2_without_traceback(capsys):
+    def main(argv):
+        configurator.parse(DEFAULTS, argv)
+        return "ran"
+
+    assert configurator.run_cli(main, ["--max_iters=4"]) == "ran"
+    with pytest.raises(SystemExit) as exc:
+        configurator.run_cli(main, ["--max_iter=4"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown config key 'max_iter'") and "Traceback" not in err
+
+
+def test_run_cli_lets_other_errors_through():
+    def main(argv):
+        raise KeyError("a bug, not a config error")
+
+    with pytest.raises(KeyError):
+        configurator.run_cli(main, [])

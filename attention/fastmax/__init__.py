@@ -1,0 +1,207 @@
+"""Fastmax attention (FAST), registered as ``fastmax``.
+
+Paper: "FAST: Factorizable Attention for Speeding up Transformers" (Gerami, Hoover, Dulepet,
+Duraiswami 2024). The softmax's exp is replaced by a polynomial f(s) = a0 + a1 s (+ a2 s^2) of
+the normalized query-key score, whose Taylor-like structure factorizes: the attention output
+becomes sums over keys of k (x) v and k (x) k (x) v shared by all queries (Eq. 26-29), or their
+prefix sums when causal (Eq. 32-35). Cost O(T D^(p+1)) instead of O(T^2 D).
+
+Files: ``reference.py`` (explicit (T, T) weights; the specification, including normalization
+and dropout), ``dropout.py`` (the three dropout variants of section 2.4), ``chunked.py`` (the fast
+PyTorch path and the custom autograd Function of section 2.5), ``triton_kernels.py`` (Triton
+forward and backward kernels; on CPU tensors they run under ``TRITON_INTERPRET=1``).
+"""
+import warnings
+
+import torch
+
+from attention import Attention, check_qkv, register
+from attention.fastmax.chunked import coefficients, fastmax_factorized
+from attention.fastmax.dropout import DROPOUT_VARIANTS, draw_dropout_masks, numerator_keys
+from attention.fastmax.reference import (NORMALIZATIONS, kernel_minimum, normalize_qk, reference_forward,
+                                         score_bound)
+
+IMPLEMENTATIONS = ("auto", "pytorch", "triton", "reference")
+TRITON_HEAD_DIMS = (16, 32, 64, 128)
+
+
+def _number(name, value, condition, allowed):
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number ({allowed}); got {value!r}") from None
+    if not condition(value):
+        raise ValueError(f"{name} must be {allowed}; got {name}={value}")
+    return value
+
+
+@register("fastmax")
+class Fastmax(Attention):
+    """Fastmax attention for (B, H, T, D) q, k, v (paper section 2).
+
+    o_i = sum_j f(s_ij) v_j / sum_j f(s_ij) over the allowed keys j (j <= i when causal; padded
+    keys never), with s_ij = q_hat_i . k_hat_j / temperature and f(s) = a0 + a1 s (p = 1) or
+    a0 + a1 s + a2 s^2 (p = 2). Computation in float32 or wider; the output has v's dtype.
+    Rows with no allowed key output zeros. The exact definitions, including dropout, are in
+    ``attention/fastmax/reference.py``.
+
+    Args:
+        p (int): 1 or 2, the degree of f (paper: Fastmax1 / Fastmax2).
+        a0, a1, a2 (float): coefficients of f; 1, 1, 1/2 is the paper's Eq. 8. a2 is unused when
+            p = 1.
+        temperature (float): > 0; scores are divided by it.
+        normalization (str): "max_norm" (the authors' code: q_hat = lim q / max_n ||q_n|| per
+            batch element and head, same for k; causal uses the running maximum over positions
+            <= t so that nothing depends on later tokens), "paper" (Eq. 5-6: each token minus its
+            mean over D, divided by its standard deviation) or "none".
+        lim (float): > 0, the bound on ||q_hat||, ||k_hat|| of "max_norm" (ignored otherwise).
+        dropout (float): rate in [0, 1); active in training mode only.
+        dropout_variant (str): "quadratic" (only the quadratic terms; needs p = 2), "standard"
+            (linear and quadratic features independently) or "1d" (whole key tokens); section 2.4,
+            defined in ``dropout.py``. Only the numerator is dropped, so E[output] is unchanged.
+        implementation (str): "auto" (Triton kernels for CUDA tensors when the head dim is one of
+            16, 32, 64, 128, else the PyTorch path), "pytorch" (chunked.py), "triton"
+            (triton_kernels.py; CPU tensors need TRITON_INTERPRET=1) or "reference" (the (T, T)
+            matrix, for tests).
+        chunk_size (int): positions per chunk of the causal fast paths, a power of two in
+            [16, 1024].
+
+    Negative weights: the paper's Eq. 10 (weights >= 0) needs f(s) >= 0 on the scores that
+    occur. For p = 2 with the default coefficients f >= 1/2 everywhere. For p = 1, f(s) < 0 when
+    a1 s < -a0: "max_norm" bounds |s| by lim^2 / temperature (the defaults give f >= 0), "paper"
+    only by D / temperature and "none" not at all. The output is still the exact ratio (weights
+    summing to one, some negative; a zero denominator gives inf / NaN); the module warns once
+    (RuntimeWarning) when its configuration allows negative f.
+
+    Raises:
+        ValueError: on bad parameters (the message names the accepted values); in ``forward`` on
+            bad shapes or mask, different query and key lengths, or implementation="triton" with
+            an unsupported head dim or a CPU tensor without TRITON_INTERPRET=1.
+    """
+
+    def __init__(self, p=2, a0=1.0, a1=1.0, a2=0.5, temperature=1.0, normalization="max_norm", lim=1.0,
+                 dropout=0.0, dropout_variant="quadratic", implementation="auto", chunk_size=64):
+        super().__init__()
+        if p not in (1, 2) or isinstance(p, bool):
+            raise ValueError(f"p must be 1 or 2 (the degree of f); got p={p!r}")
+        self.p = int(p)
+        self.a0 = _number("a0", a0, lambda x: abs(x) < float("inf"), "a finite number")
+        self.a1 = _number("a1", a1, lambda x: abs(x) < float("inf"), "a finite number")
+        self.a2 = _number("a2", a2, lambda x: abs(x) < float("inf"), "a finite number")
+        self.temperature = _number("temperature", temperature, lambda x: 0 < x < float("inf"), "> 0")
+        if normalization not in NORMALIZATIONS:
+            raise ValueError(f"normalization '{normalization}' unknown; allowed: {', '.join(NORMALIZATIONS)}")
+        self.normalization = normalization
+        self.lim = _number("lim", lim, lambda x: 0 < x < float("inf"), "> 0")
+        self.dropout = _number("dropout", dropout, lambda x: 0 <= x < 1, "in [0, 1)")
+        if dropout_variant not in DROPOUT_VARIANTS:
+            raise ValueError(f"dropout_variant '{dropout_variant}' unknown; allowed: {', '.join(DROPOUT_VARIANTS)}")
+        if dropout_variant == "quadratic" and self.p == 1 and self.dropout > 0:
+            raise ValueError("dropout_variant 'quadratic' needs p = 2 (p = 1 has no quadratic term); "
+                             "with p = 1 use 'standard' or '1d'")
+        self.dropout_variant = dropout_variant
+        if implementation not in IMPLEMENTATIONS:
+            raise ValueError(f"implementation '{implementation}' unknown; allowed: {', '.join(IMPLEMENTATIONS)}")
+        self.implementation = implementation
+        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 16 \
+                or chunk_size > 1024 or chunk_size & (chunk_size - 1):
+            raise ValueError(f"chunk_size must be a power of two in [16, 1024]; got {chunk_size!r}")
+        self.chunk_size = chunk_size
+        self._warned = False
+
+    def extra_repr(self):
+        return (f"p={self.p}, a0={self.a0}, a1={self.a1}, a2={self.a2}, temperature={self.temperature}, "
+                f"normalization={self.normalization}, lim={self.lim}, dropout={self.dropout}, "
+                f"dropout_variant={self.dropout_variant}, implementation={self.implementation}, "
+                f"chunk_size={self.chunk_size}")
+
+    def implementation_for(self, q):
+        """The implementation ``forward`` uses for a query tensor like q ("auto" resolved)."""
+        if self.implementation != "auto":
+            return self.implementation
+        if q.device.type == "cuda" and q.shape[-1] in TRITON_HEAD_DIMS and _triton_importable():
+            return "triton"
+        return "pytorch"
+
+    def forward(self, q, k, v, causal, attention_mask=None):
+        """q, k, v: (B, H, T, D) -> out (B, H, T, D) in v's dtype; attention_mask (B, T) bool or None."""
+        check_qkv(q, k, v, attention_mask)
+        if q.shape[2] != k.shape[2]:
+            raise ValueError(f"fastmax needs as many queries as keys; got {q.shape[2]} and {k.shape[2]}")
+        impl = self.implementation_for(q)
+        if impl == "triton":
+            _check_triton(q, v)
+        self._warn_negative_weights(q.shape[-1])
+        causal = bool(causal)
+        masks = None
+        if self.training and self.dropout > 0:
+            masks = draw_dropout_masks(self.dropout_variant, self.dropout, self.p, tuple(k.shape), k.device)
+        params = dict(p=self.p, a0=self.a0, a1=self.a1, a2=self.a2, temperature=self.temperature,
+                      normalization=self.normalization, lim=self.lim)
+        if impl == "reference":
+            return reference_forward(q, k, v, causal, attention_mask, **params, dropout_variant=self.dropout_variant,
+                                     dropout_rate=self.dropout, dropout_masks=masks)
+        return fast_forward(q, k, v, causal, attention_mask, **params, dropout_variant=self.dropout_variant,
+                            dropout_rate=self.dropout, dropout_masks=masks, chunk_size=self.chunk_size,
+                            backend=impl)
+
+    def _warn_negative_weights(self, D):
+        if self._warned:
+            return
+        bound = score_bound(self.normalization, D, self.lim, self.temperature)
+        if kernel_minimum(self.p, self.a0, self.a1, self.a2, bound) < 0:
+            self._warned = True
+            warnings.warn(
+                f"fastmax: with p={self.p}, a0={self.a0}, a1={self.a1}, a2={self.a2}, normalization="
+                f"'{self.normalization}', temperature={self.temperature}, lim={self.lim} and head dim {D}, "
+                f"f(s) can be negative (|s| <= {bound}): attention weights may be negative and a denominator "
+                f"may reach zero. normalization='max_norm' with lim^2 * |a1| <= a0 * temperature keeps p = 1 "
+                f"weights >= 0.", RuntimeWarning, stacklevel=3)
+
+
+def fast_forward(q, k, v, causal, attention_mask=None, p=2, a0=1.0, a1=1.0, a2=0.5, temperature=1.0,
+                 normalization="max_norm", lim=1.0, dropout_variant=None, dropout_rate=0.0, dropout_masks=None,
+                 chunk_size=64, backend="pytorch"):
+    """Fastmax through the factorized fast paths; same arguments and result as
+    ``reference.reference_forward`` plus ``chunk_size`` and ``backend`` ("pytorch" or "triton").
+
+    Normalization and dropout are plain differentiable PyTorch ops (O(T D)); the attention itself
+    is ``chunked.FastmaxFunction`` (custom backward).
+    """
+    work = torch.promote_types(q.dtype, torch.float32)
+    if backend == "triton":
+        work = torch.float32  # the kernels accumulate in float32
+    q_hat, k_hat = normalize_qk(q.to(work), k.to(work), normalization, lim, causal, attention_mask)
+    values = v.to(work)
+    key_weight = None
+    if attention_mask is not None:
+        key_weight = attention_mask.to(work)
+        k_hat = k_hat * key_weight[:, None, :, None]  # padded keys: no linear / quadratic term
+        values = values * key_weight[:, None, :, None]
+    keys = (None, None, None)
+    if dropout_masks is not None:
+        keys = numerator_keys(k_hat, dropout_masks, dropout_variant, dropout_rate, p)
+    coeffs = coefficients(p, a0, a1, a2, temperature)
+    out = fastmax_factorized(q_hat, k_hat, values, causal, coeffs, key_weight, keys, chunk_size, backend)
+    return out.to(v.dtype)
+
+
+def _triton_importable():
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _check_triton(q, v):
+    import os
+    D, Dv = q.shape[-1], v.shape[-1]
+    if D not in TRITON_HEAD_DIMS or Dv not in TRITON_HEAD_DIMS:
+        raise ValueError(f"implementation='triton' supports head dims {', '.join(map(str, TRITON_HEAD_DIMS))}; "
+                         f"got q/k head dim {D} and v head dim {Dv} (use implementation='pytorch')")
+    if not _triton_importable():
+        raise ValueError("implementation='triton' needs the triton package")
+    if q.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError(f"implementation='triton' on {q.device.type} tensors needs TRITON_INTERPRET=1 set "
+                         "before the kernels are imported (or use implementation='pytorch')")

@@ -1,0 +1,400 @@
+"""Fast PyTorch path of Fastmax and the custom autograd Function shared with the Triton kernels.
+
+Paper: "FAST: Factorizable Attention for Speeding up Transformers", section 2.4 (Eq. 26-35) and
+section 2.5 (custom gradients). Inputs here are already normalized (q_hat, k_hat) and padded keys
+already zeroed; the temperature is folded into the coefficients: with c0 = a0, c1 = a1 / T,
+c2 = a2 / T^2 (T = temperature; c2 = 0 for p = 1) the kernel of a query-key pair is
+
+    denominator:  w_ij  = c0 rho_j + c1 (q_i.k_j) + c2 (q_i.k_j)^2
+    numerator:    w~_ij = c0 rho_j + c1 (q_i.kl_j) + c2 (q_i.ka_j)(q_i.kb_j)
+
+where rho_j = 1 for a real key and 0 for a padded one, and kl = ka = kb = k unless dropout is
+active (``dropout.numerator_keys``). o_i = sum_j w~_ij v_j / sum_j w_ij over allowed j.
+
+Factorized sums (one batch element and head, "(x)" = outer product, D^2 features flattened):
+    x1 = sum_j v_j,  x2 = sum_j kl_j (x) v_j,  x3 = sum_j (ka_j (x) kb_j) (x) v_j    (Eq. 28 / 34)
+    y1 = sum_j rho_j, y2 = sum_j k_j,          y3 = sum_j k_j (x) k_j                 (Eq. 29 / 35)
+    numerator_i   = c0 x1 + c1 q_i.x2 + c2 (q_i (x) q_i).x3                         (Eq. 26 / 32)
+    denominator_i = c0 y1 + c1 q_i.y2 + c2 (q_i (x) q_i).y3                         (Eq. 27 / 33)
+
+Non-causal: the sums run over the whole sequence and are shared by all queries.
+Causal: the sequence is cut into chunks of C positions. For a query in chunk c the sums over
+earlier chunks come from running states (the prefix sums of Eq. 34-35, kept only at chunk
+boundaries), and the keys of its own chunk are handled with explicit C x C scores and a causal
+mask. Chunks are processed in groups (vectorized inside a group, sequential across groups) so
+that the per-chunk states of a group stay within a fixed memory budget.
+
+Memory: the Function saves q, k, v (and the numerator keys under dropout), the output and the
+denominator: O(T D) per head, i.e. O(T D^(p-1)) for p = 2, plus transient states of
+O(D^p D_v) per chunk of a group. Backward recomputes the states (section 2.5) instead of storing
+per-position ones. Accumulation is in float32 or wider (the caller casts).
+"""
+import torch
+
+STATE_BUDGET = 1 << 23  # elements per group of chunks for features and states (32 MB in fp32)
+
+
+def coefficients(p, a0, a1, a2, temperature):
+    """(c0, c1, c2) with the temperature folded in: s / T enters as c1 s + c2 s^2 (c2 = 0 for p = 1)."""
+    return float(a0), float(a1) / temperature, (float(a2) / temperature ** 2 if p == 2 else 0.0)
+
+
+class FastmaxFunction(torch.autograd.Function):
+    """o = Fastmax(q, k, v) with a backward that recomputes the factorized states (section 2.5).
+
+    forward(q, k, v, k_linear, k_quad_a, k_quad_b, key_weight, causal, coeffs, chunk_size, backend)
+
+    Args:
+        q, k: (B, H, T, D) normalized queries and keys in the working dtype (float32 / float64);
+            k zero at padded keys.
+        v: (B, H, T, Dv), zero at padded keys.
+        k_linear, k_quad_a, k_quad_b: numerator keys like k (dropout), or None (= k). With p = 1
+            the quadratic ones are ignored.
+        key_weight: (B, T) float, 1 for real and 0 for padded keys, or None (all real).
+        causal: bool.
+        coeffs: (c0, c1, c2) from ``coefficients``.
+        chunk_size: positions per chunk (power of two >= 16 for the Triton backend).
+        backend: "pytorch" (this file) or "triton" (``triton_kernels.py``).
+
+    Returns:
+        (B, H, T, Dv) output in the working dtype; rows with no allowed key are zero.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, k_linear, k_quad_a, k_quad_b, key_weight, causal, coeffs, chunk_size, backend):
+        B, H, T, D = q.shape
+        flat = _Flat(B, H, T)
+        # a numerator key that is k itself is passed as None: its gradient is merged into k's
+        k_linear, k_quad_a, k_quad_b = [None if t is k else t for t in (k_linear, k_quad_a, k_quad_b)]
+        if coeffs[2] == 0.0:
+            k_quad_a = k_quad_b = None
+        impl = _backend(backend)
+        rho = flat.weights(key_weight, q)
+        out, den = impl.forward(*[flat.x(t) for t in (q, k, v, k_linear, k_quad_a, k_quad_b)], rho, causal,
+                                coeffs, chunk_size)
+        ctx.save_for_backward(q, k, v, k_linear, k_quad_a, k_quad_b, key_weight, out, den)
+        ctx.causal, ctx.coeffs, ctx.chunk_size, ctx.backend = causal, coeffs, chunk_size, backend
+        return flat.unflat(out)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, k_linear, k_quad_a, k_quad_b, key_weight, out, den = ctx.saved_tensors
+        B, H, T, D = q.shape
+        flat = _Flat(B, H, T)
+        rho = flat.weights(key_weight, q)
+        grads = _backend(ctx.backend).backward(
+            flat.x(grad_out.to(out.dtype).contiguous()), *[flat.x(t) for t in (q, k, v, k_linear, k_quad_a, k_quad_b)],
+            rho, out, den, ctx.causal, ctx.coeffs, ctx.chunk_size)
+        # gradients of numerator keys passed as None are already part of dk
+        grads = [None if g is None else flat.unflat(g) for g in grads]
+        return (*grads, None, None, None, None, None)
+
+
+def fastmax_factorized(q, k, v, causal, coeffs, key_weight=None, numerator_keys=(None, None, None),
+                       chunk_size=64, backend="pytorch"):
+    """Apply ``FastmaxFunction`` (see there for shapes); the entry point of the fast paths."""
+    k_linear, k_quad_a, k_quad_b = numerator_keys
+    return FastmaxFunction.apply(q, k, v, k_linear, k_quad_a, k_quad_b, key_weight, bool(causal),
+                                 tuple(coeffs), int(chunk_size), backend)
+
+
+class _Flat:
+    """(B, H, T, X) <-> (B*H, T, X) and (B, T) key weights -> (B*H, T)."""
+
+    def __init__(self, B, H, T):
+        self.B, self.H, self.T = B, H, T
+
+    def x(self, t):
+        return None if t is None else t.reshape(self.B * self.H, self.T, t.shape[-1])
+
+    def unflat(self, t):
+        return t.reshape(self.B, self.H, self.T, t.shape[-1])
+
+    def weights(self, key_weight, like):
+        if key_weight is None:
+            return torch.ones(self.B * self.H, self.T, dtype=like.dtype, device=like.device)
+        return key_weight.to(like.dtype)[:, None, :].expand(self.B, self.H, self.T).reshape(self.B * self.H, self.T)
+
+
+def _backend(name):
+    if name == "pytorch":
+        return _PyTorchBackend
+    if name == "triton":
+        from attention.fastmax import triton_kernels
+        return triton_kernels.TritonBackend
+    raise ValueError(f"backend '{name}' unknown; allowed: pytorch, triton")
+
+
+def row_counts(rho, causal):
+    """Number of allowed keys of every query, (N, T): running sum of rho (causal) or its total."""
+    if causal:
+        return rho.cumsum(dim=-1)
+    return rho.sum(dim=-1, keepdim=True).expand_as(rho)
+
+
+def output_gradients(grad_out, out, den, rho, causal):
+    """g_i = dL/do_i / den_i (N, T, Dv) and delta_i = (dL/do_i . o_i) / den_i (N, T); zero on rows
+    without an allowed key. dL/d numerator_i = g_i and dL/d denominator_i = -delta_i."""
+    has_key = row_counts(rho, causal) > 0
+    safe = torch.where(has_key, den, torch.ones_like(den))
+    g = torch.where(has_key[..., None], grad_out / safe[..., None], 0.0)
+    delta = torch.where(has_key, (grad_out * out).sum(-1) / safe, 0.0)
+    return g, delta
+
+
+def finish_output(num, den, rho, causal):
+    """num / den, zero on rows without an allowed key (N, T, Dv)."""
+    has_key = row_counts(rho, causal) > 0
+    return torch.where(has_key[..., None], num / torch.where(has_key, den, torch.ones_like(den))[..., None], 0.0)
+
+
+def _outer(a, b):
+    """(..., D), (..., D) -> (..., D*D): the quadratic features a_m b_l, flattened row-major."""
+    return (a.unsqueeze(-1) * b.unsqueeze(-2)).flatten(-2)
+
+
+def _exclusive_prefix(increments, carry):
+    """State before each chunk of a group (dim 1): carry + sum of the group's earlier chunks."""
+    inclusive = increments.cumsum(dim=1)
+    before = torch.cat([torch.zeros_like(inclusive[:, :1]), inclusive[:, :-1]], dim=1)
+    return before if carry is None else before + carry.unsqueeze(1)
+
+
+def _exclusive_suffix(increments, carry):
+    """State after each chunk of a group (dim 1): carry + sum of the group's later chunks."""
+    return _exclusive_prefix(increments.flip(1), carry).flip(1)
+
+
+def _scan(states_of_group, groups, reverse=False):
+    """Yield (g0, g1, increments, exclusive running states) over the groups of chunks, in order
+    (prefix sums, causal queries) or reversed (suffix sums, causal keys)."""
+    carry = None
+    for g0, g1 in (reversed(list(groups)) if reverse else groups):
+        increments = states_of_group(g0, g1)
+        shift = _exclusive_suffix if reverse else _exclusive_prefix
+        running = {name: shift(value, None if carry is None else carry[name]) for name, value in increments.items()}
+        yield g0, g1, running
+        sums = {name: value.sum(dim=1) for name, value in increments.items()}
+        carry = sums if carry is None else {name: carry[name] + sums[name] for name in sums}
+
+
+def _totals(states_of_group, groups):
+    """Sum of the per-chunk states over all chunks, shaped (N, 1, ...) to broadcast over chunks."""
+    totals = None
+    for g0, g1 in groups:
+        sums = {name: value.sum(dim=1, keepdim=True) for name, value in states_of_group(g0, g1).items()}
+        totals = sums if totals is None else {name: totals[name] + sums[name] for name in sums}
+    return totals
+
+
+class _PyTorchBackend:
+    """Chunked PyTorch implementation (module docstring). Tensors are (N = B*H, T, X)."""
+
+    @staticmethod
+    def forward(q, k, v, kl, ka, kb, rho, causal, coeffs, chunk):
+        ch = _Chunks(q, k, v, kl, ka, kb, rho, chunk, quad=coeffs[2] != 0.0)
+        num = q.new_zeros(ch.N, ch.n_chunks, ch.C, ch.Dv)
+        den = q.new_zeros(ch.N, ch.n_chunks, ch.C)
+        if not causal:
+            totals = _totals(ch.key_states, ch.groups())
+            for g0, g1 in ch.groups():
+                num[:, g0:g1], den[:, g0:g1] = _apply_key_states(ch.get("q", g0, g1), totals, coeffs)
+        else:
+            for g0, g1, before in _scan(ch.key_states, ch.groups()):
+                n_inter, d_inter = _apply_key_states(ch.get("q", g0, g1), before, coeffs)
+                n_intra, d_intra = _intra_forward(ch, g0, g1, coeffs)
+                num[:, g0:g1], den[:, g0:g1] = n_inter + n_intra, d_inter + d_intra
+        num, den = ch.unchunk(num), ch.unchunk(den)
+        return finish_output(num, den, rho, causal), den
+
+    @staticmethod
+    def backward(grad_out, q, k, v, kl, ka, kb, rho, out, den, causal, coeffs, chunk):
+        g, delta = output_gradients(grad_out, out, den, rho, causal)
+        ch = _Chunks(q, k, v, kl, ka, kb, rho, chunk, quad=coeffs[2] != 0.0, g=g, delta=delta)
+        grads = {name: q.new_zeros(ch.N, ch.n_chunks, ch.C, ch.width(name)) for name in ("q",) + ch.key_names}
+
+        def add(g0, g1, values):
+            for name, value in values.items():
+                grads[name][:, g0:g1] += value
+
+        if not causal:
+            key_totals = _totals(ch.key_states, ch.groups())
+            query_totals = _totals(ch.query_states, ch.groups())
+            for g0, g1 in ch.groups():
+                add(g0, g1, _query_grad(ch, g0, g1, key_totals, coeffs))
+                add(g0, g1, _key_grads(ch, g0, g1, query_totals, coeffs))
+        else:
+            for g0, g1, before in _scan(ch.key_states, ch.groups()):  # earlier chunks' keys
+                add(g0, g1, _query_grad(ch, g0, g1, before, coeffs))
+                add(g0, g1, _intra_backward(ch, g0, g1, coeffs))
+            for g0, g1, after in _scan(ch.query_states, ch.groups(), reverse=True):  # later queries
+                add(g0, g1, _key_grads(ch, g0, g1, after, coeffs))
+        full = {name: ch.unchunk(value) for name, value in grads.items()}
+        return full["q"], full["k"], full["v"], full.get("kl"), full.get("ka"), full.get("kb")
+
+
+class _Chunks:
+    """Inputs padded to a multiple of the chunk size C and viewed as (N, n_chunks, C, X).
+
+    ``key_names`` are the tensors that receive key-side gradients: "k", "v", and "kl" / "ka" /
+    "kb" only when they are separate tensors (dropout); otherwise ``get`` returns k for them and
+    their gradients are merged into k's.
+    """
+
+    def __init__(self, q, k, v, kl, ka, kb, rho, chunk, quad, g=None, delta=None):
+        self.N, self.T, self.D = q.shape
+        self.Dv = v.shape[-1]
+        self.C = int(chunk)
+        self.quad = bool(quad)
+        self.n_chunks = max(1, -(-self.T // self.C))
+        self.Tp = self.n_chunks * self.C
+        tensors = {"q": q, "k": k, "v": v, "rho": rho}
+        separate = [name for name, t in (("kl", kl), ("ka", ka), ("kb", kb))
+                    if t is not None and t is not k and (name == "kl" or self.quad)]
+        tensors.update({name: t for name, t in (("kl", kl), ("ka", ka), ("kb", kb)) if name in separate})
+        if g is not None:
+            tensors["g"], tensors["delta"] = g, delta
+        self.key_names = ("k", "v") + tuple(separate)
+        self.chunked = {name: self._chunk(t) for name, t in tensors.items()}
+        feature = self.D * self.D if self.quad else self.D
+        per_chunk = self.N * (4 * self.C * feature + 4 * feature * self.Dv + 8 * self.C * self.C)
+        self.group = max(1, min(self.n_chunks, STATE_BUDGET // max(1, per_chunk)))
+        self.tril = torch.ones(self.C, self.C, dtype=q.dtype, device=q.device).tril()
+
+    def _chunk(self, t):
+        pad = self.Tp - self.T
+        if pad:  # padded positions have rho = 0, k = v = 0: they add nothing; their rows are cut
+            t = torch.nn.functional.pad(t, (0, 0, 0, pad) if t.dim() == 3 else (0, pad))
+        return t.reshape(self.N, self.n_chunks, self.C, *t.shape[2:])
+
+    def separate(self, name):
+        return name in self.chunked
+
+    def width(self, name):
+        return self.Dv if name == "v" else self.D
+
+    def get(self, name, g0, g1):
+        return self.chunked[name if name in self.chunked else "k"][:, g0:g1]
+
+    def groups(self):
+        return [(g0, min(self.n_chunks, g0 + self.group)) for g0 in range(0, self.n_chunks, self.group)]
+
+    def unchunk(self, t):
+        return t.reshape(self.N, self.Tp, *t.shape[3:])[:, :self.T]
+
+    def key_states(self, g0, g1):
+        """Per-chunk sums over keys (Eq. 28-29 restricted to a chunk), each (N, G, ...)."""
+        k, v, rho = self.get("k", g0, g1), self.get("v", g0, g1), self.get("rho", g0, g1)
+        states = {"y1": rho.sum(-1), "x1": v.sum(-2), "y2": k.sum(-2),
+                  "x2": self.get("kl", g0, g1).transpose(-1, -2) @ v}
+        if self.quad:
+            states["y3"] = _outer(k, k).sum(-2)
+            states["x3"] = _outer(self.get("ka", g0, g1), self.get("kb", g0, g1)).transpose(-1, -2) @ v
+        return states
+
+    def query_states(self, g0, g1):
+        """Per-chunk sums over queries for the key gradients, each (N, G, ...):
+        u0 = sum g_i, r1 = sum delta_i q_i, R1 = sum q_i (x) g_i, and for p = 2
+        r2 = sum delta_i q_i (x) q_i, R2 = sum (q_i (x) q_i) (x) g_i."""
+        q, g, delta = self.get("q", g0, g1), self.get("g", g0, g1), self.get("delta", g0, g1)
+        states = {"u0": g.sum(-2), "r1": (delta.unsqueeze(-1) * q).sum(-2), "R1": q.transpose(-1, -2) @ g}
+        if self.quad:
+            q2 = _outer(q, q)
+            states["r2"] = (delta.unsqueeze(-1) * q2).sum(-2)
+            states["R2"] = q2.transpose(-1, -2) @ g
+        return states
+
+
+def _apply_key_states(q, st, coeffs):
+    """Numerator (N, G, C, Dv) and denominator (N, G, C) of queries q (N, G, C, D) against the
+    key sums st (Eq. 26-27 / 32-33)."""
+    c0, c1, c2 = coeffs
+    num = c0 * st["x1"].unsqueeze(-2) + c1 * (q @ st["x2"])
+    den = c0 * st["y1"].unsqueeze(-1) + c1 * (q @ st["y2"].unsqueeze(-1)).squeeze(-1)
+    if "x3" in st:
+        q2 = _outer(q, q)
+        num = num + c2 * (q2 @ st["x3"])
+        den = den + c2 * (q2 @ st["y3"].unsqueeze(-1)).squeeze(-1)
+    return num, den
+
+
+def _intra_scores(ch, g0, g1, coeffs):
+    """Explicit C x C quantities of the chunks' own keys: dict with q, s (denominator scores),
+    the numerator's score factors, and the causal-masked weights w (denominator), w_num."""
+    c0, c1, c2 = coeffs
+    q, k = ch.get("q", g0, g1), ch.get("k", g0, g1)
+    s = q @ k.transpose(-1, -2)
+    sl = q @ ch.get("kl", g0, g1).transpose(-1, -2) if ch.separate("kl") else s
+    base = c0 * ch.get("rho", g0, g1).unsqueeze(-2)
+    w = (base + c1 * s + (c2 * s * s if ch.quad else 0.0)) * ch.tril
+    out = {"q": q, "s": s, "sl": sl, "w": w}
+    w_num = base + c1 * sl
+    if ch.quad:
+        sa = q @ ch.get("ka", g0, g1).transpose(-1, -2) if ch.separate("ka") else s
+        sb = q @ ch.get("kb", g0, g1).transpose(-1, -2) if ch.separate("kb") else s
+        w_num = w_num + c2 * sa * sb
+        out["sa"], out["sb"] = sa, sb
+    out["w_num"] = w_num * ch.tril
+    return out
+
+
+def _intra_forward(ch, g0, g1, coeffs):
+    sc = _intra_scores(ch, g0, g1, coeffs)
+    return sc["w_num"] @ ch.get("v", g0, g1), sc["w"].sum(-1)
+
+
+def _merge(ch, grads, name, value):
+    """Add a gradient of key tensor ``name`` into k's when that tensor is k itself."""
+    target = name if ch.separate(name) else "k"
+    grads[target] = value if target not in grads else grads[target] + value
+
+
+def _intra_backward(ch, g0, g1, coeffs):
+    """Gradients from the explicit within-chunk part (causal only)."""
+    c0, c1, c2 = coeffs
+    sc = _intra_scores(ch, g0, g1, coeffs)
+    q, g, delta, v = sc["q"], ch.get("g", g0, g1), ch.get("delta", g0, g1), ch.get("v", g0, g1)
+    p_num = (g @ v.transpose(-1, -2)) * ch.tril  # dL/dw_num_ij = g_i . v_j
+    score_grads = {}  # dL/d(score matrix) per key tensor
+    _merge(ch, score_grads, "k", -delta.unsqueeze(-1) * (c1 + 2 * c2 * sc["s"]) * ch.tril)
+    _merge(ch, score_grads, "kl", c1 * p_num)
+    if ch.quad:
+        _merge(ch, score_grads, "ka", c2 * p_num * sc["sb"])
+        _merge(ch, score_grads, "kb", c2 * p_num * sc["sa"])
+    grads = {"v": sc["w_num"].transpose(-1, -2) @ g, "q": 0.0}
+    for name, ds in score_grads.items():
+        grads["q"] = grads["q"] + ds @ ch.get(name, g0, g1)
+        grads[name] = ds.transpose(-1, -2) @ q
+    return grads
+
+
+def _query_grad(ch, g0, g1, st, coeffs):
+    """dL/dq from the key sums st of the keys outside the chunk (all keys when non-causal)."""
+    c0, c1, c2 = coeffs
+    q, g, delta = ch.get("q", g0, g1), ch.get("g", g0, g1), ch.get("delta", g0, g1)
+    dq = c1 * (g @ st["x2"].transpose(-1, -2)) - c1 * delta.unsqueeze(-1) * st["y2"].unsqueeze(-2)
+    if ch.quad:
+        D = ch.D
+        x = (g @ st["x3"].transpose(-1, -2)).unflatten(-1, (D, D))  # sum_j x3[m, l, j] g_j
+        dq = dq + c2 * ((x @ q.unsqueeze(-1)).squeeze(-1) + (q.unsqueeze(-2) @ x).squeeze(-2))
+        dq = dq - 2 * c2 * delta.unsqueeze(-1) * (q @ st["y3"].unflatten(-1, (D, D)))
+    return {"q": dq}
+
+
+def _key_grads(ch, g0, g1, st, coeffs):
+    """dL/dk, dL/dv (and numerator keys) from the query sums st of the queries outside the chunk."""
+    c0, c1, c2 = coeffs
+    k, v, rho = ch.get("k", g0, g1), ch.get("v", g0, g1), ch.get("rho", g0, g1)
+    kl = ch.get("kl", g0, g1)
+    grads = {"v": c0 * rho.unsqueeze(-1) * st["u0"].unsqueeze(-2) + c1 * (kl @ st["R1"]),
+             "k": -c1 * st["r1"].unsqueeze(-2).expand_as(k)}
+    _merge(ch, grads, "kl", c1 * (v @ st["R1"].transpose(-1, -2)))
+    if ch.quad:
+        D = ch.D
+        ka, kb = ch.get("ka", g0, g1), ch.get("kb", g0, g1)
+        y = (v @ st["R2"].transpose(-1, -2)).unflatten(-1, (D, D))  # sum_j R2[m, l, j] v_j
+        grads["v"] = grads["v"] + c2 * (_outer(ka, kb) @ st["R2"])
+        grads["k"] = grads["k"] - 2 * c2 * (k @ st["r2"].unflatten(-1, (D, D)))
+        _merge(ch, grads, "ka", c2 * (y @ kb.unsqueeze(-1)).squeeze(-1))
+        _merge(ch, grads, "kb", c2 * (ka.unsqueeze(-2) @ y).squeeze(-2))
+    return grads

@@ -1,26 +1,37 @@
 """Teacher-forced perplexity of our checkpoints or Hugging Face GPT-2 models on WikiText-2, with
-any registered attention swapped in at evaluation time (no retraining).
+any registered attention swapped in at evaluation time (no retraining), and the "casino"
+measurement of "High Attention Scores and Where to Find Them".
 
     python eval_ppl.py --out_dir=out/wikitext2_gpt_mini --split=test --protocol=strided --stride=512
     python eval_ppl.py --init_from=gpt2 --protocol=strided --stride=1024
     python eval_ppl.py --init_from=../shared/data/gpt2-tiny-hf --attention=tree --attention.E=0.5
+    python eval_ppl.py --help
 
-Protocols (L = context length = the model's block size unless --block_size is given):
+Evaluated range (one rule for every protocol, as in the authors' ``nanoGPT/inference_bench.py``):
+with N the number of tokens of the split and L the context length (the model's block size unless
+--block_size is given), the range starts at token ceil(offset·N/L)·L and holds ceil(fraction·N/L)
+blocks of L tokens, clipped to the end of the split. The JSON records it as ``range_start`` and
+``range_tokens``.
+
+Protocols:
 - ``strided``: Hugging Face's "perplexity of fixed-length models". Windows of L tokens start
   every ``stride`` tokens; each window scores only the tokens not scored by the previous window,
   with up to L - 1 tokens of context. The first token of the range is never scored.
 - ``blocks``: non-overlapping blocks of L tokens, context reset at each block; every token but
   the first of a block is scored. Identical to ``strided`` with stride = L.
-- ``casino``: the measurement of "High Attention Scores and Where to Find Them" (Sec. 3), which
-  is NOT perplexity: blocks of L tokens with context reset, each query excluded from its own
-  attention (the first position gets a zero attention output), and at each position a token
-  is SAMPLED at temperature 0.8 and its log-probability under that tempered distribution is
-  scored. Reported as ``casino`` (exp of the mean negative log-probability); the JSON also holds
-  ``casino_expected``, the same quantity in expectation (exp of the mean entropy of the tempered
-  distribution), which has no sampling noise.
+- ``casino``: the authors' measurement, which is NOT perplexity. Blocks as in ``blocks``; the
+  attention is built with ``exclude_self=True`` (query t sees keys before t only, the first
+  position of a block gets a zero attention output); at each position p = 0..L-2 of a block a
+  token is SAMPLED from the model's distribution at temperature 0.8 and the log-probability of
+  that sampled token under the tempered distribution is summed. The reported ``value`` follows
+  the authors: exp(-sum / range_tokens), i.e. the denominator counts every token of the range,
+  including the unscored first token of each block. ``casino_per_scored_token`` divides by the
+  number of scored tokens instead; ``casino_expected`` (and its ``_per_scored_token`` twin) is
+  the same quantity in expectation (the sum of the tempered entropies), without sampling noise.
+  Parameters of the attention that depend on the model (tree attention's default P) come from the
+  model's block size through the build context, as in the authors' code.
 
-The evaluated range is tokens [floor(offset N), floor(offset N) + ceil(fraction N)) of the split.
-Perplexity = exp(mean negative log-likelihood in nats per GPT-2 BPE token).
+Perplexity = exp(mean negative log-likelihood in nats per GPT-2 BPE token scored).
 """
 import json
 import math
@@ -31,41 +42,68 @@ import time
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tqdm import tqdm
 
+import attention
 import configurator
 from data.wikitext2 import prepare as wt2
 from model import GPT, ModelConfig
 
 DEFAULTS = dict(
-    out_dir="out/wikitext2_gpt_mini",  # our checkpoint (out_dir/ckpt.pt), used when init_from="resume"
-    init_from="resume",  # "resume" | a Hugging Face GPT-2 name (gpt2, gpt2-medium, ...) | a local HF directory
+    out_dir="out/wikitext2_gpt_mini",
+    init_from="resume",
     dataset_config="wikitext-2-v1",
     data_source_dir="",
-    split="test",  # train | val | test
-    protocol="strided",  # strided | blocks | casino
+    split="test",
+    protocol="strided",
     stride=512,
-    block_size=0,  # context length L; 0 = the model's block size
+    block_size=0,
     fraction=1.0,
     offset=0.0,
     batch_size=4,
-    attention="",  # "" keeps the model's attention; any registered name swaps it in
+    attention="",
     attention_params={},
-    temperature=0.8,  # casino protocol only
+    temperature=0.8,
     seed=0,
     device="cpu",
-    out_json="",  # default: <out_dir or results>/eval_<split>_<protocol>_<attention>.json
+    out_json="",
     num_threads=0,
+    per_position=False,
+)
+HELP = dict(
+    out_dir="checkpoint directory (out_dir/ckpt.pt), read when init_from='resume'",
+    init_from="'resume' (our checkpoint) | a Hugging Face GPT-2 name (gpt2, gpt2-medium, ...) | a local HF directory",
+    dataset_config="WikiText-2 variant: wikitext-2-v1 or wikitext-2-raw-v1",
+    data_source_dir="directory with the raw WikiText-2 files if the data must be prepared ('' = default lookup)",
+    split="train | val | test",
+    protocol="strided | blocks | casino (the paper's sampled measurement; not perplexity)",
+    stride="tokens between window starts of the strided protocol (1..L)",
+    block_size="context length L in tokens; 0 = the model's block size",
+    fraction="size of the range: ceil(fraction*N/L) blocks of L tokens (0 < fraction <= 1)",
+    offset="start of the range: block ceil(offset*N/L) of the split (0 <= offset < 1)",
+    batch_size="windows evaluated together",
+    attention="'' keeps the model's attention; a registered name swaps it in (see attention.registered())",
+    attention_params="parameters of the attention, set as --attention.<param>=value",
+    temperature="sampling temperature of the casino protocol",
+    seed="seed of the casino protocol's token sampling",
+    device="torch device (cpu, cuda, ...)",
+    out_json="result file; '' = <out_dir or results>/eval_<split>_<protocol>_<attention>.json",
+    num_threads="torch CPU threads; 0 = torch's default",
+    per_position="blocks/casino: also store the mean NLL at each position of the block",
 )
 PROTOCOLS = ("strided", "blocks", "casino")
 
 
 def load_model(cfg):
     """Our checkpoint (init_from="resume") or a Hugging Face GPT-2, in eval mode, with the
-    requested attention swapped in.
+    requested attention swapped in. For the casino protocol the attention (the requested one,
+    else the model's own with its parameters) is rebuilt with ``exclude_self=True``.
 
     Raises:
         FileNotFoundError: no checkpoint in out_dir.
-        ValueError: unknown attention name or parameter.
+        ConfigError: unknown attention name or parameter; --attention.<param> without
+            --attention; casino with an attention that has no ``exclude_self`` parameter or
+            with ``exclude_self=False``.
     """
     if cfg["init_from"] == "resume":
         path = os.path.join(cfg["out_dir"], "ckpt.pt")
@@ -76,26 +114,75 @@ def load_model(cfg):
         model.load_state_dict(ckpt["model"])
     else:
         model = GPT.from_hf(cfg["init_from"])
-    if cfg["attention"]:
-        configurator.check_attention_params(cfg["attention"], cfg["attention_params"])
-        model.set_attention(cfg["attention"], cfg["attention_params"])
-    elif cfg["attention_params"]:
+    if cfg["attention_params"] and not cfg["attention"]:
         raise configurator.ConfigError("--attention.<param> given without --attention=<name>")
+    name = cfg["attention"] or model.config.attention
+    params = dict(cfg["attention_params"] if cfg["attention"] else model.config.attention_params)
+    if cfg["attention"]:
+        reserved = sorted(set(params) & set(attention.MODEL_CONTEXT))
+        if reserved:
+            raise configurator.ConfigError(f"--attention.{reserved[0]} cannot be set: the model supplies "
+                                           f"{' and '.join(attention.MODEL_CONTEXT)} to the attention itself")
+        configurator.check_attention_params(name, params)
+    if cfg["protocol"] == "casino":
+        params = casino_params(name, params)
+    if cfg["attention"] or cfg["protocol"] == "casino":
+        model.set_attention(name, params)
     return model.to(cfg["device"]).eval()
 
 
-def load_tokens(cfg):
-    """The evaluated token range of the split as an int64 numpy array."""
+def casino_params(name, params):
+    """``params`` of attention ``name`` with ``exclude_self=True`` (the casino protocol).
+
+    Raises:
+        ConfigError: ``name`` has no ``exclude_self`` constructor parameter (the message lists the
+            attentions that have one), or params sets ``exclude_self`` to something else.
+    """
+    accepted = attention.accepted_params(name)
+    if "exclude_self" not in accepted:
+        able = [n for n in attention.registered() if "exclude_self" in attention.accepted_params(n)]
+        raise configurator.ConfigError(
+            f"the casino protocol needs self-exclusion, but attention '{name}' has no exclude_self "
+            f"parameter; attentions that have one: {', '.join(able)}")
+    if params.get("exclude_self", True) is not True:
+        raise configurator.ConfigError(
+            f"the casino protocol always uses exclude_self=True; got --attention.exclude_self={params['exclude_self']!r}")
+    return {**params, "exclude_self": True}
+
+
+def token_range(n_tokens, L, fraction, offset):
+    """(start, end) of the evaluated range of a split of ``n_tokens`` tokens: the range starts at
+    ceil(offset·n/L)·L and holds ceil(fraction·n/L) blocks of L tokens, clipped to the split
+    (the rule of the authors' inference_bench.py).
+
+    Raises:
+        ConfigError: fraction not in (0, 1], offset not in [0, 1), or an empty range.
+    """
+    if not (0.0 < fraction <= 1.0 and 0.0 <= offset < 1.0):
+        raise configurator.ConfigError(f"need 0 < fraction <= 1 and 0 <= offset < 1; got fraction={fraction}, offset={offset}")
+    start = math.ceil(offset * n_tokens / L) * L
+    end = min(n_tokens, start + math.ceil(fraction * n_tokens / L) * L)
+    if end - start < 2:
+        raise configurator.ConfigError(f"offset={offset} leaves {max(0, end - start)} token(s) of the {n_tokens} "
+                                       f"in the split at L={L}; nothing to score")
+    return start, end
+
+
+def load_tokens(cfg, L):
+    """The evaluated range of the split (``token_range``) as (int64 numpy array, range start,
+    number of tokens of the split).
+
+    Raises:
+        ConfigError: unknown split, data unavailable (the message says how to supply it), bad
+            fraction / offset.
+    """
     split = {"valid": "val", "validation": "val"}.get(cfg["split"], cfg["split"])
     try:
         data = wt2.load_split(split, cfg["dataset_config"], cfg["data_source_dir"] or None)
-    except wt2.DataUnavailable as e:
-        sys.exit(f"error: {e}")
-    if not (0.0 < cfg["fraction"] <= 1.0 and 0.0 <= cfg["offset"] < 1.0):
-        raise configurator.ConfigError(f"need 0 < fraction <= 1 and 0 <= offset < 1; got {cfg['fraction']}, {cfg['offset']}")
-    start = int(math.floor(cfg["offset"] * len(data)))
-    end = min(len(data), start + int(math.ceil(cfg["fraction"] * len(data))))
-    return np.asarray(data[start:end], dtype=np.int64)
+    except (wt2.DataUnavailable, ValueError) as e:
+        raise configurator.ConfigError(str(e)) from e
+    start, end = token_range(len(data), L, cfg["fraction"], cfg["offset"])
+    return np.asarray(data[start:end], dtype=np.int64), start, len(data)
 
 
 def windows(n_tokens, L, stride):
@@ -115,14 +202,43 @@ def windows(n_tokens, L, stride):
     return out
 
 
+def sampled_nll(logits, temperature, generator):
+    """The casino score at each position: sample a token from softmax(logits / temperature) and
+    return its negative log-probability under that tempered distribution.
+
+    Args:
+        logits: (B, T, V) float. temperature: > 0. generator: CPU torch.Generator (sampling is
+            done on the CPU so that a seed gives the same tokens on every device).
+
+    Returns:
+        (nll (B, T), entropy (B, T), sampled ids (B, T) int64), nats.
+    """
+    logp = F.log_softmax(logits / temperature, dim=-1)
+    probs = logp.exp()
+    sampled = torch.multinomial(probs.reshape(-1, probs.shape[-1]).cpu(), 1, generator=generator)
+    sampled = sampled.view(logits.shape[:-1]).to(logits.device)
+    nll = -logp.gather(-1, sampled.unsqueeze(-1)).squeeze(-1)
+    entropy = -(probs * logp).sum(-1)
+    return nll, entropy, sampled
+
+
 @torch.no_grad()
 def score(model, tokens, cfg, L):
-    """Sum of negative log-likelihoods and number of scored tokens (and for casino the sum of
-    tempered entropies) over the token array, batching windows of equal length."""
+    """Score the token array under ``cfg["protocol"]``, batching windows of equal length.
+
+    Returns a dict: ``nll_sum`` (nats; for casino: of the sampled tokens), ``entropy_sum``
+    (casino: sum of tempered entropies, else 0), ``count`` (scored tokens), and
+    ``position_nll`` / ``position_entropy`` / ``position_count``: numpy arrays of length L - 1
+    whose entry p sums over the tokens predicted at block position p, i.e. with p + 1 tokens
+    of context (filled for blocks / casino only).
+    """
     stride = L if cfg["protocol"] in ("blocks", "casino") else cfg["stride"]
     wins = windows(len(tokens), L, stride)
     gen = torch.Generator().manual_seed(cfg["seed"])
-    nll_sum, entropy_sum, count = 0.0, 0.0, 0
+    out = dict(nll_sum=0.0, entropy_sum=0.0, count=0, position_nll=np.zeros(L - 1),
+               position_entropy=np.zeros(L - 1), position_count=np.zeros(L - 1, dtype=np.int64))
+    t0 = time.time()
+    bar = tqdm(total=len(wins), unit="window", desc=f"{cfg['protocol']} L={L}", file=sys.stderr, disable=None)
     i = 0
     while i < len(wins):
         length = wins[i][1] - wins[i][0]
@@ -134,75 +250,105 @@ def score(model, tokens, cfg, L):
         x = torch.from_numpy(np.stack([tokens[b:e] for b, e, _ in group])).to(cfg["device"])
         logits, _ = model(x)
         logits = logits[:, :-1].float()  # position j predicts token j + 1
-        targets = x[:, 1:]
-        keep = torch.zeros_like(targets, dtype=torch.bool)
+        keep = torch.zeros(x.shape[0], length - 1, dtype=torch.bool, device=x.device)
         for row, (b, _, first) in enumerate(group):
             keep[row, max(0, first - b - 1):] = True
         if cfg["protocol"] == "casino":
-            logp = F.log_softmax(logits / cfg["temperature"], dim=-1)
-            probs = logp.exp()
-            sampled = torch.multinomial(probs.view(-1, probs.shape[-1]).cpu(), 1, generator=gen).view(targets.shape)
-            token_nll = -logp.gather(-1, sampled.to(logp.device).unsqueeze(-1)).squeeze(-1)
-            entropy_sum += (-(probs * logp).sum(-1))[keep].sum().item()
+            token_nll, entropy, _ = sampled_nll(logits, cfg["temperature"], gen)
+            entropy = entropy.masked_fill(~keep, 0.0)
+            out["entropy_sum"] += entropy.sum().item()
+            out["position_entropy"][:length - 1] += entropy.sum(0).double().cpu().numpy()
         else:
-            token_nll = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
-        nll_sum += token_nll[keep].sum().item()
-        count += int(keep.sum())
-    return nll_sum, entropy_sum, count
+            token_nll = F.cross_entropy(logits.transpose(1, 2), x[:, 1:], reduction="none")
+        token_nll = token_nll.masked_fill(~keep, 0.0)
+        out["nll_sum"] += token_nll.sum().item()
+        out["count"] += int(keep.sum())
+        if stride == L:
+            out["position_nll"][:length - 1] += token_nll.sum(0).double().cpu().numpy()
+            out["position_count"][:length - 1] += keep.sum(0).cpu().numpy()
+        bar.update(len(group))
+        bar.set_postfix_str(f"{out['count'] / max(time.time() - t0, 1e-9):,.0f} tokens/s")
+    bar.close()
+    return out
 
 
 def evaluate(cfg):
-    """Run one evaluation described by ``cfg`` (see DEFAULTS); returns the result dict."""
+    """Run one evaluation described by ``cfg`` (see DEFAULTS / HELP); returns the result dict.
+
+    Raises:
+        ConfigError: unknown protocol, block_size above the model's, per_position with the
+            strided protocol, and the errors of ``load_model`` / ``load_tokens``.
+    """
     if cfg["protocol"] not in PROTOCOLS:
         raise configurator.ConfigError(f"unknown protocol {cfg['protocol']!r}; allowed: {', '.join(PROTOCOLS)}")
+    if cfg["per_position"] and cfg["protocol"] == "strided":
+        raise configurator.ConfigError("per_position needs protocol=blocks or casino (positions of a block)")
+    if cfg["temperature"] <= 0:
+        raise configurator.ConfigError(f"temperature must be > 0; got {cfg['temperature']}")
     model = load_model(cfg)
     L = cfg["block_size"] or model.config.block_size
-    if L > model.config.block_size:
-        raise configurator.ConfigError(f"block_size {L} exceeds the model's block_size {model.config.block_size}")
+    if not 2 <= L <= model.config.block_size:
+        raise configurator.ConfigError(f"block_size must be in [2, {model.config.block_size}] (the model's); got {L}")
     for module in model.attention_modules():
-        module.exclude_self = cfg["protocol"] == "casino"
         module.reset_stats()
-    tokens = load_tokens(cfg)
+    tokens, start, n_split = load_tokens(cfg, L)
     t0 = time.time()
-    nll_sum, entropy_sum, count = score(model, tokens, cfg, L)
+    s = score(model, tokens, cfg, L)
     seconds = time.time() - t0
-    if count == 0:
-        raise ValueError(f"no token scored: the range has {len(tokens)} tokens")
     stats = {}
     for module in model.attention_modules():
         for key, value in module.stats().items():
             stats[key] = stats.get(key, 0) + value
-    mean_nll = nll_sum / count
+    casino = cfg["protocol"] == "casino"
+    count, n_range = s["count"], len(tokens)
+    mean_nll = s["nll_sum"] / count
     result = {
-        "metric": "casino" if cfg["protocol"] == "casino" else "perplexity",
-        "value": math.exp(mean_nll), "mean_nll": mean_nll, "tokens_scored": count,
+        "metric": "casino" if casino else "perplexity",
+        "value": math.exp(s["nll_sum"] / (n_range if casino else count)),
+        "value_denominator": "range_tokens" if casino else "tokens_scored",
+        "mean_nll": mean_nll, "nll_sum": s["nll_sum"], "tokens_scored": count,
         "seconds": seconds, "tokens_per_second": count / seconds,
         "protocol": cfg["protocol"], "stride": cfg["stride"] if cfg["protocol"] == "strided" else L,
         "context_length": L, "split": cfg["split"], "dataset_config": cfg["dataset_config"],
         "fraction": cfg["fraction"], "offset": cfg["offset"],
+        "range_rule": "start ceil(offset*N/L)*L, ceil(fraction*N/L) blocks of L, clipped to the split",
+        "range_start": start, "range_tokens": n_range, "split_tokens": n_split,
         "model": cfg["out_dir"] if cfg["init_from"] == "resume" else cfg["init_from"],
+        "model_block_size": model.config.block_size,
         "attention": model.config.attention, "attention_params": model.config.attention_params,
         "attention_stats": stats, "seed": cfg["seed"], "torch": torch.__version__,
     }
-    if cfg["protocol"] == "casino":
-        result["temperature"] = cfg["temperature"]
-        result["casino_expected"] = math.exp(entropy_sum / count)
+    if casino:
+        result.update(temperature=cfg["temperature"],
+                      casino_per_scored_token=math.exp(mean_nll),
+                      casino_expected=math.exp(s["entropy_sum"] / n_range),
+                      casino_expected_per_scored_token=math.exp(s["entropy_sum"] / count))
+    if cfg["per_position"]:
+        n = s["position_count"]
+        per = {"context_length": list(range(1, L)), "count": n.tolist(),
+               "mean_nll": (s["position_nll"] / np.maximum(n, 1)).tolist()}
+        if casino:
+            per["mean_entropy"] = (s["position_entropy"] / np.maximum(n, 1)).tolist()
+        result["per_position"] = per
     return result
 
 
 def main(argv):
+    """Parse ``argv`` (see HELP), evaluate, print a summary and write the JSON; returns the result dict."""
     torch.set_flush_denormal(True)
-    cfg = configurator.parse(DEFAULTS, argv)
+    cfg = configurator.parse(DEFAULTS, argv, help=HELP)
     if cfg["num_threads"]:
         torch.set_num_threads(cfg["num_threads"])
     torch.manual_seed(cfg["seed"])
     result = evaluate(cfg)
-    label = "casino pseudo-perplexity (NOT perplexity: sampled tokens at T=%.2f)" % cfg["temperature"] \
-        if result["metric"] == "casino" else "perplexity"
-    print(f"{label}: {result['value']:.3f}  mean NLL {result['mean_nll']:.4f} nats/token  "
-          f"tokens scored {result['tokens_scored']:,}  time {result['seconds']:.1f}s  "
-          f"({result['protocol']}, L={result['context_length']}, stride={result['stride']}, "
-          f"attention={result['attention']} {result['attention_params']})")
+    if result["metric"] == "casino":
+        label = "casino pseudo-perplexity (NOT perplexity: sampled tokens at T=%.2f)" % cfg["temperature"]
+    else:
+        label = "perplexity"
+    print(f"{label}: {result['value']:.3f}  mean NLL {result['mean_nll']:.4f} nats/scored token  "
+          f"tokens scored {result['tokens_scored']:,} of {result['range_tokens']:,} from {result['range_start']:,}  "
+          f"time {result['seconds']:.1f}s  ({result['protocol']}, L={result['context_length']}, "
+          f"stride={result['stride']}, attention={result['attention']} {result['attention_params']})")
     out_json = cfg["out_json"] or os.path.join(
         cfg["out_dir"] if cfg["init_from"] == "resume" else "results",
         f"eval_{cfg['split']}_{cfg['protocol']}_{result['attention']}.json")
@@ -216,4 +362,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    configurator.run_cli(main)

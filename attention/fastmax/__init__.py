@@ -59,8 +59,8 @@ class Fastmax(Attention):
         dropout_variant (str): "quadratic" (only the quadratic terms; needs p = 2), "standard"
             (linear and quadratic features independently) or "1d" (whole key tokens); section 2.4,
             defined in ``dropout.py``. Only the numerator is dropped, so E[output] is unchanged.
-        implementation (str): "auto" (Triton kernels for CUDA tensors when the head dim is one of
-            16, 32, 64, 128, else the PyTorch path), "pytorch" (chunked.py), "triton"
+        implementation (str): "auto" (Triton kernels for CUDA tensors of at most float32 precision
+            when the head dim is one of 16, 32, 64, 128, else the PyTorch path), "pytorch" (chunked.py), "triton"
             (triton_kernels.py; CPU tensors need TRITON_INTERPRET=1) or "reference" (the (T, T)
             matrix, for tests).
         chunk_size (int): positions per chunk of the causal fast paths, a power of two in
@@ -119,7 +119,8 @@ class Fastmax(Attention):
         """The implementation ``forward`` uses for a query tensor like q ("auto" resolved)."""
         if self.implementation != "auto":
             return self.implementation
-        if q.device.type == "cuda" and q.shape[-1] in TRITON_HEAD_DIMS and _triton_importable():
+        if (q.device.type == "cuda" and q.shape[-1] in TRITON_HEAD_DIMS and q.dtype != torch.float64
+                and _triton_importable()):
             return "triton"
         return "pytorch"
 

@@ -1,0 +1,431 @@
+"""Triton kernels of Fastmax: forward and backward, causal and not, chunked, float32 accumulation.
+
+Same mathematics and notation as ``chunked.py`` (read its docstring first): inputs are (N = B*H,
+T, D) float32 tensors, already normalized, padded keys zeroed; c0, c1, c2 carry the temperature.
+Any T (the last chunk is masked); D and Dv in {16, 32, 64, 128}; the chunk size BT is a power of
+two >= 16. Under ``TRITON_INTERPRET=1`` (set before this module is imported) they run on CPU
+tensors, which is how the tests check them against the reference.
+
+Work decomposition: one program per (batch*head n, value block of BV columns), walking over the
+chunks of the sequence in order (causal forward and dq), in reverse (causal key gradients) or
+twice (non-causal: first the sums over the whole sequence, then the outputs). States live in
+registers except the quadratic ones (D x D x BV and D x D per program), which live in a float32
+scratch buffer in global memory and are visited one row m at a time:
+
+    sum_{m,l} q_m q_l x3[m, l, :]  =  sum_m  (q_m q) @ x3[m]          (x3[m] is D x BV)
+
+Backward (section 2.5) recomputes the states from the saved q, k, v, output and denominator:
+- ``_dq_kernel``: prefix key states, dL/dq (a partial sum per value block, added afterwards);
+- ``_dkv_kernel``: suffix query states u0 = sum g, R1 = sum q (x) g, R2 = sum (q (x) q) (x) g and
+  (first value block) r1 = sum delta q, r2 = sum delta q (x) q; dL/dv per value block and
+  partial dL/dk (and the numerator keys under dropout).
+with g_i = dL/do_i / den_i and delta_i = (dL/do_i . o_i) / den_i from ``chunked.output_gradients``.
+Terms that do not depend on the value block (the denominator's) are added by value block 0 only.
+"""
+import torch
+import triton
+import triton.language as tl
+
+from attention.fastmax.chunked import output_gradients
+
+BLOCK_V = 64  # value columns per program (fewer when Dv is smaller)
+
+
+@triton.jit
+def _tile(base, rows, row_mask, cols, width):
+    """rows x cols block of a row-major (T, width) matrix, zero outside the sequence."""
+    return tl.load(base + rows[:, None] * width + cols[None, :], mask=row_mask[:, None], other=0.0)
+
+
+@triton.jit
+def _column(base, rows, row_mask, col, width):
+    return tl.load(base + rows * width + col, mask=row_mask, other=0.0)
+
+
+@triton.jit
+def _store_tile(base, rows, row_mask, cols, width, value):
+    tl.store(base + rows[:, None] * width + cols[None, :], value, mask=row_mask[:, None])
+
+
+@triton.jit
+def _fwd_kernel(Q, K, KL, KA, KB, V, RHO, OUT, DEN, X3, Y3, T, n_chunks, c0, c1, c2,
+                D: tl.constexpr, DV: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
+                CAUSAL: tl.constexpr, QUAD: tl.constexpr, SEPARATE: tl.constexpr):
+    n = tl.program_id(0)
+    iv = tl.program_id(1)
+    nv = tl.num_programs(1)
+    offs_c = tl.arange(0, BT)
+    offs_d = tl.arange(0, D)
+    offs_b = tl.arange(0, BV)
+    offs_v = iv * BV + offs_b
+    q_base, k_base = Q + n * T * D, K + n * T * D
+    kl_base, ka_base, kb_base = KL + n * T * D, KA + n * T * D, KB + n * T * D
+    v_base, rho_base = V + n * T * DV, RHO + n * T
+    x3_base = X3 + (n * nv + iv) * D * D * BV
+    y3_base = Y3 + (n * nv + iv) * D * D
+    x3_offs = offs_d[:, None] * BV + offs_b[None, :]
+
+    x2 = tl.zeros((D, BV), dtype=tl.float32)  # sum kl (x) v  (Eq. 28 / 34)
+    y2 = tl.zeros((D,), dtype=tl.float32)  # sum k      (Eq. 29 / 35)
+    x1 = tl.zeros((BV,), dtype=tl.float32)  # sum v
+    y1 = tl.zeros((1,), dtype=tl.float32)  # number of real keys
+
+    if not CAUSAL:  # first pass: the sums over the whole sequence
+        for c in range(0, n_chunks):
+            rows = c * BT + offs_c
+            rmask = rows < T
+            k = _tile(k_base, rows, rmask, offs_d, D)
+            v = _tile(v_base, rows, rmask, offs_v, DV)
+            kl = _tile(kl_base, rows, rmask, offs_d, D) if SEPARATE else k
+            x2 += tl.dot(tl.trans(kl), v, input_precision="ieee")
+            y2 += tl.sum(k, 0)
+            x1 += tl.sum(v, 0)
+            y1 += tl.sum(tl.load(rho_base + rows, mask=rmask, other=0.0), 0)
+            if QUAD:
+                kb = _tile(kb_base, rows, rmask, offs_d, D) if SEPARATE else k
+                for m in range(D):
+                    km = _column(k_base, rows, rmask, m, D)
+                    kam = _column(ka_base, rows, rmask, m, D) if SEPARATE else km
+                    x3m = tl.load(x3_base + m * D * BV + x3_offs)
+                    tl.store(x3_base + m * D * BV + x3_offs,
+                             x3m + tl.dot(tl.trans(kam[:, None] * kb), v, input_precision="ieee"))
+                    y3m = tl.load(y3_base + m * D + offs_d)
+                    tl.store(y3_base + m * D + offs_d, y3m + tl.sum(km[:, None] * k, 0))
+                tl.debug_barrier()
+
+    for c in range(0, n_chunks):  # outputs (and, causal, the running sums after use)
+        rows = c * BT + offs_c
+        rmask = rows < T
+        q = _tile(q_base, rows, rmask, offs_d, D)
+        k = _tile(k_base, rows, rmask, offs_d, D)
+        v = _tile(v_base, rows, rmask, offs_v, DV)
+        rho = tl.load(rho_base + rows, mask=rmask, other=0.0)
+        kl = _tile(kl_base, rows, rmask, offs_d, D) if SEPARATE else k
+        num = c0 * x1[None, :] + c1 * tl.dot(q, x2, input_precision="ieee")
+        den = c0 * y1 + c1 * tl.sum(q * y2[None, :], 1)
+        if CAUSAL:
+            count = y1 + tl.cumsum(rho, 0)
+            causal_mask = offs_c[:, None] >= offs_c[None, :]
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+            s_lin = tl.dot(q, tl.trans(kl), input_precision="ieee") if SEPARATE else s
+            w = c0 * rho[None, :] + c1 * s
+            w_num = c0 * rho[None, :] + c1 * s_lin
+            if QUAD:
+                w += c2 * s * s
+                if SEPARATE:
+                    ka = _tile(ka_base, rows, rmask, offs_d, D)
+                    kb = _tile(kb_base, rows, rmask, offs_d, D)
+                    w_num += c2 * tl.dot(q, tl.trans(ka), input_precision="ieee") * \
+                        tl.dot(q, tl.trans(kb), input_precision="ieee")
+                else:
+                    w_num += c2 * s * s
+            w = tl.where(causal_mask, w, 0.0)
+            w_num = tl.where(causal_mask, w_num, 0.0)
+            num += tl.dot(w_num, v, input_precision="ieee")
+            den += tl.sum(w, 1)
+        else:
+            count = y1 + tl.zeros((BT,), dtype=tl.float32)
+        if QUAD:
+            kb = _tile(kb_base, rows, rmask, offs_d, D) if SEPARATE else k
+            for m in range(D):
+                qm = _column(q_base, rows, rmask, m, D)
+                x3m = tl.load(x3_base + m * D * BV + x3_offs)
+                y3m = tl.load(y3_base + m * D + offs_d)
+                num += c2 * tl.dot(qm[:, None] * q, x3m, input_precision="ieee")
+                den += c2 * qm * tl.sum(q * y3m[None, :], 1)
+                if CAUSAL:
+                    km = _column(k_base, rows, rmask, m, D)
+                    kam = _column(ka_base, rows, rmask, m, D) if SEPARATE else km
+                    tl.store(x3_base + m * D * BV + x3_offs,
+                             x3m + tl.dot(tl.trans(kam[:, None] * kb), v, input_precision="ieee"))
+                    tl.store(y3_base + m * D + offs_d, y3m + tl.sum(km[:, None] * k, 0))
+            tl.debug_barrier()
+        has_key = count > 0
+        out = tl.where(has_key[:, None], num / tl.where(has_key, den, 1.0)[:, None], 0.0)
+        _store_tile(OUT + n * T * DV, rows, rmask, offs_v, DV, out)
+        if iv == 0:
+            tl.store(DEN + n * T + rows, den, mask=rmask)
+        if CAUSAL:
+            x2 += tl.dot(tl.trans(kl), v, input_precision="ieee")
+            y2 += tl.sum(k, 0)
+            x1 += tl.sum(v, 0)
+            y1 += tl.sum(rho, 0)
+
+
+@triton.jit
+def _dq_kernel(Q, K, KL, KA, KB, V, G, DELTA, DQ, X3, Y3, T, n_chunks, c0, c1, c2,
+               D: tl.constexpr, DV: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
+               CAUSAL: tl.constexpr, QUAD: tl.constexpr, SEPARATE: tl.constexpr):
+    n = tl.program_id(0)
+    iv = tl.program_id(1)
+    nv = tl.num_programs(1)
+    first = (iv == 0).to(tl.float32)  # denominator terms: once, not per value block
+    offs_c = tl.arange(0, BT)
+    offs_d = tl.arange(0, D)
+    offs_b = tl.arange(0, BV)
+    offs_v = iv * BV + offs_b
+    q_base, k_base = Q + n * T * D, K + n * T * D
+    kl_base, ka_base, kb_base = KL + n * T * D, KA + n * T * D, KB + n * T * D
+    v_base, g_base, delta_base = V + n * T * DV, G + n * T * DV, DELTA + n * T
+    x3_base = X3 + (n * nv + iv) * D * D * BV
+    y3_base = Y3 + (n * nv + iv) * D * D
+    x3_offs = offs_d[:, None] * BV + offs_b[None, :]
+
+    x2 = tl.zeros((D, BV), dtype=tl.float32)
+    y2 = tl.zeros((D,), dtype=tl.float32)
+    if not CAUSAL:
+        for c in range(0, n_chunks):
+            rows = c * BT + offs_c
+            rmask = rows < T
+            k = _tile(k_base, rows, rmask, offs_d, D)
+            v = _tile(v_base, rows, rmask, offs_v, DV)
+            kl = _tile(kl_base, rows, rmask, offs_d, D) if SEPARATE else k
+            x2 += tl.dot(tl.trans(kl), v, input_precision="ieee")
+            y2 += tl.sum(k, 0)
+            if QUAD:
+                kb = _tile(kb_base, rows, rmask, offs_d, D) if SEPARATE else k
+                for m in range(D):
+                    km = _column(k_base, rows, rmask, m, D)
+                    kam = _column(ka_base, rows, rmask, m, D) if SEPARATE else km
+                    x3m = tl.load(x3_base + m * D * BV + x3_offs)
+                    tl.store(x3_base + m * D * BV + x3_offs,
+                             x3m + tl.dot(tl.trans(kam[:, None] * kb), v, input_precision="ieee"))
+                    y3m = tl.load(y3_base + m * D + offs_d)
+                    tl.store(y3_base + m * D + offs_d, y3m + tl.sum(km[:, None] * k, 0))
+                tl.debug_barrier()
+
+    for c in range(0, n_chunks):
+        rows = c * BT + offs_c
+        rmask = rows < T
+        q = _tile(q_base, rows, rmask, offs_d, D)
+        k = _tile(k_base, rows, rmask, offs_d, D)
+        v = _tile(v_base, rows, rmask, offs_v, DV)
+        g = _tile(g_base, rows, rmask, offs_v, DV)
+        delta = tl.load(delta_base + rows, mask=rmask, other=0.0)
+        kl = _tile(kl_base, rows, rmask, offs_d, D) if SEPARATE else k
+        dq = c1 * tl.dot(g, tl.trans(x2), input_precision="ieee") - first * c1 * delta[:, None] * y2[None, :]
+        if CAUSAL:
+            causal_mask = offs_c[:, None] >= offs_c[None, :]
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+            p_num = tl.where(causal_mask, tl.dot(g, tl.trans(v), input_precision="ieee"), 0.0)
+            ds = -first * delta[:, None] * (c1 + 2 * c2 * s)
+            if SEPARATE:
+                dq += tl.dot(c1 * p_num, kl, input_precision="ieee")
+                if QUAD:
+                    ka = _tile(ka_base, rows, rmask, offs_d, D)
+                    kb = _tile(kb_base, rows, rmask, offs_d, D)
+                    s_a = tl.dot(q, tl.trans(ka), input_precision="ieee")
+                    s_b = tl.dot(q, tl.trans(kb), input_precision="ieee")
+                    dq += tl.dot(c2 * p_num * s_b, ka, input_precision="ieee")
+                    dq += tl.dot(c2 * p_num * s_a, kb, input_precision="ieee")
+            else:
+                ds += c1 * p_num
+                if QUAD:
+                    ds += 2 * c2 * p_num * s
+            dq += tl.dot(tl.where(causal_mask, ds, 0.0), k, input_precision="ieee")
+        if QUAD:
+            kb = _tile(kb_base, rows, rmask, offs_d, D) if SEPARATE else k
+            for m in range(D):
+                qm = _column(q_base, rows, rmask, m, D)
+                x3m = tl.load(x3_base + m * D * BV + x3_offs)
+                y3m = tl.load(y3_base + m * D + offs_d)
+                xg = tl.dot(g, tl.trans(x3m), input_precision="ieee")  # sum_j x3[m, l, j] g_j over l
+                onehot = (offs_d == m).to(tl.float32)
+                dq += c2 * (tl.sum(q * xg, 1)[:, None] * onehot[None, :] + qm[:, None] * xg)
+                dq -= first * 2 * c2 * (delta * qm)[:, None] * y3m[None, :]
+                if CAUSAL:
+                    km = _column(k_base, rows, rmask, m, D)
+                    kam = _column(ka_base, rows, rmask, m, D) if SEPARATE else km
+                    tl.store(x3_base + m * D * BV + x3_offs,
+                             x3m + tl.dot(tl.trans(kam[:, None] * kb), v, input_precision="ieee"))
+                    tl.store(y3_base + m * D + offs_d, y3m + tl.sum(km[:, None] * k, 0))
+            tl.debug_barrier()
+        _store_tile(DQ + (iv * tl.num_programs(0) + n) * T * D, rows, rmask, offs_d, D, dq)
+        if CAUSAL:
+            x2 += tl.dot(tl.trans(kl), v, input_precision="ieee")
+            y2 += tl.sum(k, 0)
+
+
+@triton.jit
+def _dkv_kernel(Q, K, KL, KA, KB, V, RHO, G, DELTA, DK, DKL, DKA, DKB, DVOUT, R2, S2, T, n_chunks, c0, c1, c2,
+                D: tl.constexpr, DV: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
+                CAUSAL: tl.constexpr, QUAD: tl.constexpr, SEPARATE: tl.constexpr):
+    n = tl.program_id(0)
+    iv = tl.program_id(1)
+    nv = tl.num_programs(1)
+    n_all = tl.num_programs(0)
+    first = (iv == 0).to(tl.float32)
+    offs_c = tl.arange(0, BT)
+    offs_d = tl.arange(0, D)
+    offs_b = tl.arange(0, BV)
+    offs_v = iv * BV + offs_b
+    q_base, k_base = Q + n * T * D, K + n * T * D
+    kl_base, ka_base, kb_base = KL + n * T * D, KA + n * T * D, KB + n * T * D
+    v_base, rho_base = V + n * T * DV, RHO + n * T
+    g_base, delta_base = G + n * T * DV, DELTA + n * T
+    r2_base = R2 + (n * nv + iv) * D * D * BV  # sum (q (x) q) (x) g
+    s2_base = S2 + (n * nv + iv) * D * D  # sum delta q (x) q
+    r2_offs = offs_d[:, None] * BV + offs_b[None, :]
+
+    r1 = tl.zeros((D, BV), dtype=tl.float32)  # sum q (x) g
+    u0 = tl.zeros((BV,), dtype=tl.float32)  # sum g
+    s1 = tl.zeros((D,), dtype=tl.float32)  # sum delta q
+    if not CAUSAL:
+        for c in range(0, n_chunks):
+            rows = c * BT + offs_c
+            rmask = rows < T
+            q = _tile(q_base, rows, rmask, offs_d, D)
+            g = _tile(g_base, rows, rmask, offs_v, DV)
+            delta = tl.load(delta_base + rows, mask=rmask, other=0.0)
+            r1 += tl.dot(tl.trans(q), g, input_precision="ieee")
+            u0 += tl.sum(g, 0)
+            s1 += tl.sum(delta[:, None] * q, 0)
+            if QUAD:
+                for m in range(D):
+                    qm = _column(q_base, rows, rmask, m, D)
+                    r2m = tl.load(r2_base + m * D * BV + r2_offs)
+                    tl.store(r2_base + m * D * BV + r2_offs,
+                             r2m + tl.dot(tl.trans(qm[:, None] * q), g, input_precision="ieee"))
+                    s2m = tl.load(s2_base + m * D + offs_d)
+                    tl.store(s2_base + m * D + offs_d, s2m + tl.sum((delta * qm)[:, None] * q, 0))
+                tl.debug_barrier()
+
+    for c_rev in range(0, n_chunks):
+        c = n_chunks - 1 - c_rev if CAUSAL else c_rev  # causal: keys see later queries
+        rows = c * BT + offs_c
+        rmask = rows < T
+        q = _tile(q_base, rows, rmask, offs_d, D)
+        k = _tile(k_base, rows, rmask, offs_d, D)
+        v = _tile(v_base, rows, rmask, offs_v, DV)
+        g = _tile(g_base, rows, rmask, offs_v, DV)
+        delta = tl.load(delta_base + rows, mask=rmask, other=0.0)
+        rho = tl.load(rho_base + rows, mask=rmask, other=0.0)
+        kl = _tile(kl_base, rows, rmask, offs_d, D) if SEPARATE else k
+        ka = _tile(ka_base, rows, rmask, offs_d, D) if SEPARATE else k
+        kb = _tile(kb_base, rows, rmask, offs_d, D) if SEPARATE else k
+        dv = c0 * rho[:, None] * u0[None, :] + c1 * tl.dot(kl, r1, input_precision="ieee")
+        dkl = c1 * tl.dot(v, tl.trans(r1), input_precision="ieee")
+        dka = tl.zeros((BT, D), dtype=tl.float32)
+        dkb = tl.zeros((BT, D), dtype=tl.float32)
+        dk = -first * c1 * s1[None, :] + tl.zeros((BT, D), dtype=tl.float32)
+        if CAUSAL:
+            causal_mask = offs_c[:, None] >= offs_c[None, :]  # [query i, key j]
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+            s_lin = tl.dot(q, tl.trans(kl), input_precision="ieee") if SEPARATE else s
+            s_a = tl.dot(q, tl.trans(ka), input_precision="ieee") if SEPARATE else s
+            s_b = tl.dot(q, tl.trans(kb), input_precision="ieee") if SEPARATE else s
+            p_num = tl.where(causal_mask, tl.dot(g, tl.trans(v), input_precision="ieee"), 0.0)
+            w_num = c0 * rho[None, :] + c1 * s_lin
+            if QUAD:
+                w_num += c2 * s_a * s_b
+                dka += tl.dot(tl.trans(c2 * p_num * s_b), q, input_precision="ieee")
+                dkb += tl.dot(tl.trans(c2 * p_num * s_a), q, input_precision="ieee")
+            dv += tl.dot(tl.trans(tl.where(causal_mask, w_num, 0.0)), g, input_precision="ieee")
+            dkl += tl.dot(tl.trans(c1 * p_num), q, input_precision="ieee")
+            ds = tl.where(causal_mask, -first * delta[:, None] * (c1 + 2 * c2 * s), 0.0)
+            dk += tl.dot(tl.trans(ds), q, input_precision="ieee")
+        if QUAD:
+            for m in range(D):
+                km = _column(k_base, rows, rmask, m, D)
+                kam = _column(ka_base, rows, rmask, m, D) if SEPARATE else km
+                r2m = tl.load(r2_base + m * D * BV + r2_offs)
+                s2m = tl.load(s2_base + m * D + offs_d)
+                vr = tl.dot(v, tl.trans(r2m), input_precision="ieee")  # sum_j R2[m, l, j] v_j over l
+                onehot = (offs_d == m).to(tl.float32)
+                dv += c2 * kam[:, None] * tl.dot(kb, r2m, input_precision="ieee")
+                dka += c2 * tl.sum(kb * vr, 1)[:, None] * onehot[None, :]
+                dkb += c2 * kam[:, None] * vr
+                dk -= first * 2 * c2 * km[:, None] * s2m[None, :]
+                if CAUSAL:
+                    qm = _column(q_base, rows, rmask, m, D)
+                    tl.store(r2_base + m * D * BV + r2_offs,
+                             r2m + tl.dot(tl.trans(qm[:, None] * q), g, input_precision="ieee"))
+                    tl.store(s2_base + m * D + offs_d, s2m + tl.sum((delta * qm)[:, None] * q, 0))
+            tl.debug_barrier()
+        _store_tile(DVOUT + n * T * DV, rows, rmask, offs_v, DV, dv)
+        part = (iv * n_all + n) * T * D
+        if SEPARATE:
+            _store_tile(DK + part, rows, rmask, offs_d, D, dk)
+            _store_tile(DKL + part, rows, rmask, offs_d, D, dkl)
+            _store_tile(DKA + part, rows, rmask, offs_d, D, dka)
+            _store_tile(DKB + part, rows, rmask, offs_d, D, dkb)
+        else:
+            _store_tile(DK + part, rows, rmask, offs_d, D, dk + dkl + dka + dkb)
+        if CAUSAL:
+            r1 += tl.dot(tl.trans(q), g, input_precision="ieee")
+            u0 += tl.sum(g, 0)
+            s1 += tl.sum(delta[:, None] * q, 0)
+
+
+def _check_float32(*tensors):
+    for t in tensors:
+        if t is not None and t.dtype != torch.float32:
+            raise ValueError(f"the Triton kernels take float32 tensors; got {t.dtype} (fast_forward casts)")
+
+
+def _prepare(q, k, v, kl, ka, kb, coeffs, chunk):
+    N, T, D = q.shape
+    DV = v.shape[-1]
+    quad = coeffs[2] != 0.0
+    separate = kl is not None or (quad and (ka is not None or kb is not None))
+    keys = [(k if t is None else t).contiguous() for t in (kl, ka, kb)]
+    bv = min(DV, BLOCK_V)
+    meta = dict(D=D, DV=DV, BT=int(chunk), BV=bv, QUAD=quad, SEPARATE=separate)
+    n_chunks = -(-T // int(chunk))
+    nv = DV // bv
+    scratch_shape = (N, nv, D, D) if quad else (1,)
+    return keys, meta, n_chunks, nv, scratch_shape
+
+
+class TritonBackend:
+    """Same interface as ``chunked._PyTorchBackend`` (float32 (N, T, X) tensors)."""
+
+    @staticmethod
+    def forward(q, k, v, kl, ka, kb, rho, causal, coeffs, chunk):
+        _check_float32(q, k, v, kl, ka, kb)
+        q, k, v, rho = q.contiguous(), k.contiguous(), v.contiguous(), rho.contiguous()
+        (kl, ka, kb), meta, n_chunks, nv, scratch = _prepare(q, k, v, kl, ka, kb, coeffs, chunk)
+        N, T, _ = q.shape
+        out = torch.empty_like(v)
+        den = torch.empty(N, T, dtype=q.dtype, device=q.device)
+        x3 = torch.zeros(*scratch, meta["BV"] if meta["QUAD"] else 1, dtype=torch.float32, device=q.device)
+        y3 = torch.zeros(*scratch, dtype=torch.float32, device=q.device)
+        _fwd_kernel[(N, nv)](q, k, kl, ka, kb, v, rho, out, den, x3, y3, T, n_chunks, *coeffs,
+                             CAUSAL=bool(causal), **meta)
+        return out, den
+
+    @staticmethod
+    def backward(grad_out, q, k, v, kl, ka, kb, rho, out, den, causal, coeffs, chunk):
+        g, delta = output_gradients(grad_out, out, den, rho, causal)
+        g, delta = g.contiguous(), delta.contiguous()
+        q, k, v, rho = q.contiguous(), k.contiguous(), v.contiguous(), rho.contiguous()
+        given = (kl, ka, kb)
+        (kl, ka, kb), meta, n_chunks, nv, scratch = _prepare(q, k, v, kl, ka, kb, coeffs, chunk)
+        N, T, D = q.shape
+        zeros = dict(dtype=torch.float32, device=q.device)
+        state3 = torch.zeros(*scratch, meta["BV"] if meta["QUAD"] else 1, **zeros)
+        state2 = torch.zeros(*scratch, **zeros)
+        dq = torch.empty(nv, N, T, D, **zeros)
+        _dq_kernel[(N, nv)](q, k, kl, ka, kb, v, g, delta, dq, state3, state2, T, n_chunks, *coeffs,
+                            CAUSAL=bool(causal), **meta)
+        state3.zero_()
+        state2.zero_()
+        dk = torch.empty(nv, N, T, D, **zeros)
+        dkl, dka, dkb = [torch.empty(nv, N, T, D, **zeros) if meta["SEPARATE"] else dk for _ in range(3)]
+        dv = torch.empty_like(v)
+        _dkv_kernel[(N, nv)](q, k, kl, ka, kb, v, rho, g, delta, dk, dkl, dka, dkb, dv, state3, state2, T,
+                             n_chunks, *coeffs, CAUSAL=bool(causal), **meta)
+        dk = dk.sum(0)
+        key_grads = []
+        for t, dt in zip(given, (dkl, dka, dkb)):
+            if t is None or not meta["SEPARATE"]:
+                key_grads.append(None)
+            else:
+                key_grads.append(dt.sum(0))
+        # a numerator key given but equal to k would have been passed as None by the Function;
+        # under dropout every given key gets its own gradient, missing ones are merged into dk
+        if meta["SEPARATE"]:
+            for i, t in enumerate(given):
+                if t is None:
+                    dk = dk + (dkl, dka, dkb)[i].sum(0)
+        return dq.sum(0), dk, dv, *key_grads

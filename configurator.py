@@ -99,7 +99,10 @@ def parse(defaults, argv, help=None):
             or a missing config file.
     """
     if any(arg in HELP_FLAGS for arg in argv):
-        print(format_help(defaults, help))
+        try:
+            print(format_help(defaults, help), flush=True)
+        except BrokenPipeError:  # `--help | head`: the reader left; not an error
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise SystemExit(0)
     config = {k: (dict(v) if isinstance(v, dict) else v) for k, v in defaults.items()}
     for arg in argv:

@@ -1,16 +1,34 @@
-"""Train a GPT on WikiText-2 (language modelling), nanoGPT style.
+"""Train a model on a task, nanoGPT style: one loop for every task.
 
     python train.py configs/wikitext2_gpt_mini.py --max_iters=200 --attention=softmax
+    python train.py --help                                   # every key, its default and meaning
     torchrun --standalone --nproc_per_node=2 train.py configs/wikitext2_gpt_mini.py   # DDP
 
-Every key of DEFAULTS below can be set in a config file or with --key=value; attention
-parameters with --attention.<param>=value. Checkpoints go to ``out_dir/ckpt.pt`` (written to a
-temporary file, then renamed). ``--init_from=resume`` continues exactly where the last checkpoint
-stopped: the batch of iteration i depends only on (seed, rank, i), and RNG states are saved.
+The task (``--task``, "lm" by default) decides the model class, the data, the batches, the loss
+and the evaluation metrics; it lives in ``tasks/<name>.py`` (interface in ``tasks/__init__.py``).
+This file holds only what every task shares: the optimizer and learning-rate schedule, gradient
+accumulation, clipping, mixed precision, ``torch.compile``, DDP, evaluation and checkpoints.
+
+Every key of DEFAULTS (train.py's own keys plus every task's keys) can be set in a config file
+or with --key=value; attention parameters with --attention.<param>=value.
+
+Checkpoints go to ``out_dir/ckpt.pt`` (written to a temporary file, then renamed). They hold
+``model``, ``optimizer``, ``model_args``, ``iter_num``, ``best_val_loss``, ``best_metric``,
+``config``, ``task``, ``rng_state`` (rank 0's CPU generator) and ``rng_states`` (every rank's
+torch, CUDA, NumPy and Python generators). ``--init_from=resume`` continues exactly where the
+checkpoint stopped: the batch of iteration i depends only on (seed, rank, i), each rank gets its
+own generator states back, and evaluation runs on a forked generator so it never shifts the
+training stream. A resumed run must use the same task and keeps the checkpoint's model keys.
+
+Per optimizer step: the micro-batch losses are summed, all-reduced over DDP ranks (so every rank
+sees the same value and a non-finite loss on any rank stops all of them), gradients clipped,
+the optimizer steps, then the model's ``after_optimizer_step()`` runs if it defines one (e.g.
+DANet's rescaling of the FFN weights).
 """
 import json
 import math
 import os
+import random
 import sys
 import time
 from contextlib import nullcontext
@@ -19,13 +37,16 @@ import numpy as np
 import torch
 
 import configurator
-from data.wikitext2 import prepare as wt2
-from model import GPT, ModelConfig, config_dict
+import data as data_lib
+import tasks
+from configurator import ConfigError
+from model import config_dict
+from tasks import batch_seed  # noqa: F401  (re-exported: the seeding convention of batches)
 
-DEFAULTS = dict(
+COMMON_DEFAULTS = dict(
     # I/O
     out_dir="out/wikitext2_gpt_mini",
-    init_from="scratch",  # "scratch" | "resume"
+    init_from="scratch",
     eval_interval=200,
     log_interval=10,
     eval_iters=20,
@@ -39,8 +60,6 @@ DEFAULTS = dict(
     # task and data
     task="lm",
     dataset="wikitext2",
-    dataset_config="wikitext-2-v1",
-    data_source_dir="",  # local wiki.*.tokens; env WIKITEXT2_DIR works too
     batch_size=16,
     block_size=256,
     gradient_accumulation_steps=1,
@@ -52,79 +71,102 @@ DEFAULTS = dict(
     bias=True,
     attention="softmax",
     attention_params={},
-    # optimizer: AdamW, warmup + cosine decay
+    # optimizer: AdamW, linear warmup, then the schedule
     learning_rate=1e-3,
     max_iters=2000,
     weight_decay=0.1,
     beta1=0.9,
     beta2=0.99,
     grad_clip=1.0,
-    decay_lr=True,
+    lr_schedule="cosine",
     warmup_iters=100,
     lr_decay_iters=2000,
     min_lr=1e-4,
     # system
     device="cpu",
-    dtype="float32",  # float32 | bfloat16 | float16 (autocast, GPU only)
+    dtype="float32",
     compile=False,
     seed=1337,
-    num_threads=0,  # torch CPU threads, 0 = torch's default
+    num_threads=0,
 )
+COMMON_HELP = dict(
+    out_dir="directory of ckpt.pt and log.jsonl",
+    init_from="'scratch' (new model) or 'resume' (continue from out_dir/ckpt.pt)",
+    eval_interval="evaluate (and checkpoint) every this many optimizer steps, and at max_iters",
+    log_interval="log the training loss every this many optimizer steps",
+    eval_iters="batches per split in each evaluation",
+    eval_only="evaluate the model once (e.g. with init_from=resume) and stop; writes no checkpoint",
+    always_save_checkpoint="write ckpt.pt at every evaluation (False: only when the task's best metric improves)",
+    wandb_log="log to Weights & Biases",
+    wandb_project="wandb project name",
+    wandb_run_name="wandb run name",
+    wandb_mode="wandb mode: online | offline | disabled",
+    task=f"what to train: {' | '.join(tasks.available())} (modules in tasks/)",
+    dataset="data set name; allowed values depend on the task (lm: wikitext2)",
+    batch_size="sequences per micro-batch per process",
+    block_size="tokens per training sequence = the model's maximum sequence length",
+    gradient_accumulation_steps="micro-batches per optimizer step, summed over all DDP processes",
+    n_layer="transformer blocks",
+    n_head="attention heads per block",
+    n_embd="model width (embedding size)",
+    dropout="dropout probability (training only)",
+    bias="biases in Linear layers and LayerNorms",
+    attention="attention mechanism, a registered name (attention/); parameters with --attention.<param>=value",
+    attention_params="parameters of the attention mechanism (dict)",
+    learning_rate="peak learning rate (AdamW)",
+    max_iters="optimizer steps in total",
+    weight_decay="AdamW weight decay on matrices (none on biases and norms)",
+    beta1="AdamW beta1",
+    beta2="AdamW beta2",
+    grad_clip="clip the global gradient norm to this (0 = no clipping)",
+    lr_schedule="after warmup: 'cosine' (decay to min_lr at lr_decay_iters) or 'constant'",
+    warmup_iters="linear warmup steps",
+    lr_decay_iters="step at which the cosine schedule reaches min_lr",
+    min_lr="final learning rate of the cosine schedule",
+    device="cpu | cuda | cuda:N (DDP uses cuda:LOCAL_RANK)",
+    dtype="float32 | bfloat16 | float16 (autocast; the last two need a GPU)",
+    compile="torch.compile the model for training (evaluation runs uncompiled)",
+    seed="seed of initialization, dropout and batches",
+    num_threads="torch CPU threads per process, 0 = torch's default",
+)
+# Task keys are merged in (see tasks/__init__.py) so that --help lists them and they are checked.
+DEFAULTS, HELP = tasks.merge_defaults(COMMON_DEFAULTS, COMMON_HELP)
 
-TASKS = ("lm",)
+LR_SCHEDULES = ("cosine", "constant")
+INIT_FROM = ("scratch", "resume")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def get_lr(it, cfg):
-    """Learning rate at iteration ``it``: linear warmup, cosine decay to ``min_lr``, then constant."""
-    if not cfg["decay_lr"]:
-        return cfg["learning_rate"]
+    """Learning rate at iteration ``it`` (0-based): linear warmup over ``warmup_iters`` steps,
+    then ``learning_rate`` ("constant") or a cosine decay to ``min_lr`` at ``lr_decay_iters``
+    and ``min_lr`` after it ("cosine").
+
+    Raises:
+        ValueError: unknown ``lr_schedule``.
+    """
+    if cfg["lr_schedule"] not in LR_SCHEDULES:
+        raise ValueError(f"unknown lr_schedule {cfg['lr_schedule']!r}; allowed: {', '.join(LR_SCHEDULES)}")
     if it < cfg["warmup_iters"]:
         return cfg["learning_rate"] * (it + 1) / (cfg["warmup_iters"] + 1)
+    if cfg["lr_schedule"] == "constant":
+        return cfg["learning_rate"]
     if it > cfg["lr_decay_iters"]:
         return cfg["min_lr"]
     ratio = (it - cfg["warmup_iters"]) / max(1, cfg["lr_decay_iters"] - cfg["warmup_iters"])
     return cfg["min_lr"] + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (cfg["learning_rate"] - cfg["min_lr"])
 
 
-def load_split(cfg, split):
-    """Memory-map the uint16 token file of ``split``, preparing the dataset first if needed."""
-    if cfg["dataset"] != "wikitext2":
-        raise ValueError(f"unknown dataset {cfg['dataset']!r}; available: wikitext2")
-    try:
-        return wt2.load_split(split, cfg["dataset_config"], cfg["data_source_dir"] or None)
-    except wt2.DataUnavailable as e:
-        sys.exit(f"error: {e}")
-
-
-def get_batch(data, batch_size, block_size, seed, device):
-    """Random (x, y) windows of ``block_size`` tokens drawn with a generator seeded by ``seed``,
-    so a batch is a pure function of its seed. Returns two (B, T) int64 tensors."""
-    rng = np.random.default_rng(seed)
-    starts = rng.integers(0, len(data) - block_size - 1, size=batch_size)
-    x = torch.from_numpy(np.stack([data[i:i + block_size].astype(np.int64) for i in starts]))
-    y = torch.from_numpy(np.stack([data[i + 1:i + 1 + block_size].astype(np.int64) for i in starts]))
-    return x.to(device), y.to(device)
-
-
-def batch_seed(cfg, rank, it, micro_step, stream=0):
-    """Distinct, reproducible seed per (seed, stream, rank, iteration, micro-step)."""
-    return [cfg["seed"], stream, rank, it, micro_step]
-
-
 def atomic_save(obj, path):
     """torch.save to ``path`` through a temporary file and a rename, so a crash never leaves a
     half-written checkpoint behind."""
     tmp = f"{path}.tmp.{os.getpid()}"
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
-def build_model(cfg, vocab_size):
-    configurator.check_attention_params(cfg["attention"], cfg["attention_params"])
-    mc = ModelConfig(block_size=cfg["block_size"], vocab_size=vocab_size, n_layer=cfg["n_layer"],
-                     n_head=cfg["n_head"], n_embd=cfg["n_embd"], dropout=cfg["dropout"], bias=cfg["bias"],
-                     attention=cfg["attention"], attention_params=dict(cfg["attention_params"]))
-    return GPT(mc)
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def configure_optimizer(model, cfg, device_type):
@@ -137,109 +179,256 @@ def configure_optimizer(model, cfg, device_type):
     return torch.optim.AdamW(groups, lr=cfg["learning_rate"], betas=(cfg["beta1"], cfg["beta2"]), fused=fused)
 
 
+def get_rng_state(device_type):
+    """This process's generator states: torch CPU, CUDA (current device), NumPy, Python."""
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if device_type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state, device_type):
+    """Restore what ``get_rng_state`` returned (the CUDA state only on a GPU)."""
+    torch.set_rng_state(state["torch"].cpu())
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if device_type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"].cpu())
+
+
+def check_config(cfg):
+    """Reject values train.py cannot run with (ConfigError with what is allowed)."""
+    if cfg["init_from"] not in INIT_FROM:
+        raise ConfigError(f"init_from must be one of {', '.join(INIT_FROM)}, got {cfg['init_from']!r}")
+    if cfg["lr_schedule"] not in LR_SCHEDULES:
+        raise ConfigError(f"unknown lr_schedule {cfg['lr_schedule']!r}; allowed: {', '.join(LR_SCHEDULES)}")
+    if cfg["dtype"] not in DTYPES:
+        raise ConfigError(f"unknown dtype {cfg['dtype']!r}; allowed: {', '.join(DTYPES)}")
+    if cfg["dtype"] != "float32" and "cuda" not in cfg["device"]:
+        raise ConfigError(f"dtype={cfg['dtype']} needs a GPU; use dtype=float32 on the CPU")
+    for key in ("batch_size", "block_size", "eval_interval", "log_interval", "eval_iters",
+                "gradient_accumulation_steps"):
+        if cfg[key] < 1:
+            raise ConfigError(f"{key} must be at least 1, got {cfg[key]}")
+    for key in ("max_iters", "warmup_iters", "num_threads"):
+        if cfg[key] < 0:
+            raise ConfigError(f"{key} must be non-negative, got {cfg[key]}")
+
+
+class Dist:
+    """The process's place in a DDP run (a single process: rank 0 of 1, ``ddp`` False)."""
+
+    def __init__(self, cfg):
+        self.ddp = int(os.environ.get("RANK", -1)) != -1
+        self.rank, self.world = 0, 1
+        if self.ddp:
+            backend = "nccl" if cfg["device"].startswith("cuda") else "gloo"
+            torch.distributed.init_process_group(backend=backend)
+            self.rank, self.world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+            if cfg["device"].startswith("cuda"):
+                cfg["device"] = f"cuda:{int(os.environ['LOCAL_RANK'])}"
+                torch.cuda.set_device(cfg["device"])
+        self.master = self.rank == 0
+
+    def close(self):
+        if self.ddp and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+    def broadcast(self, obj):
+        """Rank 0's ``obj`` on every rank (a barrier as well)."""
+        if not self.ddp:
+            return obj
+        box = [obj]
+        torch.distributed.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def gather(self, obj):
+        """List of every rank's ``obj`` on rank 0, None elsewhere."""
+        if not self.ddp:
+            return [obj]
+        out = [None] * self.world if self.master else None
+        torch.distributed.gather_object(obj, out, dst=0)
+        return out
+
+
+def prepare_and_load_data(task, cfg, dist):
+    """The task's data: prepared by rank 0 alone while the other ranks wait, then opened
+    read-only by every rank. A failure on rank 0 stops every rank with its message."""
+    failure = None
+    if dist.master:
+        try:
+            task.prepare_data(cfg)
+        except ConfigError as e:
+            failure = ("config", str(e))
+        except data_lib.DataUnavailable as e:
+            failure = ("data", str(e))
+        except Exception as e:  # a bug: the other ranks must not wait forever for rank 0
+            failure = ("other", f"{type(e).__name__}: {e}")
+            if not dist.ddp:
+                raise
+    failure = dist.broadcast(failure)
+    if failure is not None:
+        kind, message = failure
+        if kind == "config":
+            raise ConfigError(message)
+        if kind == "data":
+            raise SystemExit(f"error: {message}")
+        raise RuntimeError(f"data preparation failed on rank 0: {message}")
+    try:
+        return task.load_data(cfg)
+    except data_lib.DataUnavailable as e:
+        raise SystemExit(f"error: {e}") from None
+
+
+def load_checkpoint(path, cfg, task):
+    """The checkpoint at ``path`` (on the CPU), after checking it belongs to ``cfg``'s task; the
+    task's model keys of ``cfg`` are set from it.
+
+    Raises:
+        ConfigError: no checkpoint, another task, or a model key set explicitly to a value that
+            differs from the checkpoint's.
+    """
+    if not os.path.exists(path):
+        raise ConfigError(f"init_from=resume but there is no checkpoint at {path}")
+    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    saved_task = ckpt.get("task", ckpt["config"].get("task", "lm"))  # checkpoints before tasks were all "lm"
+    if saved_task != cfg["task"]:
+        raise ConfigError(f"the checkpoint {path} was trained on task {saved_task!r}, not {cfg['task']!r}; "
+                          f"resume it with --task={saved_task}")
+    for key in task.MODEL_KEYS:
+        saved = ckpt["config"][key]
+        if cfg[key] != DEFAULTS[key] and cfg[key] != saved:
+            raise ConfigError(f"{key}={cfg[key]!r} differs from the checkpoint's {saved!r}; a resumed run keeps "
+                              f"the checkpoint's model (drop the setting or start from scratch)")
+        cfg[key] = saved
+    return ckpt
+
+
 def main(argv):
+    """Parse ``argv`` (config files and --key=value), train, return the last evaluation's metrics
+    (None if there was none on this rank).
+
+    Raises:
+        SystemExit: --help (status 0); missing data or a non-finite loss (status 1, message on stderr).
+        ConfigError: bad configuration (``configurator.run_cli`` turns it into status 2).
+    """
     torch.set_flush_denormal(True)  # subnormal floats make CPU backward passes much slower
-    cfg = configurator.parse(DEFAULTS, argv)
-    if cfg["task"] not in TASKS:
-        raise configurator.ConfigError(f"unknown task {cfg['task']!r}; available: {', '.join(TASKS)}")
+    cfg = configurator.parse(DEFAULTS, argv, help=HELP)
+    task = tasks.get(cfg["task"])
+    tasks.check_task_keys(cfg, DEFAULTS, cfg["task"])
+    check_config(cfg)
     if cfg["num_threads"]:
         torch.set_num_threads(cfg["num_threads"])
+    dist = Dist(cfg)
+    try:
+        return _train(cfg, task, dist)
+    finally:
+        dist.close()
 
-    ddp = int(os.environ.get("RANK", -1)) != -1
-    if ddp:
-        backend = "nccl" if cfg["device"].startswith("cuda") else "gloo"
-        torch.distributed.init_process_group(backend=backend)
-        rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
-        if cfg["device"].startswith("cuda"):
-            cfg["device"] = f"cuda:{int(os.environ['LOCAL_RANK'])}"
-            torch.cuda.set_device(cfg["device"])
-        if cfg["gradient_accumulation_steps"] % world:
-            raise configurator.ConfigError(f"gradient_accumulation_steps={cfg['gradient_accumulation_steps']} "
-                                           f"must be divisible by the number of processes {world}")
-        grad_accum = cfg["gradient_accumulation_steps"] // world
-    else:
-        rank, world, grad_accum = 0, 1, cfg["gradient_accumulation_steps"]
-    master = rank == 0
+
+def _train(cfg, task, dist):
+    if cfg["gradient_accumulation_steps"] % dist.world:
+        raise ConfigError(f"gradient_accumulation_steps={cfg['gradient_accumulation_steps']} must be divisible "
+                          f"by the number of processes {dist.world}")
+    grad_accum = cfg["gradient_accumulation_steps"] // dist.world
     device, device_type = cfg["device"], ("cuda" if "cuda" in cfg["device"] else "cpu")
-    if cfg["dtype"] != "float32" and device_type == "cpu":
-        raise configurator.ConfigError(f"dtype={cfg['dtype']} needs a GPU; use dtype=float32 on the CPU")
-    ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[cfg["dtype"]]
+    ptdtype = DTYPES[cfg["dtype"]]
     autocast = nullcontext() if ptdtype == torch.float32 else torch.autocast(device_type, dtype=ptdtype)
-    torch.manual_seed(cfg["seed"] + rank)
+    torch.manual_seed(cfg["seed"] + dist.rank)
 
-    train_data, val_data = load_split(cfg, "train"), load_split(cfg, "val")
+    data = prepare_and_load_data(task, cfg, dist)
     ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
-    if cfg["init_from"] == "scratch":
-        model, iter_num, best_val = build_model(cfg, vocab_size=50304), 0, float("inf")  # 50257 padded to x64
-    elif cfg["init_from"] == "resume":
-        if not os.path.exists(ckpt_path):
-            sys.exit(f"error: --init_from=resume but no checkpoint at {ckpt_path}")
-        ckpt = torch.load(ckpt_path, map_location=device, weights_only=False)
-        for key in ("n_layer", "n_head", "n_embd", "block_size", "bias", "attention", "attention_params"):
-            cfg[key] = ckpt["config"][key]
-        model = build_model(cfg, vocab_size=ckpt["model_args"]["vocab_size"])
-        model.load_state_dict(ckpt["model"])
-        iter_num, best_val = ckpt["iter_num"], ckpt["best_val_loss"]
-    else:
-        raise configurator.ConfigError(f"init_from must be 'scratch' or 'resume', got {cfg['init_from']!r}")
-    model.to(device)
-    optimizer = configure_optimizer(model, cfg, device_type)
-    scaler = torch.amp.GradScaler(device_type, enabled=(ptdtype == torch.float16))
+    best_name, best_mode = task.BEST_METRIC
+    ckpt = None
     if cfg["init_from"] == "resume":
+        ckpt = load_checkpoint(ckpt_path, cfg, task)
+        raw_model = task.build_model(cfg, data, model_args=ckpt["model_args"])
+        raw_model.load_state_dict(ckpt["model"])
+        iter_num = ckpt["iter_num"]
+        best = ckpt["best_metric"]["value"] if "best_metric" in ckpt else ckpt["best_val_loss"]
+    else:
+        raw_model, iter_num = task.build_model(cfg, data), 0
+        best = math.inf if best_mode == "min" else -math.inf
+    raw_model.to(device)
+    optimizer = configure_optimizer(raw_model, cfg, device_type)
+    scaler = torch.amp.GradScaler(device_type, enabled=(ptdtype == torch.float16))
+    if ckpt is not None:
         optimizer.load_state_dict(ckpt["optimizer"])
-        torch.set_rng_state(ckpt["rng_state"])
-        del ckpt
-    raw_model = model
-    if cfg["compile"]:
-        model = torch.compile(model)
-    if ddp:
+        if "scaler" in ckpt:
+            scaler.load_state_dict(ckpt["scaler"])
+        states = ckpt.get("rng_states")
+        if states is not None and len(states) == dist.world:
+            set_rng_state(states[dist.rank], device_type)  # each rank its own generators
+        else:
+            if states is not None and dist.master:
+                print(f"warning: the checkpoint was written by {len(states)} processes, this run has {dist.world}; "
+                      f"generator states are not restored per rank, so the resumed run is not exact")
+            torch.set_rng_state(ckpt["rng_state"])
+        ckpt = None  # free the CPU copy
+    model = torch.compile(raw_model) if cfg["compile"] else raw_model
+    if dist.ddp:
         model = torch.nn.parallel.DistributedDataParallel(model)
+    after_step = getattr(raw_model, "after_optimizer_step", None)
 
-    if master:
+    if dist.master:
         os.makedirs(cfg["out_dir"], exist_ok=True)
-        print(f"model: {raw_model.num_params() / 1e6:.2f}M parameters (non-embedding counted with tied wte), "
-              f"attention={cfg['attention']} {cfg['attention_params']}")
+        print(f"task {cfg['task']}: {type(raw_model).__name__} with {raw_model.num_params() / 1e6:.2f}M parameters "
+              f"(non-embedding), attention={cfg['attention']} {cfg['attention_params']}")
     wandb_run = None
-    if cfg["wandb_log"] and master:
+    if cfg["wandb_log"] and dist.master:
         import wandb
         wandb_run = wandb.init(project=cfg["wandb_project"], name=cfg["wandb_run_name"], config=cfg,
                                mode=cfg["wandb_mode"], dir=cfg["out_dir"])
-
-    @torch.no_grad()
-    def estimate_loss():
-        """Mean loss over ``eval_iters`` fixed batches per split (same batches at every eval)."""
-        model.eval()
-        out = {}
-        for split, data in (("train", train_data), ("val", val_data)):
-            losses = [model(*get_batch(data, cfg["batch_size"], cfg["block_size"],
-                                       batch_seed(cfg, rank, k, 0, stream=1), device))[1].item()
-                      for k in range(cfg["eval_iters"])]
-            out[split] = float(np.mean(losses))
-        model.train()
-        return out
-
-    def save_checkpoint():
-        atomic_save({"model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
-                     "model_args": config_dict(raw_model.config), "iter_num": iter_num,
-                     "best_val_loss": best_val, "config": cfg, "rng_state": torch.get_rng_state()},
-                    ckpt_path)
-
     log_path = os.path.join(cfg["out_dir"], "log.jsonl")
 
-    def evaluate_and_log(lr):
-        """estimate_loss, printed and appended to log.jsonl (and wandb)."""
-        losses = estimate_loss()
-        print(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}, "
-              f"val ppl {math.exp(losses['val']):.2f}")
+    def log(record):
         with open(log_path, "a") as f:
-            f.write(json.dumps({"iter": iter_num, "eval": losses, "elapsed_s": time.time() - t_start}) + "\n")
-        if wandb_run:
-            wandb_run.log({"iter": iter_num, "train/loss": losses["train"], "val/loss": losses["val"], "lr": lr})
-        return losses
+            f.write(json.dumps(record) + "\n")
 
-    tokens_per_iter = grad_accum * world * cfg["batch_size"] * cfg["block_size"]
-    if master:
+    def evaluate():
+        """The task's metrics on the unwrapped model, in eval mode, without gradients, on a forked
+        generator (evaluation never shifts the training random stream)."""
+        raw_model.eval()
+        fork_devices = [torch.cuda.current_device()] if device_type == "cuda" else []
+        with torch.no_grad(), torch.random.fork_rng(devices=fork_devices), autocast:
+            metrics = tasks.to_float(task.evaluate(raw_model, data, cfg, device))
+        raw_model.train()
+        if best_name not in metrics:
+            raise KeyError(f"task {cfg['task']!r}: evaluate() returned {sorted(metrics)}, without its "
+                           f"BEST_METRIC {best_name!r}")
+        print(f"step {iter_num}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()), flush=True)
+        log({"iter": iter_num, "eval": metrics, "elapsed_s": time.time() - t_start})
+        if wandb_run:
+            wandb_run.log({"iter": iter_num, **{f"eval/{k}": v for k, v in metrics.items()}})
+        return metrics
+
+    def save_checkpoint(rng_states):
+        atomic_save({"model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
+                     "model_args": config_dict(raw_model.config), "iter_num": iter_num,
+                     "best_val_loss": best if best_name == "val_loss" else None,
+                     "best_metric": {"name": best_name, "mode": best_mode, "value": best},
+                     "config": cfg, "task": cfg["task"], "scaler": scaler.state_dict(),
+                     "rng_state": rng_states[0]["torch"], "rng_states": rng_states, "world_size": dist.world},
+                    ckpt_path)
+
+    def forward_loss(batch):
+        try:
+            with autocast:
+                return task.loss(model, batch)
+        except RuntimeError as e:
+            if _runs_without_grad(task, raw_model, batch, autocast):
+                name = cfg["attention"]
+                raise ConfigError(
+                    f"attention={name!r} cannot be trained: its forward pass fails with gradients enabled but "
+                    f"runs without them (an inference-only method). Train with a trainable attention such as "
+                    f"softmax and swap {name!r} in at evaluation (python eval_ppl.py --attention={name}). "
+                    f"The error was: {e}") from e
+            raise
+
+    tokens_per_iter = grad_accum * dist.world * task.batch_tokens(cfg)
+    if dist.master:
         print(f"tokens per iteration: {tokens_per_iter:,}")
+    start_iter, metrics = iter_num, None
     t_start = t_last = time.time()
     tokens_since = 0
     while True:
@@ -247,63 +436,88 @@ def main(argv):
         for group in optimizer.param_groups:
             group["lr"] = lr
 
-        if iter_num % cfg["eval_interval"] == 0 and master and (iter_num > 0 or cfg["eval_only"]):
-            losses = evaluate_and_log(lr)
-            if losses["val"] < best_val or cfg["always_save_checkpoint"]:
-                best_val = min(best_val, losses["val"])
-                save_checkpoint()
-                print(f"saved checkpoint to {ckpt_path}")
-        if cfg["eval_only"] or iter_num >= cfg["max_iters"]:
+        # Evaluate at every eval_interval and at the end, but not again at the step a run resumes from.
+        at_end = iter_num >= cfg["max_iters"]
+        if cfg["eval_only"] or (iter_num > start_iter and (iter_num % cfg["eval_interval"] == 0 or at_end)):
+            t_eval = time.time()
+            rng_states = dist.gather(get_rng_state(device_type))  # every rank, before any more draws
+            if dist.master:
+                metrics = evaluate()
+                if not cfg["eval_only"]:
+                    value = metrics[best_name]
+                    improved = value < best if best_mode == "min" else value > best
+                    best = value if improved else best
+                    if improved or cfg["always_save_checkpoint"]:
+                        save_checkpoint(rng_states)
+                        print(f"saved checkpoint to {ckpt_path}")
+            t_last += time.time() - t_eval  # tokens/s counts training time only
+        if cfg["eval_only"] or at_end:
             break
 
-        loss_sum = 0.0
+        loss_sum = torch.zeros((), device=device)
+        metric_sums = {}
         for micro_step in range(grad_accum):
-            x, y = get_batch(train_data, cfg["batch_size"], cfg["block_size"],
-                             batch_seed(cfg, rank, iter_num, micro_step), device)
+            batch = task.get_batch(data, "train", cfg, tasks.batch_seed(cfg, dist.rank, iter_num, micro_step), device)
             sync = nullcontext()
-            if ddp and micro_step < grad_accum - 1:
-                sync = model.no_sync()  # all-reduce only on the last micro-step
-            with sync, autocast:
-                _, loss = model(x, y)
-                loss = loss / grad_accum
-            scaler.scale(loss).backward()
-            loss_sum += loss.item()
-        if not math.isfinite(loss_sum):
+            if dist.ddp and micro_step < grad_accum - 1:
+                sync = model.no_sync()  # all-reduce gradients only on the last micro-step
+            with sync:
+                loss, step_metrics = forward_loss(batch)
+                scaler.scale(loss / grad_accum).backward()
+            loss_sum += loss.detach().float() / grad_accum
+            for name, value in step_metrics.items():
+                metric_sums[name] = metric_sums.get(name, 0.0) + value / grad_accum
+        if dist.ddp:  # every rank gets the mean loss, so a non-finite loss anywhere stops every rank
+            torch.distributed.all_reduce(loss_sum)
+            loss_sum /= dist.world
+        loss_value = loss_sum.item()
+        if not math.isfinite(loss_value):
             optimizer.zero_grad(set_to_none=True)
-            msg = (f"error: non-finite loss ({loss_sum}) at iteration {iter_num}; stopping. "
-                   f"The last good checkpoint ({ckpt_path}) is untouched; try a lower learning_rate.")
-            if ddp:
-                torch.distributed.destroy_process_group()
-            sys.exit(msg)
+            where = f" (mean over {dist.world} processes; rank {dist.rank} stops)" if dist.ddp else ""
+            # printed at once (every rank): torchrun may end the other ranks as soon as one exits
+            print(f"error: non-finite loss ({loss_value}) at iteration {iter_num}{where}. The last good "
+                  f"checkpoint ({ckpt_path}) is untouched; try a lower learning_rate.", file=sys.stderr, flush=True)
+            raise SystemExit(1)
         if cfg["grad_clip"] > 0:
             scaler.unscale_(optimizer)
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
         scaler.step(optimizer)
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
+        if after_step is not None:
+            with torch.no_grad():
+                after_step()
 
         iter_num += 1
         tokens_since += tokens_per_iter
-        if iter_num % cfg["log_interval"] == 0 and master:
+        if iter_num % cfg["log_interval"] == 0 and dist.master:
             now = time.time()
-            print(f"iter {iter_num}: loss {loss_sum:.4f}, lr {lr:.2e}, {tokens_since / (now - t_last):,.0f} tok/s, "
-                  f"elapsed {now - t_start:.0f}s")
-            with open(log_path, "a") as f:
-                f.write(json.dumps({"iter": iter_num, "loss": loss_sum, "lr": lr,
-                                    "tok_per_s": tokens_since / (now - t_last), "elapsed_s": now - t_start}) + "\n")
+            rate = tokens_since / max(now - t_last, 1e-9)
+            extra = {f"train_{k}": v for k, v in tasks.to_float(metric_sums).items() if k != "loss"}
+            print(f"iter {iter_num}: loss {loss_value:.4f}, lr {lr:.2e}, {rate:,.0f} tok/s, "
+                  f"elapsed {now - t_start:.0f}s" + "".join(f", {k} {v:.4f}" for k, v in extra.items()), flush=True)
+            log({"iter": iter_num, "loss": loss_value, "lr": lr, "tok_per_s": rate, "elapsed_s": now - t_start,
+                 **extra})
             if wandb_run:
-                wandb_run.log({"iter": iter_num, "train/loss_step": loss_sum, "lr": lr})
+                wandb_run.log({"iter": iter_num, "train/loss_step": loss_value, "lr": lr,
+                               **{f"train/{k}": v for k, v in extra.items()}})
             t_last, tokens_since = now, 0
 
-    if iter_num >= cfg["max_iters"] and master and not cfg["eval_only"] and iter_num % cfg["eval_interval"]:
-        best_val = min(best_val, evaluate_and_log(lr)["val"])
-        save_checkpoint()  # the final state, whatever the eval schedule
-        print(f"saved final checkpoint to {ckpt_path}")
     if wandb_run:
         wandb_run.finish()
-    if ddp:
-        torch.distributed.destroy_process_group()
+    return metrics
+
+
+def _runs_without_grad(task, model, batch, autocast):
+    """True if ``task.loss`` succeeds on ``batch`` under torch.no_grad (used to recognise an
+    inference-only attention after a training forward pass failed)."""
+    try:
+        with torch.no_grad(), autocast:
+            task.loss(model, batch)
+    except Exception:
+        return False
+    return True
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    configurator.run_cli(main)

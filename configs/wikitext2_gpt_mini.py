@@ -1,6 +1,7 @@
 # A GPT small enough to train on WikiText-2 in under an hour on a 2-core CPU.
 # python train.py configs/wikitext2_gpt_mini.py
 out_dir = "out/wikitext2_gpt_mini"
+task = "lm"
 dataset = "wikitext2"
 dataset_config = "wikitext-2-v1"
 
@@ -14,6 +15,7 @@ batch_size = 4  # 4,096 tokens per iteration
 gradient_accumulation_steps = 1
 max_iters = 650
 lr_decay_iters = 650
+lr_schedule = "cosine"
 warmup_iters = 50
 learning_rate = 2e-3
 min_lr = 1e-4

@@ -21,21 +21,25 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import configurator  # noqa: E402
+import tasks  # noqa: E402
 import train  # noqa: E402
 
 
 def bare_loop(cfg, iters):
-    """tokens/s of a plain loop: get_batch, forward, backward, clip, AdamW step."""
+    """tokens/s of a plain loop over the task's functions: get_batch, forward + loss, backward,
+    clip, AdamW step."""
+    task = tasks.get(cfg["task"])
     torch.manual_seed(cfg["seed"])
-    model = train.build_model(cfg, vocab_size=50304)
+    task.prepare_data(cfg)
+    data = task.load_data(cfg)
+    model = task.build_model(cfg, data)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg["learning_rate"], weight_decay=cfg["weight_decay"])
-    data = train.load_split(cfg, "train")
-    tokens = cfg["batch_size"] * cfg["block_size"]
+    tokens = task.batch_tokens(cfg)
     elapsed = 0.0
     for it in range(iters + 1):
         t0 = time.perf_counter()
-        x, y = train.get_batch(data, cfg["batch_size"], cfg["block_size"], [cfg["seed"], it], "cpu")
-        _, loss = model(x, y)
+        batch = task.get_batch(data, "train", cfg, [cfg["seed"], it], "cpu")
+        loss, _ = task.loss(model, batch)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
         optimizer.step()
@@ -49,7 +53,7 @@ def train_py(config_files, iters):
     """tokens/s that train.py reports, with logging every iteration and no eval in the window."""
     with tempfile.TemporaryDirectory() as out:
         train.main([*config_files, f"--out_dir={out}", f"--max_iters={iters + 1}", "--log_interval=1",
-                    f"--eval_interval={10 ** 9}", "--always_save_checkpoint=False"])
+                    f"--eval_interval={10 ** 9}", "--eval_iters=1", "--always_save_checkpoint=False"])
         with open(os.path.join(out, "log.jsonl")) as f:
             rows = [json.loads(line) for line in f if '"tok_per_s"' in line]
     rates = [r["tok_per_s"] for r in rows[1:]]  # drop the warm-up step
@@ -59,8 +63,10 @@ def train_py(config_files, iters):
 def main(argv):
     torch.set_flush_denormal(True)
     files = [a for a in argv if not a.startswith("--")] or [os.path.join(ROOT, "configs", "wikitext2_gpt_mini.py")]
-    opts = configurator.parse({"iters": 8, "rounds": 3}, [a for a in argv if a.startswith("--")])
-    cfg = configurator.parse(train.DEFAULTS, files)
+    opts = configurator.parse({"iters": 8, "rounds": 3}, [a for a in argv if a.startswith("--")],
+                              help={"iters": "timed optimizer steps per round (after one warm-up step)",
+                                    "rounds": "rounds, each timing train.py then the bare loop"})
+    cfg = configurator.parse(train.DEFAULTS, files, help=train.HELP)
     rows = []
     for r in range(opts["rounds"]):
         rows.append({"round": r, "impl": "train.py", "tok_per_s": train_py(files, opts["iters"])})
@@ -98,4 +104,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    configurator.run_cli(main)

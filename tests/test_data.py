@@ -34,3 +34,60 @@ def test_missing_source_is_a_clear_error(tmp_path):
         wt2.prepare("wikitext-2-v1", source_dir=str(tmp_path), out_dir=str(tmp_path / "o"))
     with pytest.raises(ValueError, match="allowed"):
         wt2.prepare("wikitext-3", source_dir=str(tmp_path))
+
+
+def gpt2():
+    import tiktoken
+    return tiktoken.get_encoding("gpt2")
+
+
+def test_chunked_encoding_equals_whole_text_encoding(wikitext2_dir):
+    enc = gpt2()
+    # whitespace runs, newlines, contractions, digits and punctuation around every possible cut
+    tricky = "a\n\n\nb  c \n \n = Title = \n\nit's 12,345.6 cats' toys ...  \n\n  x\ty\n" * 50
+    for size in (1, 7, 64):
+        pieces = list(wt2.text_chunks(tricky, size))
+        assert "".join(pieces) == tricky and len(pieces) > 1
+        by_piece = [t for p in pieces for t in enc.encode_ordinary(p)]
+        assert by_piece == enc.encode_ordinary(tricky)
+    text = open(os.path.join(wikitext2_dir, "wiki.valid.tokens"), encoding="utf-8").read()
+    chunked = np.concatenate([np.array(enc.encode_ordinary(p), np.uint16) for p in wt2.text_chunks(text, 4096)])
+    assert np.array_equal(chunked, np.array(enc.encode_ordinary(text), np.uint16))
+    assert np.array_equal(wt2.encode(text, enc), chunked)
+
+
+def test_open_split_never_prepares(tmp_path, monkeypatch):
+    import pytest
+    import data
+    monkeypatch.setattr(wt2, "HERE", str(tmp_path))
+    with pytest.raises(data.DataUnavailable, match="prepare.py --config=wikitext-2-v1"):
+        wt2.open_split("train")
+    assert not wt2.is_prepared() and os.listdir(tmp_path) == []
+    with pytest.raises(ValueError, match="allowed: train, val, test"):
+        wt2.open_split("valid")
+
+
+def test_sample_windows_covers_every_start_and_rejects_short_arrays():
+    import pytest
+    import data
+    tokens = np.arange(12, dtype=np.uint16)
+    windows = data.sample_windows(tokens, 400, 10, seed=[3, 1])
+    assert windows.shape == (400, 10) and windows.dtype == np.int64
+    assert set(windows[:, 0].tolist()) == {0, 1, 2}  # starts 0 .. N - length, the last included
+    assert np.array_equal(windows, data.sample_windows(tokens, 400, 10, seed=[3, 1]))
+    assert (np.diff(windows, axis=1) == 1).all()  # consecutive tokens
+    with pytest.raises(ValueError, match="val has 12 tokens, fewer than the 13 a window needs"):
+        data.sample_windows(tokens, 1, 13, seed=0, name="val")
+
+
+def test_prepare_leaves_no_temporary_files(tmp_path, wikitext2_dir, monkeypatch):
+    # a tiny copy of the corpus keeps this fast
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("train", "valid", "test"):
+        text = open(os.path.join(wikitext2_dir, f"wiki.{name}.tokens"), encoding="utf-8").read()[:20_000]
+        (src / f"wiki.{name}.tokens").write_text(text, encoding="utf-8")
+    out = tmp_path / "out"
+    meta = wt2.prepare("wikitext-2-v1", source_dir=str(src), out_dir=str(out), verbose=False)
+    assert sorted(os.listdir(out)) == ["meta.json", "test.bin", "train.bin", "val.bin"]
+    assert wt2.is_prepared(out_dir=str(out)) and all(n > 1000 for n in meta["tokens"].values())

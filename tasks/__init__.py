@@ -1,0 +1,160 @@
+"""Training tasks. train.py runs one loop for every task; what differs between tasks (the model
+class, the data, the batches, the loss, the evaluation) lives in one module per task with the
+same few names. ``tasks/lm.py`` (causal language modelling) is the example to copy.
+
+A task module defines:
+
+    DEFAULTS: dict          the task's own config keys and their defaults
+    HELP: dict              one-line meaning of each key of DEFAULTS (shown by --help)
+    MODEL_KEYS: tuple       config keys that shape the model; a resumed run takes them from the
+                            checkpoint (an explicit different value is an error)
+    BEST_METRIC: (name, "min" | "max")
+                            the key of evaluate()'s result that decides which checkpoint is best
+    prepare_data(cfg) -> None
+                            download / tokenize / write whatever load_data reads; called on rank
+                            0 only while the other DDP ranks wait; idempotent
+    load_data(cfg) -> data  open the prepared data read-only (every rank); ``data`` is any
+                            object, usually a dict split name -> array
+    build_model(cfg, data, model_args=None) -> torch.nn.Module
+                            a new model from cfg, or exactly the model of a checkpoint's
+                            ``model_args`` (resume)
+    get_batch(data, split, cfg, seed, device) -> batch
+                            a batch (dict of tensors) that depends only on ``seed``
+    loss(model, batch) -> (loss, metrics)
+                            scalar loss tensor to minimise and a dict name -> float or 0-dim tensor
+                            (logged, averaged over micro-steps)
+    evaluate(model, data, cfg, device) -> dict name -> float
+                            metrics on the evaluation splits; includes BEST_METRIC[0]; train.py
+                            calls it on the unwrapped model, in eval mode, under torch.no_grad
+    batch_tokens(cfg) -> int
+                            tokens in one batch (for tokens/s)
+
+Config keys. train.py's DEFAULTS = its own keys + the DEFAULTS of every registered task
+(``merge_defaults``), so ``python train.py --help`` lists all of them, each task key's meaning
+prefixed with the tasks that use it. Two tasks may declare the same key (e.g. WikiText-2's
+``dataset_config`` for lm and mlm) only with the same default; a task key may not shadow a
+train.py key. Setting a key that only other tasks use is an error (``check_task_keys``).
+
+Registering a task: add ``name: "tasks.<module>"`` to ``REGISTRY``.
+"""
+import importlib
+import time
+
+import torch
+
+from configurator import ConfigError
+
+REGISTRY = {
+    "lm": "tasks.lm",
+}
+
+REQUIRED = ("DEFAULTS", "HELP", "MODEL_KEYS", "BEST_METRIC", "prepare_data", "load_data", "build_model",
+            "get_batch", "loss", "evaluate", "batch_tokens")
+
+
+def available():
+    """Names of the registered tasks, in registration order."""
+    return list(REGISTRY)
+
+
+def get(name):
+    """The module of task ``name``.
+
+    Raises:
+        ConfigError: ``name`` is not registered (the message lists the available tasks).
+        TypeError: the module lacks a name of the task interface (a programming error).
+    """
+    if name not in REGISTRY:
+        raise ConfigError(f"unknown task {name!r}; available tasks: {', '.join(available())}")
+    module = importlib.import_module(REGISTRY[name])
+    missing = [attr for attr in REQUIRED if not hasattr(module, attr)]
+    if missing:
+        raise TypeError(f"task module {module.__name__} lacks {', '.join(missing)} (see tasks/__init__.py)")
+    name_, mode = module.BEST_METRIC
+    if mode not in ("min", "max"):
+        raise TypeError(f"{module.__name__}.BEST_METRIC mode must be 'min' or 'max', got {mode!r}")
+    return module
+
+
+def owners(name):
+    """Registered task names that declare config key ``name``."""
+    return [task for task in available() if name in get(task).DEFAULTS]
+
+
+def merge_defaults(common_defaults, common_help):
+    """train.py's config: its own keys followed by every registered task's keys.
+
+    Returns:
+        (defaults, help): two new dicts; a task key's help reads "[lm, mlm] meaning".
+
+    Raises:
+        ValueError: a task key shadows a train.py key, two tasks give one key different
+            defaults, or a task key has no help line.
+    """
+    defaults, help = dict(common_defaults), dict(common_help)
+    users = {}
+    for task in available():
+        module = get(task)
+        for key, value in module.DEFAULTS.items():
+            if key in common_defaults:
+                raise ValueError(f"task {task!r} declares config key {key!r}, which train.py already defines")
+            if key not in module.HELP:
+                raise ValueError(f"task {task!r} has no HELP line for its config key {key!r}")
+            if key in defaults and defaults[key] != value:
+                raise ValueError(f"config key {key!r} has default {defaults[key]!r} in task(s) "
+                                 f"{', '.join(users[key])} but {value!r} in task {task!r}")
+            defaults[key] = value
+            users.setdefault(key, []).append(task)
+            help[key] = module.HELP[key]  # the first task's wording wins; prefixed below
+    for key, names in users.items():
+        help[key] = f"[{', '.join(names)}] {help[key]}"
+    return defaults, help
+
+
+def check_task_keys(cfg, defaults, task):
+    """Reject a task key set to a non-default value while another task runs (it would be
+    silently ignored).
+
+    Raises:
+        ConfigError: names the key and the tasks that use it.
+    """
+    own = get(task).DEFAULTS
+    for other in available():
+        if other == task:
+            continue
+        for key in get(other).DEFAULTS:
+            if key not in own and cfg[key] != defaults[key]:
+                raise ConfigError(f"config key {key!r} belongs to task(s) {', '.join(owners(key))}, "
+                                  f"not to task {task!r}; remove it or set --task")
+
+
+def batch_seed(cfg, rank, it, micro_step, stream=0):
+    """Seed of one batch: distinct and reproducible per (seed, stream, rank, iteration,
+    micro-step). Stream 0 = training batches, 1 = evaluation batches."""
+    return [cfg["seed"], stream, rank, it, micro_step]
+
+
+def mean_over_batches(task, model, data, split, cfg, device, n_batches):
+    """Mean of each metric of ``task.loss`` over ``n_batches`` fixed batches of ``split``
+    (evaluation stream; the same batches at every call), with a tqdm bar (tokens/s) on stderr.
+
+    Returns:
+        dict metric name -> float (the "loss" metric is the mean loss).
+    """
+    from tqdm import tqdm
+
+    sums, t0 = {}, time.perf_counter()
+    tokens = task.batch_tokens(cfg)
+    with tqdm(range(n_batches), desc=f"eval {split}", unit="batch", disable=None, leave=False) as bar:
+        for k in bar:
+            batch = task.get_batch(data, split, cfg, batch_seed(cfg, 0, k, 0, stream=1), device)
+            loss, metrics = task.loss(model, batch)
+            for name, value in {"loss": loss, **metrics}.items():
+                sums[name] = sums.get(name, 0.0) + float(value)
+            bar.set_postfix(tok_per_s=f"{(k + 1) * tokens / max(time.perf_counter() - t0, 1e-9):,.0f}")
+    return {name: total / n_batches for name, total in sums.items()}
+
+
+def to_float(metrics):
+    """A metrics dict with every value (float or 0-dim tensor) as a Python float."""
+    return {k: float(v.item() if isinstance(v, torch.Tensor) else v) for k, v in metrics.items()}

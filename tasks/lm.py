@@ -1,0 +1,121 @@
+"""Task "lm": causal language modelling (next-token prediction) with ``model.GPT`` on WikiText-2
+tokenized with GPT-2 BPE (``data/wikitext2/prepare.py``).
+
+Batches are ``block_size + 1``-token windows at random starts (``data.sample_windows``):
+inputs = the first ``block_size`` tokens, targets = the window shifted by one. The loss is the
+mean cross-entropy over all B x T positions (nats per token); evaluation reports it on
+``eval_iters`` fixed random batches of the train and validation splits and the validation
+perplexity exp(val_loss). The checkpoint with the lowest ``val_loss`` is the best. Full-split
+perplexity with a proper protocol is ``eval_ppl.py``'s job.
+
+The interface is described in ``tasks/__init__.py``.
+"""
+import math
+import sys
+
+import torch
+
+import data as data_lib
+import tasks
+from configurator import ConfigError, check_attention_params
+from data.wikitext2 import prepare as wt2
+from model import GPT, ModelConfig
+
+DEFAULTS = dict(
+    dataset_config="wikitext-2-v1",
+    data_source_dir="",
+)
+HELP = dict(
+    dataset_config="WikiText-2 variant: wikitext-2-v1 (<unk>-processed) or wikitext-2-raw-v1",
+    data_source_dir="directory with wiki.{train,valid,test}.tokens ('' = env WIKITEXT2_DIR, else Hugging Face)",
+)
+DATASETS = ("wikitext2",)
+MODEL_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "attention", "attention_params")
+BEST_METRIC = ("val_loss", "min")
+VOCAB_SIZE = 50304  # GPT-2's 50257 padded to a multiple of 64 (faster matmuls); extra rows never targeted
+SPLITS = ("train", "val")
+
+
+def _check_dataset(cfg):
+    if cfg["dataset"] not in DATASETS:
+        raise ConfigError(f"task 'lm' has no dataset {cfg['dataset']!r}; available: {', '.join(DATASETS)}")
+    if cfg["dataset_config"] not in wt2.CONFIGS:
+        raise ConfigError(f"unknown dataset_config {cfg['dataset_config']!r}; allowed: {', '.join(wt2.CONFIGS)}")
+
+
+def prepare_data(cfg):
+    """Tokenize WikiText-2 into ``data/wikitext2/<dataset_config>/`` unless already there.
+
+    Raises:
+        ConfigError: unknown dataset or dataset_config.
+        data.DataUnavailable: no local copy and no Hugging Face access (message says how to supply it).
+    """
+    _check_dataset(cfg)
+    if not wt2.is_prepared(cfg["dataset_config"]):
+        wt2.prepare(cfg["dataset_config"], cfg["data_source_dir"] or None)
+
+
+def load_data(cfg):
+    """dict split -> read-only uint16 memmap of GPT-2 token ids, for "train" and "val".
+
+    Raises:
+        data.DataUnavailable: a split file is missing (prepare_data not run).
+    """
+    _check_dataset(cfg)
+    return {split: wt2.open_split(split, cfg["dataset_config"]) for split in SPLITS}
+
+
+def build_model(cfg, data, model_args=None):
+    """A ``GPT`` with the architecture keys of ``cfg`` (vocabulary padded to 50304), or, with
+    ``model_args`` (a checkpoint's ``model_args``), exactly that model.
+
+    Raises:
+        ConfigError: unknown attention name or parameter.
+    """
+    if model_args is not None:
+        return GPT(ModelConfig(**model_args))
+    check_attention_params(cfg["attention"], cfg["attention_params"])
+    return GPT(ModelConfig(block_size=cfg["block_size"], vocab_size=VOCAB_SIZE, n_layer=cfg["n_layer"],
+                           n_head=cfg["n_head"], n_embd=cfg["n_embd"], dropout=cfg["dropout"], bias=cfg["bias"],
+                           attention=cfg["attention"], attention_params=dict(cfg["attention_params"])))
+
+
+def get_batch(data, split, cfg, seed, device):
+    """``batch_size`` windows of ``split``, a pure function of ``seed``.
+
+    Returns:
+        dict with "idx" (inputs) and "targets" (inputs shifted by one token), both (B, T)
+        int64 on ``device``, B = batch_size, T = block_size.
+
+    Raises:
+        ValueError: the split has fewer than block_size + 1 tokens (both lengths in the message).
+    """
+    windows = torch.from_numpy(data_lib.sample_windows(data[split], cfg["batch_size"], cfg["block_size"] + 1,
+                                                       seed, name=f"split {split!r}"))
+    return {"idx": windows[:, :-1].contiguous().to(device), "targets": windows[:, 1:].contiguous().to(device)}
+
+
+def loss(model, batch):
+    """Mean next-token cross-entropy (nats per token) over the batch; metrics {"loss"}."""
+    _, value = model(batch["idx"], batch["targets"])
+    return value, {"loss": value.detach()}
+
+
+def evaluate(model, data, cfg, device):
+    """Mean loss over ``eval_iters`` fixed batches of train and val, and exp(val_loss).
+
+    Returns:
+        {"train_loss", "val_loss", "val_ppl"} as floats.
+    """
+    out = {}
+    for split in SPLITS:
+        this_task = sys.modules[__name__]
+        out[f"{split}_loss"] = tasks.mean_over_batches(this_task, model, data, split, cfg, device,
+                                                       cfg["eval_iters"])["loss"]
+    out["val_ppl"] = math.exp(min(out["val_loss"], 700.0))  # exp overflows a float beyond ~709
+    return out
+
+
+def batch_tokens(cfg):
+    """Input tokens in one batch: batch_size x block_size."""
+    return cfg["batch_size"] * cfg["block_size"]

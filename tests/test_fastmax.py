@@ -166,6 +166,68 @@ def test_memory_saved_for_backward_is_linear_in_T():
 
 
 # ---------------------------------------------------------------------------------------------
+# Triton kernels (interpreter on CPU tensors; float32 kernels against the float64 reference)
+
+
+def _compare_triton(T, D, p, causal, padded=False, variant=None, chunk=16, Dv=None, H=2, seed=0):
+    q, k, _ = _qkv(B=2 if padded else 1, H=H, T=T, D=D, seed=seed, grad=True)
+    v = _qkv(B=q.shape[0], H=H, T=T, D=Dv or D, seed=seed + 1, grad=True)[0]
+    mask = _padding(2, T) if padded else None
+    kw = dict(p=p, a0=0.9, a1=1.1, a2=0.6, temperature=1.3)
+    if variant is not None:
+        masks = draw_dropout_masks(variant, 0.3, p, tuple(k.shape), "cpu", torch.Generator().manual_seed(4))
+        kw.update(dropout_variant=variant, dropout_rate=0.3, dropout_masks=masks)
+    ref = reference_forward(q, k, v, causal, mask, **kw)
+    out = fast_forward(q, k, v, causal, mask, **kw, chunk_size=chunk, backend="triton")
+    torch.testing.assert_close(out, ref, rtol=2e-5, atol=2e-6)
+    grad_out = torch.randn_like(ref)
+    for a, b in zip(torch.autograd.grad(out, (q, k, v), grad_out), torch.autograd.grad(ref, (q, k, v), grad_out)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("p", [1, 2])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("padded", [False, True])
+def test_triton_matches_reference(p, causal, padded):
+    _compare_triton(T=37, D=16, p=p, causal=causal, padded=padded)  # 37 = 2 chunks of 16 + 5
+
+
+@pytest.mark.parametrize("variant,causal", [("quadratic", True), ("standard", False), ("1d", True)])
+def test_triton_dropout_matches_reference(variant, causal):
+    _compare_triton(T=21, D=16, p=2, causal=causal, padded=True, variant=variant)
+
+
+@pytest.mark.parametrize("T", [1, 16])
+def test_triton_short_sequences(T):
+    for causal in (False, True):
+        _compare_triton(T=T, D=16, p=2, causal=causal)
+
+
+def test_triton_value_blocks_and_chunk_32(monkeypatch):
+    # two value blocks (partial dq / dk sums across programs) and a 32-position chunk
+    from attention.fastmax import triton_kernels
+    monkeypatch.setattr(triton_kernels, "BLOCK_V", 16)
+    for causal in (False, True):
+        _compare_triton(T=40, D=16, Dv=32, p=2, causal=causal, chunk=32, H=1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("D", [32, 64, 128])
+@pytest.mark.parametrize("p", [1, 2])
+def test_triton_head_dims(D, p):
+    for causal in (False, True):
+        _compare_triton(T=70, D=D, p=p, causal=causal, padded=True, H=1)
+
+
+def test_module_triton_implementation_matches_pytorch():
+    q, k, v = _qkv(T=20, D=16, dtype=torch.float32)
+    for causal in (False, True):
+        outs = [attention.build("fastmax", implementation=impl, chunk_size=16)(q, k, v, causal)
+                for impl in ("triton", "pytorch")]
+        torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
 # attention weights and the sign of the denominator (Eq. 10)
 
 

@@ -460,3 +460,51 @@ def test_gpt_trains_with_fastmax():
         loss.backward()
         assert torch.isfinite(loss)
         assert all(torch.isfinite(prm.grad).all() for prm in model.parameters() if prm.grad is not None)
+
+
+# ---------------------------------------------------------------------------------------------
+# benchmark helpers
+
+
+@pytest.mark.parametrize("normalization", ["none", "max_norm"])
+def test_authors_formulation_matches_reference(normalization):
+    from attention.fastmax.authors_baseline import authors_formulation
+    q, k, v = _qkv(T=19)
+    for p in (1, 2):
+        for causal in (False, True):
+            kw = dict(p=p, normalization=normalization, temperature=TEMPERATURE[normalization], a2=0.3)
+            _assert_close(authors_formulation(q, k, v, causal, **kw), reference_forward(q, k, v, causal, **kw))
+
+
+def _bench_module():
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "bench_attention.py")
+    spec = importlib.util.spec_from_file_location("bench_attention", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_break_even_interpolates_in_log_log():
+    bench = _bench_module()
+    rows = [dict(method=m, mode="forward", causal=True, D=32, T=T, seconds=s)
+            for m, T, s in [("fm", 256, 4.0), ("sdpa", 256, 1.0), ("fm", 1024, 16.0), ("sdpa", 1024, 16.0),
+                            ("fm", 4096, 64.0), ("sdpa", 4096, 256.0)]]
+    assert bench.break_even(rows, "fm", "sdpa", "forward", True, 32) == 1024
+    rows[2]["seconds"] = 32.0  # crossing between 1024 (2x slower) and 4096 (4x faster): 2^(10 + 2/3)
+    assert bench.break_even(rows, "fm", "sdpa", "forward", True, 32) == round(2 ** (10 + 2 / 3))
+    rows[4]["seconds"] = 512.0  # slower at the largest T: no break-even
+    assert bench.break_even(rows, "fm", "sdpa", "forward", True, 32) is None
+
+
+def test_bench_attention_smoke(tmp_path):
+    bench = _bench_module()
+    out = str(tmp_path / "bench")
+    rows, summary = bench.main(["--T", "32,64", "--D", "16", "--heads", "2", "--threads", "1", "--repeats", "1",
+                                "--memory", "none", "--out", out])
+    assert len(rows) == 2 * 2 * 2 * 5  # T x causal x modes x methods (CPU: no Triton rows)
+    assert all(r["seconds"] > 0 for r in rows)
+    for ext in (".csv", ".json", ".png"):
+        assert os.path.getsize(out + ext) > 0
+    assert {"linearity_16384_vs_16x1024", "break_even_T_vs_sdpa", "causal_p1_D64_T16384_speedup_vs_sdpa",
+            "causal_p2_D32_T4096_memory_authors_over_ours"} <= set(summary)

@@ -508,3 +508,16 @@ def test_bench_attention_smoke(tmp_path):
         assert os.path.getsize(out + ext) > 0
     assert {"linearity_16384_vs_16x1024", "break_even_T_vs_sdpa", "causal_p1_D64_T16384_speedup_vs_sdpa",
             "causal_p2_D32_T4096_memory_authors_over_ours"} <= set(summary)
+
+
+def test_autocast_does_not_lower_the_accumulation_precision():
+    q, k, v = _qkv(T=40, D=16, dtype=torch.float32, grad=True)
+    for impl in ("pytorch", "reference"):
+        module = attention.build("fastmax", implementation=impl, chunk_size=16)
+        plain = module(q, k, v, True)
+        grads = torch.autograd.grad(plain.sum(), (q, k, v))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = module(q, k, v, True)
+        torch.testing.assert_close(out, plain, rtol=1e-6, atol=1e-6)  # bf16 matmuls would give ~1e-2
+        for a, b in zip(torch.autograd.grad(out.sum(), (q, k, v)), grads):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

@@ -138,13 +138,13 @@ class Fastmax(Attention):
         if self.training and self.dropout > 0:
             masks = draw_dropout_masks(self.dropout_variant, self.dropout, self.p, tuple(k.shape), k.device)
         params = dict(p=self.p, a0=self.a0, a1=self.a1, a2=self.a2, temperature=self.temperature,
-                      normalization=self.normalization, lim=self.lim)
-        if impl == "reference":
-            return reference_forward(q, k, v, causal, attention_mask, **params, dropout_variant=self.dropout_variant,
-                                     dropout_rate=self.dropout, dropout_masks=masks)
-        return fast_forward(q, k, v, causal, attention_mask, **params, dropout_variant=self.dropout_variant,
-                            dropout_rate=self.dropout, dropout_masks=masks, chunk_size=self.chunk_size,
-                            backend=impl)
+                      normalization=self.normalization, lim=self.lim, dropout_variant=self.dropout_variant,
+                      dropout_rate=self.dropout, dropout_masks=masks)
+        # the states must accumulate in float32 or wider: no autocast to bf16 / fp16 inside
+        with torch.autocast(device_type=q.device.type, enabled=False):
+            if impl == "reference":
+                return reference_forward(q, k, v, causal, attention_mask, **params)
+            return fast_forward(q, k, v, causal, attention_mask, **params, chunk_size=self.chunk_size, backend=impl)
 
     def _warn_negative_weights(self, D):
         if self._warned:

@@ -82,9 +82,10 @@ class FastmaxFunction(torch.autograd.Function):
         B, H, T, D = q.shape
         flat = _Flat(B, H, T)
         rho = flat.weights(key_weight, q)
-        grads = _backend(ctx.backend).backward(
-            flat.x(grad_out.to(out.dtype).contiguous()), *[flat.x(t) for t in (q, k, v, k_linear, k_quad_a, k_quad_b)],
-            rho, out, den, ctx.causal, ctx.coeffs, ctx.chunk_size)
+        with torch.autocast(device_type=q.device.type, enabled=False):
+            grads = _backend(ctx.backend).backward(
+                flat.x(grad_out.to(out.dtype).contiguous()), *[flat.x(t) for t in (q, k, v, k_linear, k_quad_a, k_quad_b)],
+                rho, out, den, ctx.causal, ctx.coeffs, ctx.chunk_size)
         # gradients of numerator keys passed as None are already part of dk
         grads = [None if g is None else flat.unflat(g) for g in grads]
         return (*grads, None, None, None, None, None)

@@ -40,18 +40,38 @@ def orthogonal_gaussian_matrix(m, D, generator=None, norms="chi", dtype=torch.fl
     """
     if m < 1 or D < 1:
         raise ValueError(f"orthogonal_gaussian_matrix needs m >= 1 and D >= 1; got m={m}, D={D}")
+    return orthogonal_gaussian_matrices(1, m, D, generator, norms, dtype)[0]
+
+
+def orthogonal_gaussian_matrices(n, m, D, generator=None, norms="chi", dtype=torch.float64):
+    """n independent projections of ``orthogonal_gaussian_matrix``: a tensor of shape (n, m, D).
+
+    Raises:
+        ValueError: n, m or D < 1, or unknown ``norms``.
+    """
+    if n < 1 or m < 1 or D < 1:
+        raise ValueError(f"orthogonal_gaussian_matrices needs n, m, D >= 1; got n={n}, m={m}, D={D}")
     if norms not in ("chi", "fixed"):
         raise ValueError(f"norms '{norms}' unknown; allowed: 'chi', 'fixed'")
     nblocks = -(-m // D)
-    g = torch.randn(nblocks, D, D, generator=generator, dtype=torch.float64)
+    g = torch.randn(n, nblocks, D, D, generator=generator, dtype=torch.float64)
     qmat, r = torch.linalg.qr(g)  # batched: one independent orthogonal block per D rows
-    qmat = qmat * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1))[:, None, :]  # Haar-distributed
-    W = qmat.transpose(1, 2).reshape(nblocks * D, D)[:m]
+    qmat = qmat * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1))[..., None, :]  # Haar-distributed
+    W = qmat.transpose(-1, -2).reshape(n, nblocks * D, D)[:, :m]
     if norms == "chi":
-        lengths = torch.randn(m, D, generator=generator, dtype=torch.float64).norm(dim=1)
+        lengths = torch.randn(n, m, D, generator=generator, dtype=torch.float64).norm(dim=-1)
     else:
-        lengths = torch.full((m,), math.sqrt(D), dtype=torch.float64)
-    return (W * lengths[:, None]).to(dtype)
+        lengths = torch.full((n, m), math.sqrt(D), dtype=torch.float64)
+    return (W * lengths[..., None]).to(dtype)
+
+
+def _project(x, W):
+    """x (..., D) times W^T: W (m, D) is shared by every position; W (T, m, D) holds one projection
+    per position t = x.shape[-2] (x (..., T, D)). Returns (..., m)."""
+    W = W.to(x.dtype)
+    if W.dim() == 2:
+        return x @ W.T
+    return torch.einsum("...td,tmd->...tm", x, W)
 
 
 def positive_alignment_features(x):
@@ -67,54 +87,54 @@ def positive_alignment_features(x):
 
 def rff_features(x, W):
     """Eq. 5 (random Fourier features for the softmax kernel):
-    phi(x) = exp(||x||^2 / 2) / sqrt(m) [sin(Wx), cos(Wx)] with m = W.shape[0] = R/2, so that
+    phi(x) = exp(||x||^2 / 2) / sqrt(m) [sin(Wx), cos(Wx)] with m = W.shape[-2] = R/2, so that
     E <phi(q), phi(k)> = exp(<q, k>) when the rows of W are marginally N(0, I).
     Values may be negative; the estimate's variance grows like exp(||q||^2 + ||k||^2).
 
     Args:
         x (torch.Tensor): shape (..., D).
-        W (torch.Tensor): shape (m, D).
+        W (torch.Tensor): shape (m, D), or (T, m, D) with one projection per position (x (..., T, D)).
     Returns:
         torch.Tensor of shape (..., 2m).
     """
-    proj = x @ W.to(x.dtype).T
-    amp = torch.exp(0.5 * (x * x).sum(-1, keepdim=True)) / math.sqrt(W.shape[0])
+    proj = _project(x, W)
+    amp = torch.exp(0.5 * (x * x).sum(-1, keepdim=True)) / math.sqrt(W.shape[-2])
     return torch.cat([torch.sin(proj), torch.cos(proj)], dim=-1) * amp
 
 
 def favor_plus_features(x, W):
     """Eq. 6 (FAVOR+, positive hyperbolic features):
-    phi(x) = exp(-||x||^2 / 2) / sqrt(2m) [exp(Wx), exp(-Wx)] with m = W.shape[0] = R/2, so that
+    phi(x) = exp(-||x||^2 / 2) / sqrt(2m) [exp(Wx), exp(-Wx)] with m = W.shape[-2] = R/2, so that
     E <phi(q), phi(k)> = exp(<q, k>) for rows of W marginally N(0, I); all entries are positive.
 
     Args:
         x (torch.Tensor): shape (..., D).
-        W (torch.Tensor): shape (m, D).
+        W (torch.Tensor): shape (m, D), or (T, m, D) with one projection per position (x (..., T, D)).
     Returns:
         torch.Tensor of shape (..., 2m).
     """
-    proj = x @ W.to(x.dtype).T
+    proj = _project(x, W)
     half_sq = 0.5 * (x * x).sum(-1, keepdim=True)
     # fold the norm term into the exponent so that large |Wx| and large ||x|| do not overflow apart
-    return torch.cat([torch.exp(proj - half_sq), torch.exp(-proj - half_sq)], dim=-1) / math.sqrt(2 * W.shape[0])
+    return torch.cat([torch.exp(proj - half_sq), torch.exp(-proj - half_sq)], dim=-1) / math.sqrt(2 * W.shape[-2])
 
 
 def favor_plus_relu_features(x, W):
-    """Eq. 7 (FAVOR+ReLU, biased): phi(x) = [(Wx)_+, (-Wx)_+] / sqrt(2m) with m = W.shape[0] = R/2;
+    """Eq. 7 (FAVOR+ReLU, biased): phi(x) = [(Wx)_+, (-Wx)_+] / sqrt(2m) with m = W.shape[-2] = R/2;
     the paper uses rows of W with norm sqrt(D) (``orthogonal_gaussian_matrix(..., norms="fixed")``).
 
     Args:
         x (torch.Tensor): shape (..., D).
-        W (torch.Tensor): shape (m, D).
+        W (torch.Tensor): shape (m, D), or (T, m, D) with one projection per position (x (..., T, D)).
     Returns:
         torch.Tensor of shape (..., 2m), non-negative.
     """
-    proj = x @ W.to(x.dtype).T
-    return torch.cat([torch.relu(proj), torch.relu(-proj)], dim=-1) / math.sqrt(2 * W.shape[0])
+    proj = _project(x, W)
+    return torch.cat([torch.relu(proj), torch.relu(-proj)], dim=-1) / math.sqrt(2 * W.shape[-2])
 
 
 class RandomFeatureMap(nn.Module):
-    """A feature map phi: (..., D) -> (..., R) with its random projection drawn once from ``seed``.
+    """A feature map phi: (..., D) -> (..., R) with a random projection drawn from ``seed``.
 
     ``phi(x) = f(input_scale * x)`` with f one of Eq. 4-7. With ``input_scale = D^(-1/4)``,
     <phi(q), phi(k)> estimates exp(<q, k> / sqrt(D)) (rff, favor_plus) as in GPT-2 attention.
@@ -125,15 +145,20 @@ class RandomFeatureMap(nn.Module):
         D (int): input (head) dimension.
         R (int | None): output dimension, even, >= 2; default 2D. Ignored by positive_alignment
             (always 2D).
-        seed (int): seed of the torch.Generator that draws the (R/2, D) orthogonal projection
+        seed (int): seed of the torch.Generator that draws the (R/2, D) orthogonal projections
             (chi(D)-distributed row norms; norm sqrt(D) for favor_plus_relu).
         input_scale (float): multiplies x before the map.
+        per_position (bool): False: one projection W, drawn once, for every input. True: a new
+            projection W_t for every position t of the second-to-last input dimension (x of shape
+            (..., T, D)); the T projections are drawn at each call from a generator seeded with
+            ``seed`` (same seed and T, same projections). Costs T orthogonal projections
+            (O(T D^2 R) work) per call.
 
     Raises:
         ValueError: unknown kind, D < 1, or R odd or < 2.
     """
 
-    def __init__(self, kind, D, R=None, seed=0, input_scale=1.0):
+    def __init__(self, kind, D, R=None, seed=0, input_scale=1.0, per_position=False):
         super().__init__()
         if kind not in KINDS:
             raise ValueError(f"feature map '{kind}' unknown; allowed: {', '.join(KINDS)}")
@@ -145,20 +170,28 @@ class RandomFeatureMap(nn.Module):
         if R < 2 or R % 2:
             raise ValueError(f"feature dimension R must be an even integer >= 2; got R={R}")
         self.kind, self.D, self.R, self.input_scale = kind, D, R, float(input_scale)
-        if kind == "positive_alignment":
+        self.seed, self.per_position = int(seed), bool(per_position)
+        self.norms = "fixed" if kind == "favor_plus_relu" else "chi"
+        if kind == "positive_alignment" or self.per_position:
             self.register_buffer("W", torch.zeros(0, D, dtype=torch.float64), persistent=False)
         else:
-            gen = torch.Generator().manual_seed(int(seed))
-            norms = "fixed" if kind == "favor_plus_relu" else "chi"
-            self.register_buffer("W", orthogonal_gaussian_matrix(R // 2, D, gen, norms), persistent=False)
+            gen = torch.Generator().manual_seed(self.seed)
+            self.register_buffer("W", orthogonal_gaussian_matrix(R // 2, D, gen, self.norms), persistent=False)
+
+    def projections(self, T):
+        """The per-position projections (T, R/2, D) float64 used for a sequence of length T."""
+        gen = torch.Generator().manual_seed(self.seed)
+        return orthogonal_gaussian_matrices(T, self.R // 2, self.D, gen, self.norms)
 
     def forward(self, x):
-        """x (..., D) -> features (..., R) in the dtype of x promoted to >= float32."""
+        """x (..., D), or (..., T, D) when per_position -> features (..., R) in the dtype of x
+        promoted to >= float32."""
         if x.shape[-1] != self.D:
             raise ValueError(f"feature map expects last dimension D={self.D}; got shape {tuple(x.shape)}")
         x = x.to(torch.promote_types(x.dtype, torch.float32)) * self.input_scale
         if self.kind == "positive_alignment":
             return positive_alignment_features(x)
+        W = self.projections(x.shape[-2]).to(x.device) if self.per_position else self.W
         fn = {"rff": rff_features, "favor_plus": favor_plus_features,
               "favor_plus_relu": favor_plus_relu_features}[self.kind]
-        return fn(x, self.W)
+        return fn(x, W)

@@ -18,29 +18,29 @@ def _qkv(B=2, H=3, T=29, D=8, seed=0, dtype=torch.float64):
 
 
 def _softmax(q, k, v, causal, exclude_self=False):
-    m = attention.build("softmax_reference")
-    m.exclude_self = exclude_self
-    return m(q, k, v, causal)
+    return attention.build("softmax_reference", exclude_self=exclude_self)(q, k, v, causal)
 
 
 def _tree(exclude_self=False, **kw):
-    m = attention.build("tree", **kw)
-    m.exclude_self = exclude_self
-    return m
+    return attention.build("tree", exclude_self=exclude_self, **kw)
 
 
 MODES = [(True, False), (True, True), (False, False)]  # (causal, exclude_self)
-RUNS = [(True, False, "consistent"), (True, True, "paper"), (False, False, "consistent")]
+RUNS = [(True, False, "bud_mean"), (True, True, "paper"), (False, False, "bud_mean")]
+DESCENT_RUNS = [("authors", True, False, "bud_mean"), ("authors", True, True, "paper"),
+                ("authors", False, False, "bud_mean"), ("split", False, False, "bud_mean"),
+                ("split", True, True, "bud_mean")]
 
 
 @pytest.mark.parametrize("sampler", SAMPLERS)
 @pytest.mark.parametrize("E,P", [(0.35, None), (0.6, 2), (0.8, 3)])
 def test_fast_implementations_match_reference(sampler, E, P):
     q, k, v = _qkv(B=2, H=2, T=19)
-    for causal, excl, norm in RUNS:
+    for descent, causal, excl, norm in DESCENT_RUNS:
         outs, stats = {}, {}
         for impl in ("cpu", "vectorized", "reference"):
-            m = _tree(excl, E=E, P=P, sampler=sampler, normalization=norm, implementation=impl, seed=5)
+            m = _tree(excl, E=E, P=P, sampler=sampler, normalization=norm, implementation=impl, seed=5,
+                      descent=descent)
             outs[impl] = m(q, k, v, causal)
             stats[impl] = m.stats()
         for impl in ("cpu", "vectorized"):
@@ -57,10 +57,10 @@ def test_cpu_kernel_long_sequence_threads_and_seed():
     n = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        a = cpu_forward(q, k, v, True, False, 0.5, None, "alignment", "consistent", 0.99, seed)
+        a = cpu_forward(q, k, v, True, False, 0.5, None, "alignment", "bud_mean", 0.99, seed)
     finally:
         torch.set_num_threads(n)
-    b = reference_forward(q, k, v, True, False, 0.5, None, "alignment", "consistent", 0.99, seed)
+    b = reference_forward(q, k, v, True, False, 0.5, None, "alignment", "bud_mean", 0.99, seed)
     torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
 
 
@@ -77,8 +77,8 @@ def test_cpu_kernel_matches_reference_on_a_long_block(sampler):
         fmap = RandomFeatureMap(sampler, 16, None, seed=2, input_scale=16 ** -0.25)
         qf, kf = fmap(q), fmap(k)
     positions = [0, 1, 511, 512, 777, 999]
-    a = cpu_forward(q, k, v, True, False, 0.5, None, sampler, "consistent", 0.99, 4, qf=qf, kf=kf)
-    b = reference_forward(q, k, v, True, False, 0.5, None, sampler, "consistent", 0.99, 4, qf=qf, kf=kf,
+    a = cpu_forward(q, k, v, True, False, 0.5, None, sampler, "bud_mean", 0.99, 4, qf=qf, kf=kf)
+    b = reference_forward(q, k, v, True, False, 0.5, None, sampler, "bud_mean", 0.99, 4, qf=qf, kf=kf,
                           positions=positions)
     torch.testing.assert_close(a[:, :, positions], b[:, :, positions], rtol=1e-9, atol=1e-11)
 
@@ -98,19 +98,19 @@ def test_cpu_kernel_rejects_bad_inputs():
     terms = torch.tensor([num_terms(l, 0.5) for l in range(9)], dtype=torch.int64)
     empty = torch.empty(0, dtype=torch.float64)
     with pytest.raises(RuntimeError, match="shapes differ"):
-        load_kernel().forward(q, k[:, :, :4].contiguous(), v, empty, empty, terms, True, False, 2, 0, True, 0.99, 0)
+        load_kernel().forward(q, k[:, :, :4].contiguous(), v, empty, empty, terms, True, False, 2, 0, True, True, 0.99, 0)
     with pytest.raises(RuntimeError, match="terms must be int64"):
-        load_kernel().forward(q, k, v, empty, empty, terms[:4], True, False, 2, 0, True, 0.99, 0)
+        load_kernel().forward(q, k, v, empty, empty, terms[:4], True, False, 2, 0, True, True, 0.99, 0)
     with pytest.raises(RuntimeError, match="float32 or float64"):
-        load_kernel().forward(q.half(), k.half(), v.half(), empty, empty, terms, True, False, 2, 0, True, 0.99, 0)
+        load_kernel().forward(q.half(), k.half(), v.half(), empty, empty, terms, True, False, 2, 0, True, True, 0.99, 0)
 
 
 def test_vectorized_matches_reference_small_chunks_and_float32():
     q, k, v = _qkv(B=3, T=40, dtype=torch.float32, seed=1)
     from attention.tree.reference import reference_forward
     from attention.tree.vectorized import vectorized_forward
-    a = vectorized_forward(q, k, v, True, False, 0.5, None, "alignment", "consistent", 0.99, 3, chunk=7)
-    b = reference_forward(q, k, v, True, False, 0.5, None, "alignment", "consistent", 0.99, 3)
+    a = vectorized_forward(q, k, v, True, False, 0.5, None, "alignment", "bud_mean", 0.99, 3, chunk=7)
+    b = reference_forward(q, k, v, True, False, 0.5, None, "alignment", "bud_mean", 0.99, 3)
     torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
     m = _tree(E=0.5, sampler="alignment", seed=3)
     out = m(q, k, v, True)
@@ -118,7 +118,7 @@ def test_vectorized_matches_reference_small_chunks_and_float32():
 
 
 @pytest.mark.parametrize("sampler", SAMPLERS)
-@pytest.mark.parametrize("norm", ["consistent", "paper"])
+@pytest.mark.parametrize("norm", ["bud_mean", "paper"])
 @pytest.mark.parametrize("impl", ["cpu", "vectorized", "reference"])
 def test_E1_equals_softmax(sampler, norm, impl):
     q, k, v = _qkv(B=2, H=2, T=11, seed=2)
@@ -155,7 +155,7 @@ def test_single_position_and_exclude_self_first_row_zero():
 
 
 @pytest.mark.parametrize("sampler", SAMPLERS)
-def test_consistent_exact_when_scores_equal(sampler):
+def test_bud_mean_exact_when_scores_equal(sampler):
     # all keys equal -> every score equal -> exact output is the mean of the values, for any E
     B, H, T, D = 1, 2, 33, 4
     q, _, v = _qkv(B, H, T, D, seed=4)
@@ -167,9 +167,9 @@ def test_consistent_exact_when_scores_equal(sampler):
     assert (paper - exact).abs().max() > 1e-2
 
 
-def test_consistent_exact_for_piecewise_constant_keys():
+def test_bud_mean_exact_for_piecewise_constant_keys():
     # non-causal, 16 keys constant on [0, 8) and [8, 16); P = 2, T = ceil(16^0.2) = 2 -> the two
-    # initial buds are exactly the two constant pieces, so the consistent estimator is exact
+    # initial buds are exactly the two constant pieces, so bud_mean is exact
     H, D = 2, 4
     q, _, v = _qkv(1, H, 16, D, seed=5)
     k = torch.cat([torch.randn(1, H, 1, D, dtype=torch.float64).expand(1, H, 8, D),
@@ -277,7 +277,7 @@ def test_sampling_without_replacement_and_never_leaves():
     q = torch.randn(H, D, generator=g, dtype=torch.float64)
     for sampler in ("uniform", "edh", "alignment"):
         for T, P in ((20, 4), (50, 8), (45, 3)):
-            out, info = tree_attention_query(tree, q, l, T, P, sampler, "consistent", 0.5, 0.99, 0, 0, 0)
+            out, info = tree_attention_query(tree, q, l, T, P, sampler, "bud_mean", 0.5, 0.99, 0, 0, 0)
             assert info["rounds"] == len(info["sampled"]) > 0
             for picks in info["sampled"]:
                 starts = [s for s, _ in picks]
@@ -330,20 +330,25 @@ def test_bad_parameters():
     for kw, msg in [({"E": 0}, "E must be in"), ({"E": 1.5}, "E must be in"), ({"E": -0.1}, "E must be in"),
                     ({"P": 0}, "P"), ({"sampler": "foo"}, "sampler 'foo' unknown; allowed"),
                     ({"normalization": "bar"}, "normalization 'bar' unknown"), ({"R": 7}, "even"),
-                    ({"b": 1.0}, "b \\(EDH base\\)"), ({"implementation": "fast"}, "implementation")]:
+                    ({"b": 1.0}, "b \\(EDH base\\)"), ({"implementation": "fast"}, "implementation"),
+                    ({"descent": "down"}, "descent 'down' unknown; allowed: authors, split"),
+                    ({"feature_redraw": "never"}, "feature_redraw 'never' unknown"),
+                    ({"normalization": "consistent"}, "renamed 'bud_mean'")]:
         with pytest.raises(ValueError, match=msg):
             attention.build("tree", **kw)
     tree = BudTree(4, 1, 2)
     for p in range(3):
         tree.insert(p, torch.ones(1, 2, dtype=torch.float64), torch.ones(1, 2, dtype=torch.float64))
     q = torch.ones(1, 2, dtype=torch.float64)
-    with pytest.raises(ValueError, match="T must satisfy"):
-        tree_attention_query(tree, q, 3, 4, 1, "uniform", "consistent", 1.0, 0.99, 0, 0, 0)
+    with pytest.raises(ValueError, match="n_terms must satisfy"):
+        tree_attention_query(tree, q, 3, 4, 1, "uniform", "bud_mean", 1.0, 0.99, 0, 0, 0)
     with pytest.raises(ValueError, match="P"):
-        tree_attention_query(tree, q, 3, 2, 0, "uniform", "consistent", 1.0, 0.99, 0, 0, 0)
+        tree_attention_query(tree, q, 3, 2, 0, "uniform", "bud_mean", 1.0, 0.99, 0, 0, 0)
     qq, kk, vv = _qkv(B=1, T=4)
-    with pytest.raises(ValueError, match="key_padding_mask"):
-        attention.build("tree")(qq, kk, vv, True, key_padding_mask=torch.ones(1, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="attention_mask"):
+        attention.build("tree")(qq, kk, vv, True, attention_mask=torch.ones(1, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="exclude_self needs causal"):
+        _tree(True)(qq, kk, vv, False)
 
 
 def test_registry_and_string_params():

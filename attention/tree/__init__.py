@@ -3,9 +3,11 @@
 Paper: "High Attention Scores and Where to Find Them" (Menet, Choi, de Viragh, Chettata 2023).
 Instead of all l query-key inner products, a query evaluates a perfect binary tree of key/value sums
 only partially: starting from a few large buds, it repeatedly splits buds sampled in proportion to a
-"mass" until it has T = ceil(l^E) buds, and attends to every bud with its geometric-mean score.
+"mass" until it has n_terms = ceil(l^E) buds (the paper's T), and attends to every bud with its
+geometric-mean score.
 
 Files: ``reference.py`` (one query at a time; the specification and its conventions),
+``schedule.py`` (number of terms, P, initial buds: shared by all implementations),
 ``cpu.py`` + ``cpu_kernel.cpp`` (compiled CPU kernel, one query per iteration over threads),
 ``vectorized.py`` (PyTorch ops over all positions and batch elements, any device),
 ``samplers.py`` (masses, shared random draws),
@@ -20,10 +22,12 @@ from attention import Attention, check_qkv, register
 from attention.feature_maps import RandomFeatureMap
 from attention.tree.cpu import cpu_forward, load_kernel
 from attention.tree.reference import reference_forward
-from attention.tree.samplers import FEATURE_SAMPLERS, SAMPLERS
+from attention.tree.samplers import FEATURE_SAMPLERS, SAMPLERS, layer_seed
+from attention.tree.schedule import DESCENTS, block_length, default_P
 from attention.tree.vectorized import vectorized_forward
 
-NORMALIZATIONS = ("consistent", "paper")
+NORMALIZATIONS = ("bud_mean", "paper")
+FEATURE_REDRAWS = ("per_query", "per_layer")
 IMPLEMENTATIONS = ("auto", "cpu", "vectorized", "reference")
 _FORWARD = {"cpu": cpu_forward, "vectorized": vectorized_forward, "reference": reference_forward}
 STAT_KEYS = ("queries", "alignment_inner_products", "feature_inner_products",
@@ -42,58 +46,88 @@ def _as_int_or_none(name, value):
     return int(f)
 
 
+def _choice(name, value, allowed):
+    if value not in allowed:
+        raise ValueError(f"{name} '{value}' unknown; allowed: {', '.join(allowed)}")
+    return value
+
+
 @register("tree")
 class TreeAttention(Attention):
     """Tree / bud-expansion attention (Algorithm 1 of the paper) for (B, H, T, D) q, k, v.
 
     One tree is shared by all heads; a bud's mass is the sum over heads (paper section 2.4).
-    Scores use scale 1/sqrt(D) as in GPT-2. Computation is in float64; the output has v's dtype.
-    Not differentiable in a useful way (sampling is discrete); meant for evaluation.
+    Scores use scale 1/sqrt(D) as in GPT-2. Inference only: the bud sampling is not
+    differentiable, and calling it with gradients enabled on inputs that require them raises.
+
+    Precision: the reference and the vectorized path compute in float64; the CPU kernel computes
+    key / value sums, alignments and the output in the input's precision (float64 for float64
+    inputs, float32 otherwise) and masses, noise and weights in float64. The output has v's dtype.
 
     Args:
-        E (float): T = ceil(l^E) terms for a history of l keys; 0 < E <= 1. E = 1 is exact attention.
+        E (float): n_terms = ceil(l^E) terms for a history of l keys; 0 < E <= 1. E = 1 is exact
+            attention.
         sampler (str): bud mass, one of "uniform", "edh" (Eq. 3), "alignment", "positive_alignment"
             (Eq. 4), "rff" (Eq. 5), "favor_plus" (Eq. 6), "favor_plus_relu" (Eq. 7).
-        normalization (str): "consistent" (every leaf of a bud gets the bud's geometric-mean score:
-            weights |n| exp(scale A_n/|n|) on V_n/|n|) or "paper" (Algorithm 1 as printed:
-            softmax over buds of scale A_n/|n| times the summed V_n).
-        P (int | None): buds expanded per round, >= 1; None = 2^floor(log2(L^(E/2))) with L the
-            sequence length padded to a power of two (paper section 3).
+        normalization (str): "bud_mean" (every leaf of a bud gets the bud's geometric-mean score:
+            weights |n| exp(scale A_n/|n|) on V_n/|n|; deterministic given the buds, biased:
+            |n| exp(mean s) <= sum exp(s), so buds whose leaves' scores are spread out are
+            under-weighted) or "paper" (Algorithm 1 as printed and the authors' code: softmax over
+            buds of scale A_n/|n| times the summed V_n; with equal scores it returns
+            (l / #buds) mean(v) instead of mean(v)).
+        descent (str): a sampled bud whose right child is empty: "authors" (default, the authors'
+            code: it becomes its left child and its draw is used up) or "split" (it descends and
+            is split in the same round). See reference.py.
+        P (int | None): buds expanded per round, >= 1; None = 2^floor(log2(L^(E/2))) (paper
+            section 3) with L = the model's block size (as the authors), or, without one, the
+            sequence length padded to a power of two.
         b (float): EDH base, 0 < b < 1 (paper: 0.99).
         R (int | None): feature dimension of rff / favor_plus / favor_plus_relu, even >= 2;
             None = 2D. positive_alignment always uses 2D.
-        seed (int): seeds the random feature projection and the sampling noise. The same seed gives
-            the same draws in every layer and call (the noise is a hash of seed, batch index,
-            query position, round and bud start).
+        feature_redraw (str): random projection of the feature samplers. "per_query" (default, the
+            paper's setting and the authors' code): a projection W_t for every position t, used
+            for query t and for key t (so, as in their code, the feature inner product of query t
+            with key j < t mixes two projections); costs one orthogonal (R/2, D) projection per
+            position and layer, O(T D^2 R) work per call. "per_layer": one projection per layer,
+            drawn once (no per-call cost; an unbiased estimate for rff / favor_plus).
+        seed (int): seeds the projections and the sampling noise. The draws of a layer hash
+            (seed, layer_idx) with batch index, query position, round and bud start, so layers
+            draw independently and every implementation sees the same draws.
         implementation (str): "auto" (default: "cpu" for CPU tensors, "vectorized" otherwise; if
             the CPU kernel cannot be compiled it warns once and uses "vectorized"), "cpu" (compiled
             C++ kernel, cpu.py), "vectorized" (PyTorch ops, any device) or "reference" (readable,
             one query at a time). All give the same buds for the same seed (float64 inputs).
+        exclude_self (bool): with causal, query t attends to keys 0..t-1 only (as in the authors'
+            code); position 0 gets a zero output. Used by eval_ppl's casino protocol.
+        layer_idx (int), block_size (int | None): supplied by the model (attention.MODEL_CONTEXT).
 
     Feature maps get q and k scaled by D^(-1/4) each, so the random features estimate
-    exp(<q, k>/sqrt(D)) (as the authors' code does); the projection is drawn once per module
-    (the authors redraw it for every query).
+    exp(<q, k>/sqrt(D)) (as the authors' code does).
 
     Raises:
         ValueError: on bad parameters (message names the parameter and what is allowed); in
-            ``forward`` if a key_padding_mask is given (not supported) or shapes are wrong.
+            ``forward`` if an attention_mask is given (not supported), exclude_self without causal,
+            or shapes are wrong.
+        RuntimeError: in ``forward`` with gradients enabled and an input that requires them.
     """
 
-    def __init__(self, E=0.5, sampler="edh", normalization="consistent", P=None, b=0.99, R=None,
-                 seed=0, implementation="auto"):
+    def __init__(self, E=0.5, sampler="edh", normalization="bud_mean", descent="authors", P=None, b=0.99,
+                 R=None, feature_redraw="per_query", seed=0, implementation="auto", exclude_self=False,
+                 layer_idx=0, block_size=None):
         super().__init__()
         try:
             E = float(E)
         except (TypeError, ValueError):
             raise ValueError(f"E must be a number in (0, 1]; got {E!r}") from None
         if not (0.0 < E <= 1.0):
-            raise ValueError(f"E must be in (0, 1] (T = ceil(l^E) terms); got E={E}")
-        if sampler not in SAMPLERS:
-            raise ValueError(f"sampler '{sampler}' unknown; allowed: {', '.join(SAMPLERS)}")
-        if normalization not in NORMALIZATIONS:
-            raise ValueError(f"normalization '{normalization}' unknown; allowed: {', '.join(NORMALIZATIONS)}")
-        if implementation not in IMPLEMENTATIONS:
-            raise ValueError(f"implementation '{implementation}' unknown; allowed: {', '.join(IMPLEMENTATIONS)}")
+            raise ValueError(f"E must be in (0, 1] (n_terms = ceil(l^E) terms); got E={E}")
+        if normalization == "consistent":
+            raise ValueError("normalization 'consistent' was renamed 'bud_mean'; allowed: " + ", ".join(NORMALIZATIONS))
+        self.sampler = _choice("sampler", sampler, SAMPLERS)
+        self.normalization = _choice("normalization", normalization, NORMALIZATIONS)
+        self.descent = _choice("descent", descent, DESCENTS)
+        self.feature_redraw = _choice("feature_redraw", feature_redraw, FEATURE_REDRAWS)
+        self.implementation = _choice("implementation", implementation, IMPLEMENTATIONS)
         P = _as_int_or_none("P", P)
         if P is not None and P < 1:
             raise ValueError(f"P (buds expanded per round) must be an integer >= 1 or None; got P={P}")
@@ -103,43 +137,58 @@ class TreeAttention(Attention):
         R = _as_int_or_none("R", R)
         if R is not None and (R < 2 or R % 2):
             raise ValueError(f"R (feature dimension) must be an even integer >= 2 or None (= 2D); got R={R}")
-        self.E, self.sampler, self.normalization = E, sampler, normalization
-        self.P, self.b, self.R, self.seed = P, b, R, int(_as_int_or_none("seed", seed) or 0)
-        self.implementation = implementation
+        block_size = _as_int_or_none("block_size", block_size)
+        if block_size is not None and block_size < 1:
+            raise ValueError(f"block_size must be >= 1 or None; got {block_size}")
+        self.E, self.P, self.b, self.R = E, P, b, R
+        self.seed = int(_as_int_or_none("seed", seed) or 0)
+        self.exclude_self, self.layer_idx, self.block_size = bool(exclude_self), int(layer_idx), block_size
+        self.draw_seed = layer_seed(self.seed, self.layer_idx)
         self._feature_map = None
         self.reset_stats()
 
     def extra_repr(self):
-        return (f"E={self.E}, sampler={self.sampler}, normalization={self.normalization}, P={self.P}, "
-                f"b={self.b}, R={self.R}, seed={self.seed}, implementation={self.implementation}")
+        return (f"E={self.E}, sampler={self.sampler}, normalization={self.normalization}, descent={self.descent}, "
+                f"P={self.P}, b={self.b}, R={self.R}, feature_redraw={self.feature_redraw}, seed={self.seed}, "
+                f"implementation={self.implementation}, exclude_self={self.exclude_self}, layer_idx={self.layer_idx}")
 
     def feature_map(self, D):
         """The module's RandomFeatureMap for head dim D (created on first use), or None."""
         if self.sampler not in FEATURE_SAMPLERS:
             return None
         if self._feature_map is None or self._feature_map.D != D:
-            self._feature_map = RandomFeatureMap(self.sampler, D, self.R, seed=self.seed,
-                                                 input_scale=D ** -0.25)
+            self._feature_map = RandomFeatureMap(self.sampler, D, self.R, seed=self.draw_seed & 0x7FFFFFFFFFFFFFFF,
+                                                 input_scale=D ** -0.25,
+                                                 per_position=self.feature_redraw == "per_query")
         return self._feature_map
 
-    def forward(self, q, k, v, causal, key_padding_mask=None):
+    def buds_per_round(self, T):
+        """P for a sequence of length T (the module's P, else the default from the block size)."""
+        if self.P is not None:
+            return self.P
+        return default_P(block_length(self.block_size or T), self.E)
+
+    def forward(self, q, k, v, causal, attention_mask=None):
         """q, k, v: (B, H, T, D) -> out (B, H, T, D) in v's dtype. See the class docstring."""
-        check_qkv(q, k, v, key_padding_mask)
-        if key_padding_mask is not None:
-            raise ValueError("tree attention does not support key_padding_mask; pass None "
-                             "(pad-free batches only)")
-        if q.shape[2] != k.shape[2]:
-            raise ValueError(f"tree attention needs as many queries as keys; got {q.shape[2]} and {k.shape[2]}")
+        check_qkv(q, k, v, attention_mask)
+        if attention_mask is not None:
+            raise ValueError("tree attention does not support attention_mask; pass None (pad-free batches only)")
+        if self.exclude_self and not causal:
+            raise ValueError("tree attention: exclude_self needs causal=True")
+        if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+            raise RuntimeError("tree attention is inference-only (its bud sampling is not differentiable), but it "
+                               "was called with gradients enabled: train with a trainable attention such as "
+                               "softmax and swap tree in for evaluation (python eval_ppl.py --attention=tree), "
+                               "or call it under torch.no_grad()")
         fmap = self.feature_map(q.shape[-1])
         qf = kf = None
         if fmap is not None:
             fmap = fmap.to(q.device)
             qf, kf = fmap(q.double()), fmap(k.double())
         impl = _FORWARD[self._implementation_for(q.device)]
-        with torch.no_grad():
-            out = impl(q, k, v, bool(causal), bool(self.exclude_self and causal), self.E, self.P,
-                       self.sampler, self.normalization, self.b, self.seed, qf=qf, kf=kf,
-                       stats=self._stats)
+        out = impl(q, k, v, bool(causal), self.exclude_self, self.E, self.buds_per_round(q.shape[2]),
+                   self.sampler, self.normalization, self.b, self.draw_seed, qf=qf, kf=kf, stats=self._stats,
+                   descent=self.descent)
         return out.to(v.dtype)
 
     def _implementation_for(self, device):
@@ -159,7 +208,7 @@ class TreeAttention(Attention):
         - feature_inner_products: R-dimensional feature inner products (same count, only for
           positive_alignment / rff / favor_plus / favor_plus_relu, else 0);
         - full_attention_inner_products: l per query for exact attention over the same history;
-        - terms: final number of buds (the T-term approximation's terms, incl. overshoot).
+        - terms: final number of buds (the n_terms-term approximation's terms, incl. overshoot).
 
         Cost fraction = alignment_inner_products / full_attention_inner_products.
         """

@@ -20,7 +20,8 @@ import platform
 
 import torch
 
-from attention.tree.reference import add_stats, block_length, default_P, num_terms
+from attention.tree.reference import add_stats
+from attention.tree.schedule import block_length, default_P, num_terms
 from attention.tree.samplers import FEATURE_SAMPLERS, SAMPLERS, seed_int64
 
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_kernel.cpp")
@@ -69,7 +70,7 @@ def _terms(T, E):
 
 
 def cpu_forward(q, k, v, causal, exclude_self, E, P, sampler, normalization, b, seed,
-                qf=None, kf=None, stats=None):
+                qf=None, kf=None, stats=None, descent="authors"):
     """Tree attention for (B, H, T, D) CPU inputs with the compiled kernel.
 
     Args:
@@ -80,6 +81,7 @@ def cpu_forward(q, k, v, causal, exclude_self, E, P, sampler, normalization, b, 
             see TreeAttention.
         qf, kf (torch.Tensor | None): (B, H, T, R) feature-mapped queries / keys for FEATURE_SAMPLERS.
         stats (dict | None): counters to increment (see TreeAttention.stats).
+        descent (str): "authors" or "split" (reference.py).
     Returns:
         (B, H, T, D) tensor in the compute dtype (float32 or float64).
     Raises:
@@ -99,7 +101,7 @@ def cpu_forward(q, k, v, causal, exclude_self, E, P, sampler, normalization, b, 
         q.to(dtype).contiguous(), k.to(dtype).contiguous(), v.to(dtype).contiguous(),
         qf.double().contiguous() if use_f else empty, kf.double().contiguous() if use_f else empty,
         _terms(Tlen, float(E)), bool(causal), bool(exclude_self), int(P), SAMPLERS.index(sampler),
-        normalization == "consistent", float(b), seed_int64(seed))
+        normalization == "bud_mean", descent == "authors", float(b), seed_int64(seed))
     if stats is not None:
         initial, splits, terms = info.sum(dim=(0, 1)).tolist()
         hist = (Tlen * (Tlen - 1) // 2 if exclude_self else Tlen * (Tlen + 1) // 2) if causal else Tlen * Tlen

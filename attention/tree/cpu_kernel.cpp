@@ -81,7 +81,7 @@ inline void add_into(T* dst, const T* a, const T* b, int64_t n) {
 
 struct Params {
   int64_t B, T, H, D, R, L, levels, P;
-  bool causal, exclude_self, consistent;
+  bool causal, exclude_self, bud_mean, authors_descent;
   int sampler;
   double scale, log_b, log1m_b;  // 1/sqrt(D), log b, log(1 - b) (EDH)
   uint64_t seed_hash;
@@ -223,8 +223,9 @@ class QueryWorker {
       const int64_t k = std::min<int64_t>(pr_.P, n_exp);
       std::partial_sort(cand_.begin(), cand_.begin() + k, cand_.begin() + n_exp,
                         [&](int64_t a, int64_t b) { return keys_[a] > keys_[b]; });
-      for (int64_t c = 0; c < k; ++c) split(cand_[c]);
-      splits += k;
+      const int64_t nb_before = nb_;
+      for (int64_t c = 0; c < k; ++c) expand(cand_[c]);
+      splits += nb_ - nb_before;
     }
     write_output(out);
     info_row[0] = n0;
@@ -266,12 +267,19 @@ class QueryWorker {
     }
   }
 
-  // Expand bud i: descend while the right child is empty, then the left child replaces the parent
-  // (alignment = parent - right, Eq. 2) and the right child is appended.
-  void split(int64_t i) {
+  // Expand the sampled bud i (reference.tree_attention_query). If its right child is empty:
+  // descent "authors" moves it to its left child (same sums and mass, nothing appended);
+  // "split" descends until the right child is non-empty. A split: the left child replaces the
+  // parent (alignment = parent - right, Eq. 2) and the right child is appended.
+  void expand(int64_t i) {
     const int64_t H = pr_.H;
     int h = level_[i];
     int64_t j = index_[i];
+    if (pr_.authors_descent && count(h - 1, 2 * j + 1) == 0) {
+      level_[i] = h - 1;
+      index_[i] = 2 * j;
+      return;
+    }
     while (count(h - 1, 2 * j + 1) == 0) {
       --h;
       j *= 2;
@@ -331,8 +339,8 @@ class QueryWorker {
     return std::min(std::max(out, kLogMassFloor), kLogMassCeil);
   }
 
-  // Output per head: softmax over buds of a_n = scale A_n / |n| (+ log|n| for "consistent"),
-  // applied to V_n (/ |n| for "consistent").
+  // Output per head: softmax over buds of a_n = scale A_n / |n| (+ log|n| for "bud_mean"),
+  // applied to V_n (/ |n| for "bud_mean").
   void write_output(scalar_t* out) {
     const int64_t H = pr_.H, D = pr_.D;
     double* w = w_.data();
@@ -346,7 +354,7 @@ class QueryWorker {
     for (int64_t i = 0; i < nb_; ++i) log_c[i] = std::log(log_c[i]);
     for (int64_t i = 0; i < nb_; ++i) {
       const double inv_c = 1.0 / static_cast<double>(count_[i]);
-      const double shift = pr_.consistent ? log_c[i] : 0.0;
+      const double shift = pr_.bud_mean ? log_c[i] : 0.0;
       for (int64_t h = 0; h < H; ++h) {
         w[i * H + h] = pr_.scale * A_[i * H + h] * inv_c + shift;
         m[h] = std::max(m[h], w[i * H + h]);
@@ -361,7 +369,7 @@ class QueryWorker {
       }
     }
     for (int64_t i = 0; i < nb_; ++i) {
-      const double norm = pr_.consistent ? 1.0 / static_cast<double>(count_[i]) : 1.0;
+      const double norm = pr_.bud_mean ? 1.0 / static_cast<double>(count_[i]) : 1.0;
       for (int64_t h = 0; h < H; ++h) weight_[h * nb_ + i] = static_cast<scalar_t>(w[i * H + h] / s[h] * norm);
       value_ptr_[i] = value_sum(level_[i], index_[i]);
     }
@@ -437,7 +445,8 @@ void run_all(const Params& pr, const torch::Tensor& q, const torch::Tensor& k, c
 // TreeAttention.__init__.
 std::vector<torch::Tensor> tree_attention_cpu(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor qf,
                                               torch::Tensor kf, torch::Tensor terms, bool causal, bool exclude_self,
-                                              int64_t P, int64_t sampler, bool consistent, double b, int64_t seed) {
+                                              int64_t P, int64_t sampler, bool bud_mean, bool authors_descent,
+                                              double b, int64_t seed) {
   TORCH_CHECK(q.dim() == 4 && q.device().is_cpu(), "q must be a CPU tensor (B, H, T, D); got ", q.sizes());
   TORCH_CHECK(q.scalar_type() == at::kFloat || q.scalar_type() == at::kDouble,
               "q must be float32 or float64; got ", q.scalar_type());
@@ -462,7 +471,8 @@ std::vector<torch::Tensor> tree_attention_cpu(torch::Tensor q, torch::Tensor k, 
   pr.P = P;
   pr.causal = causal;
   pr.exclude_self = exclude_self;
-  pr.consistent = consistent;
+  pr.bud_mean = bud_mean;
+  pr.authors_descent = authors_descent;
   pr.sampler = static_cast<int>(sampler);
   pr.scale = 1.0 / std::sqrt(static_cast<double>(pr.D));
   pr.log_b = std::log(b);

@@ -4,15 +4,18 @@ Design as in the authors' public NumPy code (read, not copied): batch size 1, on
 a heap-indexed array tree of 2L - 1 nodes updated incrementally leaf-to-root after each token,
 masses computed directly (exp, no log-space) plus a tiny epsilon for non-leaf buds, and sampling
 without replacement from a binary sum-heap (draw, set the weight to 0, redraw; Vieira 2016).
-Like their code, history excludes the current token (query t sees keys 0..t-1) and the "paper"
-output normalization is used. It uses numpy's own random generator, so its draws differ from
-``reference.py`` / ``cpu.py`` / ``vectorized.py``; with E = 1 it equals exact attention.
+Like their code, history excludes the current token (query t sees keys 0..t-1), a sampled bud
+whose right child is empty becomes its left child and uses up its draw (descent "authors" of
+reference.py), and the "paper" output normalization is used. It uses numpy's own random generator,
+so its draws differ from ``reference.py`` / ``cpu.py`` / ``vectorized.py``; where no draw matters
+(every round expands all expandable buds, e.g. E = 1) it equals the reference with
+descent="authors", normalization="paper", causal, exclude_self (tested).
 """
 import math
 
 import numpy as np
 
-from attention.tree.reference import default_P, num_terms
+from attention.tree.schedule import default_P, num_terms
 
 _EPS = 1e-10
 
@@ -49,7 +52,7 @@ class NumpyTreeBaseline:
 
     Args:
         L (int): block length, power of two. H, D (int): heads, head dim.
-        E (float): terms T = ceil(l^E). P (int | None): buds per round (None: default_P).
+        E (float): n_terms = ceil(l^E). P (int | None): buds per round (None: default_P).
         sampler (str): uniform, edh, alignment, positive_alignment, rff, favor_plus,
             favor_plus_relu. For the feature samplers pass feature-mapped inputs to ``step``.
         b (float): EDH base. seed (int): numpy seed.
@@ -90,13 +93,13 @@ class NumpyTreeBaseline:
         out = np.zeros((self.H, self.D))
         l = self.l
         if l > 0 and compute:
-            T = num_terms(l, self.E)
+            n_terms = num_terms(l, self.E)
             lp = 1 << (l - 1).bit_length()
             p0 = min(self.P, lp)
             first = (self.L // lp) * p0 - 1            # first node of the level with p0 nodes over [0, lp)
             idx = np.arange(first, first + p0)
             idx = idx[self.n[idx] > 0]
-            cap = T + self.P + len(idx)
+            cap = n_terms + self.P + len(idx)
             buds = np.zeros(cap, dtype=np.int64)
             A = np.zeros((self.H, cap))
             Af = np.zeros((self.H, cap)) if self.feat else None
@@ -111,7 +114,7 @@ class NumpyTreeBaseline:
             heap = SumHeap(cap)
             for i in range(nb):
                 heap.update(i, pm[i])
-            while nb < T:
+            while nb < n_terms:
                 k_s = min(int(np.count_nonzero(pm[:nb])), self.P)
                 picks = []
                 for _ in range(k_s):
@@ -120,8 +123,10 @@ class NumpyTreeBaseline:
                     picks.append(i)
                 for i in picks:
                     node = buds[i]
-                    while self.n[2 * node + 2] == 0:           # right child empty: take the left one
-                        node = 2 * node + 1
+                    if self.n[2 * node + 2] == 0:  # right child empty: the left child replaces it,
+                        buds[i] = 2 * node + 1     # its mass goes back, its draw is used up
+                        heap.update(i, pm[i])
+                        continue
                     right, left = 2 * node + 2, 2 * node + 1
                     a_r = np.einsum("hd,hd->h", q, self.K[:, right])
                     self.inner_products += self.H

@@ -4,66 +4,47 @@ Paper: "High Attention Scores and Where to Find Them" (Menet, Choi, de Viragh, C
 Algorithm 1. This file is the specification; ``cpu.py`` (compiled kernel) and ``vectorized.py`` must
 give the same result for the same seed.
 
-Conventions shared with cpu_kernel.cpp and vectorized.py:
-- Block length L = sequence length padded to the next power of two. A perfect binary tree over the
+Conventions shared with cpu_kernel.cpp and vectorized.py (schedule helpers in schedule.py):
+- Tree length L = sequence length padded to the next power of two. A perfect binary tree over the
   L leaf positions stores for every node (level h, index j) covering leaves [j 2^h, (j+1) 2^h) the
   sum of its keys, values (and feature-mapped keys) and its number of non-empty leaves (Eq. 1).
   Leaves at or after the query's history length l are empty.
 - History: causal query t sees keys 0..t (l = t+1), or 0..t-1 (l = t) with exclude_self;
-  non-causal queries see the whole sequence (l = T). l = 0 gives a zero output.
-- T = ceil(l^E) terms (buds); P buds are expanded per round.
+  non-causal queries see the whole sequence (l = sequence length). l = 0 gives a zero output.
+- n_terms = ceil(l^E) terms (buds; the paper's T); P buds are expanded per round.
 - Initial buds: the nodes of width w = max(1, 2^ceil(log2 l) / P) that intersect [0, l), i.e.
   ceil(l / w) <= P nodes of the level where min(P, 2^ceil(log2 l)) nodes cover the prefix
   (as in the authors' code; a P that is not a power of two is rounded down for this step only).
   Each costs one inner product per head.
-- Each round (while #buds < T) samples k = min(P, #expandable) buds without replacement in
+- Each round (while #buds < n_terms) samples k = min(P, #expandable) buds without replacement in
   proportion to their mass (Gumbel-top-k with counter-based noise, see samplers.py). Expandable =
   at least 2 non-empty leaves (a bud with one leaf is a leaf: mass 0, never expanded).
-  A sampled node whose right child is empty is replaced by its left child (same sums, no inner
-  product, no new bud) until its right child is non-empty; then it is split: the right child's
-  alignment costs one inner product per head, the left one is parent - right (Eq. 2).
-  The last round may overshoot T by up to P - 1 buds (as in the authors' code).
+  A sampled bud whose right child is empty (it straddles the history end) is handled by the
+  ``descent`` rule:
+    "authors" (default; the authors' code, np_attention.py): the bud is replaced by its left child
+        (same sums, same mass, no inner product) and its draw is used up: no new bud from it in
+        this round. At small E this makes the number of rounds, hence the result, depend on the
+        sampler.
+    "split": the bud descends until its right child is non-empty and is split in the same round.
+  A split: the right child's alignment costs one inner product per head, the left one is
+  parent - right (Eq. 2). The last round may overshoot n_terms by up to P - 1 buds (as in the
+  authors' code).
 - Bud identity for the noise: its first leaf position s (buds are disjoint, so s is unique).
 - Output per head, with a_n = scale * A_n / |n| (log of the bud's geometric-mean score):
-    "consistent": sum_n |n| e^{a_n} (V_n / |n|) / sum_n |n| e^{a_n}  (every leaf of a bud gets a_n)
-    "paper":      sum_n e^{a_n} V_n / sum_n e^{a_n}                  (Algorithm 1 as printed)
-  With E = 1 every bud is a leaf and both equal exact softmax attention.
+    "bud_mean": sum_n |n| e^{a_n} (V_n / |n|) / sum_n |n| e^{a_n}  (every leaf of a bud gets a_n)
+    "paper":    sum_n e^{a_n} V_n / sum_n e^{a_n}                  (Algorithm 1 as printed)
+  "bud_mean" is a deterministic approximation with a known bias: since |n| exp(mean_i s_i) <=
+  sum_i exp(s_i) (Jensen), a bud whose leaves' scores are spread out is under-weighted relative
+  to exact attention. "paper" sums the bud's values, so with equal scores it returns
+  (l / #buds) mean(v) instead of mean(v). With E = 1 every bud is a leaf and both equal exact
+  softmax attention.
 """
 import math
 
 import torch
 
 from attention.tree.samplers import FEATURE_SAMPLERS, gumbel_noise, log_mass, sampling_keys
-
-_EPS = 1e-9  # guards ceil/floor of real powers against float rounding (e.g. 1000^(1/3))
-
-
-def num_terms(l, E):
-    """Number of terms T = ceil(l^E) for history length l >= 0 (0 for l = 0); never exceeds l."""
-    if l <= 0:
-        return 0
-    return min(l, max(1, math.ceil(l ** E - _EPS)))
-
-
-def default_P(L, E):
-    """Buds expanded per round, P = 2^floor(log2(L^(E/2))) (paper section 3), L = block length."""
-    return 2 ** max(0, math.floor(E / 2 * math.log2(L) + _EPS))
-
-
-def block_length(T):
-    """Sequence length T padded to the next power of two (>= 1)."""
-    return 1 << max(0, (int(T) - 1).bit_length())
-
-
-def initial_width(l, P):
-    """Leaf width w of the initial buds for history length l >= 1; there are ceil(l / w) <= P.
-
-    w = max(1, 2^ceil(log2 l) / 2^floor(log2 P)): the tree level where at most P nodes cover the
-    prefix (P is rounded down to a power of two here, so the initial buds are tree nodes)."""
-    lp = 1 << (l - 1).bit_length()       # 2^ceil(log2 l)
-    p2 = 1 << (P.bit_length() - 1)       # 2^floor(log2 P)
-    return max(1, lp // p2)
-
+from attention.tree.schedule import DESCENTS, block_length, default_P, initial_width, num_terms  # noqa: F401
 
 def add_stats(stats, heads, queries, tree_inner_products, full_inner_products, terms, features):
     """Add one batch of cost counts to a TreeAttention stats dict (see TreeAttention.stats).
@@ -117,30 +98,37 @@ class BudTree:
         return int(self.N[h][j])
 
 
-def tree_attention_query(tree, q, l, T, P, sampler, normalization, scale, b, seed, batch, pos, qf=None):
+def tree_attention_query(tree, q, l, n_terms, P, sampler, normalization, scale, b, seed, batch, pos, qf=None,
+                         descent="authors"):
     """Algorithm 1 for one query over a tree whose first l leaves are the history.
 
     Args:
         tree (BudTree): holds exactly the keys/values of history positions 0..l-1.
         q (torch.Tensor): float64 (H, D) query.
         l (int): history length (>= 1).
-        T (int): number of terms, 1 <= T <= l.
+        n_terms (int): number of terms (the paper's T), 1 <= n_terms <= l.
         P (int): buds expanded per round, >= 1.
         sampler, normalization (str), scale (float), b (float): see the package docstring.
         seed, batch, pos (int): select the random draws (with the round and the bud start).
         qf (torch.Tensor | None): float64 (H, R) feature-mapped query for FEATURE_SAMPLERS.
+        descent (str): what a sampled bud whose right child is empty does (module docstring):
+            "authors" (it becomes its left child and uses up its draw) or "split" (it descends
+            until it can be split and is split in the same round).
 
     Returns:
         (out, info): out float64 (H, D); info dict with "initial" (initial buds), "splits",
-        "terms" (final number of buds), "rounds" and "sampled" (per round, the list of sampled
-        buds as (start, leaf count) pairs, for tests).
+        "terms" (final number of buds), "rounds", "sampled" (per round, the list of sampled
+        buds as (start, leaf count) pairs) and "expandable" (per round, the number of expandable
+        buds), for tests.
 
     Raises:
-        ValueError: T outside [1, l] or P < 1.
-        RuntimeError: no expandable bud left before T buds (cannot happen for T <= l).
+        ValueError: n_terms outside [1, l], P < 1 or an unknown descent.
+        RuntimeError: no expandable bud left before n_terms buds (cannot happen for n_terms <= l).
     """
-    if not 1 <= T <= l:
-        raise ValueError(f"number of terms T must satisfy 1 <= T <= l (history length {l}); got T={T}")
+    if not 1 <= n_terms <= l:
+        raise ValueError(f"n_terms must satisfy 1 <= n_terms <= l (history length {l}); got n_terms={n_terms}")
+    if descent not in DESCENTS:
+        raise ValueError(f"descent '{descent}' unknown; allowed: {', '.join(DESCENTS)}")
     if P < 1:
         raise ValueError(f"P (buds expanded per round) must be >= 1; got P={P}")
     use_f = sampler in FEATURE_SAMPLERS
@@ -152,9 +140,9 @@ def tree_attention_query(tree, q, l, T, P, sampler, normalization, scale, b, see
         A = (q * tree.K[h0][:, j]).sum(-1)
         Af = (qf * tree.F[h0][:, j]).sum(-1) if use_f else None
         buds.append([h0, j, A, Af])
-    info = {"initial": len(buds), "splits": 0, "rounds": 0, "sampled": []}
+    info = {"initial": len(buds), "splits": 0, "rounds": 0, "sampled": [], "expandable": []}
     rnd = 0
-    while len(buds) < T:
+    while len(buds) < n_terms:
         starts = torch.tensor([j << h for h, j, _, _ in buds], dtype=torch.int64)
         counts = torch.tensor([tree.count(h, j) for h, j, _, _ in buds], dtype=torch.int64)
         A_all = torch.stack([bd[2] for bd in buds])
@@ -163,13 +151,17 @@ def tree_attention_query(tree, q, l, T, P, sampler, normalization, scale, b, see
         expandable = counts >= 2
         n_exp = int(expandable.sum())
         if n_exp == 0:
-            raise RuntimeError(f"no expandable bud left with {len(buds)} < T={T} buds (l={l})")
+            raise RuntimeError(f"no expandable bud left with {len(buds)} < n_terms={n_terms} buds (l={l})")
         keys = sampling_keys(logm, expandable, gumbel_noise(seed, batch, pos, rnd, starts))
         chosen = torch.argsort(keys, descending=True)[:min(P, n_exp)].tolist()
         info["sampled"].append([(int(starts[i]), int(counts[i])) for i in chosen])
+        info["expandable"].append(n_exp)
         for i in chosen:
             h, j, A, Af = buds[i]
-            while tree.count(h - 1, 2 * j + 1) == 0:  # right child empty: descend, no new bud
+            if descent == "authors" and tree.count(h - 1, 2 * j + 1) == 0:
+                buds[i] = [h - 1, 2 * j, A, Af]  # the left child has the same sums: no inner product
+                continue
+            while tree.count(h - 1, 2 * j + 1) == 0:  # "split": descend to the first level with a right child
                 h, j = h - 1, 2 * j
             A_right = (q * tree.K[h - 1][:, 2 * j + 1]).sum(-1)  # one inner product per head
             Af_right = (qf * tree.F[h - 1][:, 2 * j + 1]).sum(-1) if use_f else None
@@ -184,7 +176,7 @@ def tree_attention_query(tree, q, l, T, P, sampler, normalization, scale, b, see
     A_all = torch.stack([bd[2] for bd in buds])                          # (n, H)
     V_all = torch.stack([tree.V[h][:, j] for h, j, _, _ in buds])        # (n, H, D)
     a = scale * A_all / counts[:, None]
-    if normalization == "consistent":
+    if normalization == "bud_mean":
         weights = torch.softmax(a + counts.log()[:, None], dim=0) / counts[:, None]
     else:
         weights = torch.softmax(a, dim=0)
@@ -192,7 +184,7 @@ def tree_attention_query(tree, q, l, T, P, sampler, normalization, scale, b, see
 
 
 def reference_forward(q, k, v, causal, exclude_self, E, P, sampler, normalization, b, seed,
-                      qf=None, kf=None, stats=None, positions=None):
+                      qf=None, kf=None, stats=None, positions=None, descent="authors"):
     """Tree attention for (B, H, T, D) inputs, one batch element and one query at a time.
 
     Args:
@@ -203,6 +195,7 @@ def reference_forward(q, k, v, causal, exclude_self, E, P, sampler, normalizatio
         stats (dict | None): counters to increment (see TreeAttention.stats).
         positions (iterable | None): query positions to evaluate (others stay zero, keys are still
             inserted); None = all. For timing a subset in benchmarks.
+        descent (str): "authors" or "split" (module docstring).
     Returns:
         float64 tensor (B, H, T, D).
     """
@@ -234,9 +227,9 @@ def reference_forward(q, k, v, causal, exclude_self, E, P, sampler, normalizatio
                 continue
             ips = terms = 0
             if l > 0:
-                T = num_terms(l, E)
-                o, info = tree_attention_query(tree, q[bi, :, t], l, T, P, sampler, normalization, scale,
-                                               b, seed, bi, t, qf[bi, :, t].double() if use_f else None)
+                o, info = tree_attention_query(tree, q[bi, :, t], l, num_terms(l, E), P, sampler, normalization,
+                                               scale, b, seed, bi, t, qf[bi, :, t].double() if use_f else None,
+                                               descent=descent)
                 out[bi, :, t] = o
                 ips, terms = info["initial"] + info["splits"], info["terms"]
             add_stats(stats, H, 1, ips, l, terms, use_f)

@@ -66,6 +66,14 @@ def seed_int64(seed):
     return _s64(int(seed) & _MASK64)
 
 
+def layer_seed(seed, layer_idx):
+    """The seed every draw of one layer's tree attention is hashed from: splitmix64 of (seed,
+    layer_idx), so the layers of a model draw independently (uniform and EDH would otherwise pick
+    the same buds in every layer). Returns an int in [0, 2^64)."""
+    h = _mix(_mix(torch.tensor(seed_int64(seed), dtype=torch.int64)) ^ int(layer_idx))
+    return int(h) & _MASK64
+
+
 def hash_uniform(seed, *fields):
     """Counter-based uniform random numbers in (0, 1): a splitmix64 hash of (seed, *fields).
 

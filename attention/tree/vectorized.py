@@ -7,12 +7,14 @@ result matches the reference up to float64 rounding.
 How it is vectorised:
 - Prefix sums Kc[p] = sum_{t<p} k_t (and of values / feature keys) in float64 give the sum of any
   node, i.e. of any range [s, s + c) of leaves, in O(D): Kc[s + c] - Kc[s]. No tree is stored.
-- A bud is (start s, count c). Its canonical split point is s + 2^(ceil(log2 c) - 1): this is the
-  split of the deepest tree node with the same non-empty leaves, i.e. exactly what the reference
-  reaches after replacing nodes with an empty right child by their left child.
+- A bud is (start s, count c, tree level h): the node [s, s + 2^h) with c non-empty leaves. Its
+  right child is non-empty iff c > 2^(h-1); then it splits at s + 2^(h-1). With descent "authors"
+  a sampled bud without a right child only moves to level h - 1; with "split" it first moves to
+  level ceil(log2 c), the deepest node with the same non-empty leaves, and is split at once.
 - Each query row keeps its buds in a padded table of M slots (unused: c = 0). Every round, for all
   rows together: masses -> Gumbel-top-k keys -> torch.topk(P) -> the first min(P, #expandable)
-  picks of active rows (#buds < T) are split; right children are appended at the end of the row.
+  picks of active rows (#buds < n_terms) are descended or split; right children are appended at
+  the end of the row in the order of the picks.
   The Python loop runs over rounds (and over chunks of query positions to bound memory), never
   over positions or batch elements.
 - The output: the buds of a row tile [0, l), so the weighted sum of bud value sums telescopes to
@@ -23,7 +25,8 @@ import math
 
 import torch
 
-from attention.tree.reference import add_stats, block_length, default_P
+from attention.tree.reference import add_stats
+from attention.tree.schedule import block_length, default_P
 from attention.tree.samplers import FEATURE_SAMPLERS, gumbel_noise, log_mass, sampling_keys
 
 _EPS = 1e-9
@@ -42,7 +45,7 @@ def _ceil_log2(c):
 
 
 def vectorized_forward(q, k, v, causal, exclude_self, E, P, sampler, normalization, b, seed,
-                 qf=None, kf=None, stats=None, chunk=None):
+                       qf=None, kf=None, stats=None, chunk=None, descent="authors"):
     """Tree attention for (B, H, T, D) inputs without a Python loop over positions.
 
     Args:
@@ -53,6 +56,7 @@ def vectorized_forward(q, k, v, causal, exclude_self, E, P, sampler, normalizati
         stats (dict | None): counters to increment (see TreeAttention.stats).
         chunk (int | None): query positions processed together (default: sized so that the
             per-round gathers and the bud tables stay near 32 MB).
+        descent (str): "authors" or "split" (reference.py).
     Returns:
         float64 tensor (B, H, T, D).
     """
@@ -75,12 +79,12 @@ def vectorized_forward(q, k, v, causal, exclude_self, E, P, sampler, normalizati
     for t0 in range(0, Tlen, chunk):
         t1 = min(Tlen, t0 + chunk)
         out[:, t0:t1] = _chunk(qd, qfd, Kc, Vc, Fc, t0, t1, causal, exclude_self, E, P, sampler,
-                               normalization, b, seed, scale, stats)
+                               normalization, b, seed, scale, stats, descent)
     return out.permute(0, 2, 1, 3)
 
 
 def _chunk(qd, qfd, Kc, Vc, Fc, t0, t1, causal, exclude_self, E, P, sampler, normalization, b, seed,
-           scale, stats):
+           scale, stats, descent):
     """Query positions t0..t1-1 of every batch element; returns float64 (B, t1 - t0, H, D)."""
     B, Tlen, H, D = qd.shape
     dev = qd.device  # Kc, Vc, Fc: (B, H, T+1, X) prefix sums
@@ -107,6 +111,7 @@ def _chunk(qd, qfd, Kc, Vc, Fc, t0, t1, causal, exclude_self, E, P, sampler, nor
     # bud table; column M is a write-off slot for masked scatters
     s = torch.zeros(N, M + 1, dtype=torch.long, device=dev)
     c = torch.zeros(N, M + 1, dtype=torch.long, device=dev)
+    lv = torch.zeros(N, M + 1, dtype=torch.long, device=dev)         # tree level of each bud
     A = torch.zeros(N, M + 1, H, dtype=torch.float64, device=dev)
     Af = torch.zeros(N, M + 1, H, dtype=torch.float64, device=dev) if use_f else None
     q_rows = qd[bi, ti]                                               # (N, H, D)
@@ -143,6 +148,7 @@ def _chunk(qd, qfd, Kc, Vc, Fc, t0, t1, causal, exclude_self, E, P, sampler, nor
         st = torch.where(live, slot * width[:, None], torch.zeros_like(slot))
         ct = torch.where(live, torch.minimum(width[:, None], hist[:, None] - st), torch.zeros_like(slot))
         s[:, :n0max], c[:, :n0max] = st, ct
+        lv[:, :n0max] = _ceil_log2(width)[:, None]
         a, af = node_align(rows, st, ct)
         A[:, :n0max] = a * live[..., None]
         if use_f:
@@ -169,24 +175,32 @@ def _chunk(qd, qfd, Kc, Vc, Fc, t0, t1, causal, exclude_self, E, P, sampler, nor
         valid = rank < k_r[:, None]
         ps, pc = sa.gather(1, idx), ca.gather(1, idx)
         pc_safe = torch.where(valid, pc, torch.full_like(pc, 2))
-        half = 1 << (_ceil_log2(pc_safe) - 1)                         # canonical split (see docstring)
-        rs = torch.where(valid, ps + half, torch.zeros_like(ps))
-        rc = torch.where(valid, pc_safe - half, torch.zeros_like(pc))
+        plv = torch.where(valid, lv[act, :M].gather(1, idx), torch.ones_like(idx))
+        if descent == "split":  # descend to the first level with a non-empty right child
+            plv = _ceil_log2(pc_safe)
+        half = 1 << (plv - 1)                                         # leaves of the left child
+        splits_now = valid & (pc_safe > half)                         # "authors": else only descend
+        rs = torch.where(splits_now, ps + half, torch.zeros_like(ps))
+        rc = torch.where(splits_now, pc_safe - half, torch.zeros_like(pc))
         a_r, af_r = node_align(act, rs, rc)                           # one inner product per head
         A_p = Aa.gather(1, idx[..., None].expand(-1, -1, H))
         left_slot = torch.where(valid, idx, torch.full_like(idx, M))
-        new_slot = torch.where(valid, nb[act][:, None] + rank, torch.full_like(idx, M))
-        # left child replaces the parent (Eq. 2), right child appended; invalid picks go to slot M
-        c[r2, left_slot] = half
+        n_new = splits_now.long().cumsum(1)
+        new_slot = torch.where(splits_now, nb[act][:, None] + n_new - 1, torch.full_like(idx, M))
+        # a descended bud keeps its sums; a split one's left child replaces it (Eq. 2) and the right
+        # child is appended; invalid picks go to the write-off slot M
+        c[r2, left_slot] = torch.minimum(pc_safe, half)
+        lv[r2, left_slot] = plv - 1
         A[r2, left_slot] = A_p - a_r
         s[r2, new_slot] = rs
         c[r2, new_slot] = rc
+        lv[r2, new_slot] = plv - 1
         A[r2, new_slot] = a_r
         if use_f:
             Af[r2, left_slot] = Afa.gather(1, idx[..., None].expand(-1, -1, H)) - af_r
             Af[r2, new_slot] = af_r
         c[:, M] = 0
-        nb[act] += k_r
+        nb[act] += n_new[:, -1]
         rnd += 1
     splits = nb - n0
 
@@ -199,10 +213,10 @@ def _chunk(qd, qfd, Kc, Vc, Fc, t0, t1, causal, exclude_self, E, P, sampler, nor
     used = cM > 0
     cf = cM.clamp(min=1).double()[..., None]                          # (N, M, 1)
     a = scale * AM / cf
-    logw = a + cf.log() if normalization == "consistent" else a
+    logw = a + cf.log() if normalization == "bud_mean" else a
     logw = logw.masked_fill(~used[..., None], -math.inf)
     u = torch.softmax(logw, dim=1).nan_to_num(0.0)                    # rows without history -> 0
-    if normalization == "consistent":
+    if normalization == "bud_mean":
         u = u / cf                                                    # values V_n / |n|
     coef = u - torch.cat([u[:, 1:], torch.zeros_like(u[:, :1])], dim=1)   # u_m - u_{m+1}, at s_{m+1}
     ends = torch.where(used, sM + cM, torch.zeros_like(sM))           # s_{m+1} (= l for the last bud)

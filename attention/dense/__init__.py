@@ -1,0 +1,89 @@
+"""DenseAttention, registered as ``dense``: out_i = sum over allowed keys j of (q_i . k_j) v_j.
+
+Paper: "DenseAttention: No-Compromise Exact All N x N Interactions Algorithm with O(N) Space and
+Time Complexity" (Argatkiny). Section 3.1: no softmax, no normalizer and no scaling inside the
+operation (the DANet block in ``model.py`` scales its input by N^(-1/3)); the product Q K^T V is
+computed as Q (K^T V) ("linear", O(T D^2)) or (Q K^T) V ("quadratic", O(T^2 D)). Section 3.3:
+local attention in non-overlapping windows and the same windows shifted by w / 2.
+
+Files: ``reference.py`` (the explicit (T, T) score matrix; the specification), ``compute.py``
+(the two regimes, windows, the chunked causal linear regime, padding).
+"""
+import torch
+
+from attention import Attention, check_qkv, register
+from attention.dense.compute import REGIMES, choose_regime, dense_forward, regime_cost  # noqa: F401
+from attention.dense.reference import allowed_pairs, reference_forward, window_ids  # noqa: F401
+
+IMPLEMENTATIONS = ("fast", "reference")
+
+
+def _check_int(name, value, minimum, meaning):
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum} ({meaning}); got {name}={value!r}")
+
+
+@register("dense")
+class DenseAttention(Attention):
+    """DenseAttention for (B, H, T, D) q, k, v (paper section 3.1, 3.3).
+
+    out_i = sum_{j allowed} (q_i . k_j) v_j with allowed = causal (j <= i) and same window and
+    real key (``attention_mask``); padded queries output zeros. Exact definitions in
+    ``attention/dense/reference.py``. Computation in float32 or wider (autocast is not applied to
+    it); the output has v's dtype. Inside DANet (``model.py``) keys = values = the block's scaled
+    input, queries = input x W_Q; this module itself accepts any q, k, v.
+
+    Args:
+        regime (str): "linear" (Q (K^T V); causal: chunked), "quadratic" ((Q K^T) V) or "auto"
+            (default: the one with fewer multiply-adds for the segment length L = window or T and
+            head dim D, ``compute.choose_regime``; not causal this is linear iff D <= L, the
+            authors' rule). All three give the same output up to rounding.
+        window (int): 0 = global (default); w > 0 = non-overlapping windows [0, w), [w, 2w), ...
+        shift (bool): with a window, the windows start at w / 2: [0, w/2), [w/2, 3w/2), ... (the
+            paper's ShiftedLocal layer); needs an even window.
+        chunk_size (int): >= 1, positions per chunk of the causal linear regime (default 64).
+        implementation (str): "fast" (``compute.py``, default) or "reference" (the (T, T)
+            matrix, for tests).
+
+    Raises:
+        ValueError: unknown regime or implementation, window < 0 or not an integer, shift without
+            a window or with an odd window, chunk_size < 1; in ``forward`` bad shapes or mask, or
+            different query and key lengths.
+    """
+
+    def __init__(self, regime="auto", window=0, shift=False, chunk_size=64, implementation="fast"):
+        super().__init__()
+        if regime not in REGIMES:
+            raise ValueError(f"regime {regime!r} unknown; allowed: {', '.join(REGIMES)}")
+        _check_int("window", window, 0, "0 = global attention, w > 0 = windows of w positions")
+        if not isinstance(shift, bool):
+            raise ValueError(f"shift must be True or False; got {shift!r}")
+        if shift and window == 0:
+            raise ValueError("shift=True needs a window > 0 (the windows are shifted by window / 2)")
+        if shift and window % 2:
+            raise ValueError(f"shift=True needs an even window (shifted by window / 2); got window={window}")
+        _check_int("chunk_size", chunk_size, 1, "positions per chunk of the causal linear regime")
+        if implementation not in IMPLEMENTATIONS:
+            raise ValueError(f"implementation {implementation!r} unknown; allowed: {', '.join(IMPLEMENTATIONS)}")
+        self.regime, self.window, self.shift = regime, window, shift
+        self.chunk_size, self.implementation = chunk_size, implementation
+
+    def extra_repr(self):
+        return (f"regime={self.regime}, window={self.window}, shift={self.shift}, chunk_size={self.chunk_size}, "
+                f"implementation={self.implementation}")
+
+    def regime_for(self, T, D, causal):
+        """The regime ``forward`` uses for sequence length T and head dim D ("auto" resolved)."""
+        return choose_regime(self.regime, T, D, bool(causal), self.window, self.chunk_size)
+
+    def forward(self, q, k, v, causal, attention_mask=None):
+        """q, k: (B, H, T, D), v: (B, H, T, Dv) -> (B, H, T, Dv) in v's dtype; attention_mask (B, T) bool or None."""
+        check_qkv(q, k, v, attention_mask)
+        if q.shape[2] != k.shape[2]:
+            raise ValueError(f"dense attention needs as many queries as keys; got {q.shape[2]} and {k.shape[2]}")
+        causal = bool(causal)
+        with torch.autocast(device_type=q.device.type, enabled=False):  # sums of products stay >= float32
+            if self.implementation == "reference":
+                return reference_forward(q, k, v, causal, attention_mask, self.window, self.shift)
+            return dense_forward(q, k, v, causal, attention_mask, self.regime, self.window, self.shift,
+                                 self.chunk_size)

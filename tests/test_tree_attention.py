@@ -21,8 +21,9 @@ def _softmax(q, k, v, causal, exclude_self=False):
     return attention.build("softmax_reference", exclude_self=exclude_self)(q, k, v, causal)
 
 
-def _tree(exclude_self=False, **kw):
-    return attention.build("tree", exclude_self=exclude_self, **kw)
+def _tree(exclude_self=False, layer_idx=0, block_size=None, **kw):
+    context = {"layer_idx": layer_idx, "block_size": block_size}
+    return attention.build("tree", context=context, exclude_self=exclude_self, **kw)
 
 
 MODES = [(True, False), (True, True), (False, False)]  # (causal, exclude_self)
@@ -374,3 +375,149 @@ def test_auto_uses_cpu_kernel_and_falls_back_with_a_warning(monkeypatch):
     assert m._implementation_for(torch.device("cpu")) == "vectorized"
     ref = _tree(E=0.5, implementation="reference")(q, k, v, True)
     torch.testing.assert_close(out, ref, rtol=1e-9, atol=1e-11)
+
+
+# --- issue 7: the authors' setting -------------------------------------------------------------
+
+def test_descent_authors_makes_small_E_depend_on_the_sampler():
+    # GPT-2's block size 1024, E = 0.2: P = 2 and n_terms <= 4. With "split" every round expands all
+    # expandable buds, so nothing is sampled and all samplers agree; with "authors" a bud that
+    # straddles the history end uses up its draw descending, a second round is needed and there
+    # the sampler chooses 2 of 3 buds
+    q, k, v = _qkv(B=1, H=2, T=300, D=8, seed=20)
+    outs = {d: {s: _tree(E=0.2, sampler=s, descent=d, seed=1, block_size=1024)(q, k, v, True)
+                for s in ("uniform", "edh", "alignment")}
+            for d in ("authors", "split")}
+    # (the order of the picks changes only the order of the sum over buds: rounding)
+    torch.testing.assert_close(outs["split"]["uniform"], outs["split"]["edh"], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(outs["split"]["uniform"], outs["split"]["alignment"], rtol=1e-12, atol=1e-12)
+    assert (outs["authors"]["uniform"] - outs["authors"]["edh"]).abs().max() > 1e-3
+    assert (outs["authors"]["edh"] - outs["authors"]["alignment"]).abs().max() > 1e-3
+
+
+def test_descent_authors_uses_up_the_draw():
+    # l = 6, P = 2: initial buds [0, 4) and [4, 6) (level 2, width 4), both always sampled in round 0.
+    # "split": [4, 6) descends to level 1 and both split in round 0 -> 4 buds, one round.
+    # "authors": [4, 6) only descends (its draw is used up) -> 3 buds < n_terms = 4, so a second
+    # round samples 2 of the 3 buds: which ones depends on the draws.
+    H, D = 1, 2
+    tree = BudTree(8, H, D)
+    g = torch.Generator().manual_seed(21)
+    for p in range(6):
+        tree.insert(p, torch.randn(H, D, generator=g, dtype=torch.float64), torch.randn(H, D, generator=g, dtype=torch.float64))
+    q = torch.randn(H, D, generator=g, dtype=torch.float64)
+    seen = {"authors": set(), "split": set()}
+    second_round = set()
+    for seed in range(40):
+        for descent in seen:
+            _, info = tree_attention_query(tree, q, 6, 4, 2, "uniform", "bud_mean", 0.5, 0.99, seed, 0, 0,
+                                           descent=descent)
+            seen[descent].add((info["rounds"], info["splits"], info["terms"]))
+            assert info["initial"] + info["splits"] == info["terms"]
+            if descent == "authors":
+                second_round.add(tuple(sorted(info["sampled"][1])))
+    assert seen["split"] == {(1, 2, 4)}
+    assert seen["authors"] == {(2, 3, 5)}
+    assert len(second_round) == 3  # every pair of the 3 buds [0, 2), [2, 4), [4, 6) occurs
+
+
+def test_layers_draw_independently():
+    q, k, v = _qkv(B=1, H=2, T=60, D=8, seed=22)
+    a0 = _tree(E=0.4, sampler="uniform", layer_idx=0)(q, k, v, True)
+    a0b = _tree(E=0.4, sampler="uniform", layer_idx=0)(q, k, v, True)
+    a1 = _tree(E=0.4, sampler="uniform", layer_idx=1)(q, k, v, True)
+    assert torch.equal(a0, a0b) and not torch.equal(a0, a1)
+    f0, f1 = (_tree(E=0.4, sampler="favor_plus", feature_redraw="per_layer", layer_idx=i).feature_map(8).W for i in (0, 1))
+    assert not torch.equal(f0, f1)
+
+
+@pytest.mark.parametrize("redraw", ["per_query", "per_layer"])
+def test_feature_redraw_modes_and_implementations_agree(redraw):
+    q, k, v = _qkv(B=2, H=2, T=23, D=8, seed=23)
+    outs = {impl: _tree(E=0.6, sampler="favor_plus_relu", feature_redraw=redraw, implementation=impl, seed=4)(q, k, v, True)
+            for impl in ("cpu", "vectorized", "reference")}
+    torch.testing.assert_close(outs["cpu"], outs["reference"], rtol=1e-9, atol=1e-11)
+    torch.testing.assert_close(outs["vectorized"], outs["reference"], rtol=1e-9, atol=1e-11)
+    fmap = _tree(sampler="favor_plus_relu", feature_redraw=redraw, seed=4).feature_map(8)
+    x = q.double()
+    if redraw == "per_layer":
+        # one fixed W for every position
+        from attention.feature_maps import favor_plus_relu_features
+        torch.testing.assert_close(fmap(x), favor_plus_relu_features(x * 8 ** -0.25, fmap.W))
+        assert fmap.W.shape == (8, 8)
+    else:
+        W = fmap.projections(23)
+        assert W.shape == (23, 8, 8) and not torch.equal(W[0], W[1])
+        from attention.feature_maps import favor_plus_relu_features
+        for t in (0, 11, 22):
+            torch.testing.assert_close(fmap(x)[:, :, t], favor_plus_relu_features(x[:, :, t] * 8 ** -0.25, W[t]))
+        torch.testing.assert_close(fmap(x), fmap(x))  # same seed and length, same projections
+
+
+def test_default_P_comes_from_the_model_block_size():
+    m = _tree(E=0.5, block_size=1024)
+    assert m.buds_per_round(100) == default_P(1024, 0.5) == 4
+    assert _tree(E=0.5).buds_per_round(100) == default_P(128, 0.5) == 2
+    assert _tree(E=0.5, P=3, block_size=1024).buds_per_round(100) == 3
+
+
+def test_gpt_with_tree_attention_at_E1_gives_softmax_logits():
+    from model import GPT, ModelConfig
+    torch.manual_seed(0)
+    cfg = dict(block_size=32, vocab_size=50, n_layer=2, n_head=2, n_embd=16)
+    exact = GPT(ModelConfig(**cfg, attention="softmax")).double().eval()
+    idx = torch.randint(0, 50, (2, 19))
+    with torch.no_grad():
+        want, _ = exact(idx)
+        for norm in ("bud_mean", "paper"):
+            exact.set_attention("tree", {"E": 1.0, "normalization": norm, "sampler": "alignment"})
+            got, _ = exact(idx)
+            torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
+
+
+def test_paper_normalization_is_the_printed_formula():
+    # Algorithm 1 as printed: out = sum_n softmax_n(scale A_n / |n|) V_n with V_n the SUM of the
+    # bud's values. Non-causal, 8 keys, P = 2, E = 0.2 -> n_terms = 2 = the two initial buds
+    # [0, 4) and [4, 8): nothing is sampled, so the output is known by hand.
+    H, D = 1, 4
+    q, k, v = _qkv(1, H, 8, D, seed=24)
+    out = _tree(E=0.2, P=2, normalization="paper", implementation="reference")(q, k, v, False)
+    scale = D ** -0.5
+    A = torch.stack([(q[0, 0] * k[0, 0, :4].sum(0)).sum(-1), (q[0, 0] * k[0, 0, 4:].sum(0)).sum(-1)], dim=-1)  # (8, 2)
+    w = torch.softmax(scale * A / 4, dim=-1)
+    V = torch.stack([v[0, 0, :4].sum(0), v[0, 0, 4:].sum(0)])  # (2, D)
+    torch.testing.assert_close(out[0, 0], w @ V, rtol=1e-12, atol=1e-12)
+    bud_mean = _tree(E=0.2, P=2, normalization="bud_mean", implementation="reference")(q, k, v, False)
+    torch.testing.assert_close(bud_mean[0, 0], w @ (V / 4), rtol=1e-12, atol=1e-12)  # equal sizes: /|n|
+
+
+def test_numpy_baseline_matches_reference_where_no_draw_matters():
+    # the baseline claims the authors' rule: causal, exclude_self, descent "authors", "paper"
+    # normalization. Its random generator differs from ours, so compare at the positions where
+    # every round expands all expandable buds (no draw matters), found with the reference's info.
+    from attention.tree.numpy_baseline import numpy_baseline_forward
+    from attention.tree.reference import reference_forward
+    H, D, T, E, P = 2, 4, 40, 0.6, 4
+    q, k, v = _qkv(1, H, T, D, seed=25)
+    base, _ = numpy_baseline_forward(q, k, v, E, sampler="alignment", P=P, seed=3)
+    ref = reference_forward(q, k, v, True, True, E, P, "alignment", "paper", 0.99, 0, descent="authors")
+    tree, checked = BudTree(64, H, D), []
+    for t in range(T):
+        if t > 0:
+            _, info = tree_attention_query(tree, q[0, :, t], t, num_terms(t, E), P, "alignment", "paper",
+                                           D ** -0.5, 0.99, 0, 0, t, descent="authors")
+            if all(len(s) == n for s, n in zip(info["sampled"], info["expandable"])):
+                checked.append(t)
+                torch.testing.assert_close(torch.from_numpy(base[:, t]), ref[0, :, t], rtol=1e-9, atol=1e-11)
+        tree.insert(t, k[0, :, t], v[0, :, t])
+    assert len(checked) >= 10 and max(checked) >= 16  # includes positions with real expansion rounds
+    torch.testing.assert_close(torch.from_numpy(numpy_baseline_forward(q, k, v, 1.0)[0]),
+                               _softmax(q, k, v, True, True)[0], rtol=1e-9, atol=1e-11)
+
+
+def test_training_through_tree_attention_raises():
+    q, k, v = (x.requires_grad_() for x in _qkv(B=1, H=2, T=8, D=4))
+    with pytest.raises(RuntimeError, match="inference-only"):
+        _tree(E=0.5)(q, k, v, True)
+    with torch.no_grad():
+        assert _tree(E=0.5)(q, k, v, True).shape == q.shape

@@ -5,6 +5,12 @@ The attention mechanism of every block comes from the registry in ``attention/``
 (``transformer.wte``, ``transformer.h.N.attn.c_attn``, ...) so Hugging Face GPT-2 weights load
 with a transpose of the Conv1D matrices only (``GPT.from_hf``).
 
+Two block types (``ModelConfig.block``): the GPT-2 pre-LayerNorm transformer block and the
+DenseAttention Network block (DANet, "DenseAttention", Argatkiny, section 3): MaxNorm, N^(-1/3)
+scaling, Cosine RelPE, queries x W_Q with keys = values = x, DenseAttention (``attention/dense``),
+a bias-free ReLU FFN, MaxNorm and one residual connection. Position information is a config
+choice for both (``pos_emb``: learned, cosine_relpe, none).
+
 Shapes: token ids (B, T) int64; hidden states (B, T, C) with C = n_embd; q/k/v per head
 (B, H, T, D) with D = C / H; logits (B, T, V); attention_mask (B, T) bool, True = real token
 (padded keys get no attention; None = no padding).
@@ -17,6 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import attention
+import attention.dense  # noqa: F401  (registers "dense", which the DANet block uses)
 
 
 @dataclass
@@ -35,6 +42,23 @@ class ModelConfig:
         n_classes: classes of the encoder's classification head (0 = no head).
         pooling: "cls" (first token) or "mean" (mean over non-padding tokens) for classification.
         two_tower: classify a pair of sequences encoded separately, features [u, v, u*v, u-v].
+        block: "transformer" (GPT-2 pre-LayerNorm block, ``Block``) or "danet" (``DANetBlock``;
+            needs attention="dense"; no biases, LayerNorms or dropout inside the blocks).
+        pos_emb: "learned" (GPT-2's added position embedding; T <= block_size), "cosine_relpe"
+            (Cosine RelPE, paper Sec. 3.2, Eq. 6: x_i cos(m theta_i) per head dim i at position m,
+            on q and k in a transformer block, on the block's input X in a DANet block; any T) or
+            "none" (any T).
+        layer_scheme: DANet layers cycled over the stack, one letter per layer: "G" global, "L"
+            local (windows of ``window``), "S" shifted local (windows moved by window / 2); e.g.
+            "LSG" (paper Sec. 3.3). Transformer blocks accept only "G".
+        window: window of the "L" and "S" layers (> 0 if the scheme has them; even for "S").
+        pad_token_id: id of the PAD token (-1 = none). Positions holding it count as padding
+            (combined with attention_mask); in a DANet model their embedding is fixed at zero
+            (paper Sec. 3.1), as is that of every position attention_mask marks as padding.
+        maxnorm_eps: eps of MaxNormActivation x / (max_i |x_i| + eps) (1e-3 as in the authors' code).
+        ffn_linf_norm: DANet only; 0 = off; > 0 = after every optimizer step the effective FFN
+            weights s * W get this l_inf norm through a non-trainable scale s per matrix
+            (paper appendix G); ``fold_ffn_scales`` folds s into W for export.
     """
     block_size: int = 1024
     vocab_size: int = 50304
@@ -49,12 +73,85 @@ class ModelConfig:
     n_classes: int = 0
     pooling: str = "cls"
     two_tower: bool = False
+    block: str = "transformer"
+    pos_emb: str = "learned"
+    layer_scheme: str = "G"
+    window: int = 0
+    pad_token_id: int = -1
+    maxnorm_eps: float = 1e-3
+    ffn_linf_norm: float = 0.0
 
     def __post_init__(self):
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
         if self.pooling not in ("cls", "mean"):
             raise ValueError(f"pooling must be 'cls' or 'mean', got {self.pooling!r}")
+        if self.block not in BLOCKS:
+            raise ValueError(f"block must be one of {', '.join(BLOCKS)}; got {self.block!r}")
+        if self.pos_emb not in POS_EMBS:
+            raise ValueError(f"pos_emb must be one of {', '.join(POS_EMBS)}; got {self.pos_emb!r}")
+        if not self.layer_scheme or set(self.layer_scheme) - set(LAYER_KINDS):
+            raise ValueError(f"layer_scheme must be a non-empty string of the letters {', '.join(LAYER_KINDS)} "
+                             f"(G global, L local, S shifted local); got {self.layer_scheme!r}")
+        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 0:
+            raise ValueError(f"window must be an integer >= 0; got {self.window!r}")
+        if set(self.layer_scheme) & {"L", "S"} and self.window == 0:
+            raise ValueError(f"layer_scheme {self.layer_scheme!r} has local layers: set window > 0")
+        if "S" in self.layer_scheme and self.window % 2:
+            raise ValueError(f"layer_scheme {self.layer_scheme!r} has shifted-local layers (shift window / 2): "
+                             f"window must be even; got {self.window}")
+        if not -1 <= self.pad_token_id < self.vocab_size:
+            raise ValueError(f"pad_token_id must be -1 (none) or a token id < vocab_size={self.vocab_size}; "
+                             f"got {self.pad_token_id}")
+        if not self.maxnorm_eps > 0:
+            raise ValueError(f"maxnorm_eps must be > 0; got {self.maxnorm_eps}")
+        if not self.ffn_linf_norm >= 0:
+            raise ValueError(f"ffn_linf_norm must be >= 0 (0 = no rescaling); got {self.ffn_linf_norm}")
+        if self.block == "transformer":
+            if self.layer_scheme != "G":
+                raise ValueError(f"layer_scheme {self.layer_scheme!r} needs block='danet' (transformer blocks are "
+                                 f"global; use the attention's own window parameter)")
+            if self.ffn_linf_norm:
+                raise ValueError("ffn_linf_norm (FFN rescaling, DANet appendix G) needs block='danet'")
+        else:
+            if self.attention != "dense":
+                raise ValueError(f"block='danet' needs attention='dense' (DenseAttention); got {self.attention!r}")
+            _check_danet_attention_params(self.attention_params)
+
+
+BLOCKS = ("transformer", "danet")
+POS_EMBS = ("learned", "cosine_relpe", "none")
+LAYER_KINDS = ("G", "L", "S")
+RELPE_BASE = 10000.0
+
+
+def _check_danet_attention_params(params):
+    fixed = sorted(set(params) & {"window", "shift"})
+    if fixed:
+        raise ValueError(f"in a DANet model {fixed} come from layer_scheme and window (per layer), not from "
+                         f"attention_params")
+
+
+def cosine_relpe(T, head_dim, device=None, dtype=torch.float32):
+    """Cosine RelPE factors cos(m theta_i), theta_i = 10000^(-2i/d) (paper Sec. 3.2, Eq. 6), for
+    positions m = 0..T-1 and head dims i = 0..d-1 with d = ``head_dim``; a (T, d) tensor.
+
+    Every dim of a head is multiplied by its own factor (the paper's g_1(x_i, m) = x_i cos(m
+    theta_i)); the angles are computed in float64 so long sequences keep their precision. The
+    authors' code uses 10000^(-i/d) instead (RoPE's range of frequencies); Eq. 6 is used here.
+    """
+    i = torch.arange(head_dim, dtype=torch.float64, device=device)
+    theta = RELPE_BASE ** (-2.0 * i / head_dim)
+    m = torch.arange(T, dtype=torch.float64, device=device)
+    return torch.cos(m[:, None] * theta[None, :]).to(dtype)
+
+
+def max_norm(x, eps):
+    """MaxNormActivation (paper Sec. 3.1): x / (max_i |x_i| + eps) over the last dim.
+
+    Output l_inf norm < 1 per vector; a zero vector stays zero. x: (..., C) float -> same shape.
+    """
+    return x / (x.abs().amax(dim=-1, keepdim=True) + eps)
 
 
 class SelfAttention(nn.Module):
@@ -68,8 +165,9 @@ class SelfAttention(nn.Module):
     bias is added, as in the authors' code of "High Attention Scores and Where to Find Them"
     (their attention block returns 0 for the first token).
 
-    ``forward(x (B, T, C) float, attention_mask (B, T) bool or None, True = real token)``
-    -> (B, T, C).
+    ``forward(x (B, T, C) float, attention_mask (B, T) bool or None, True = real token,
+    relpe (T, D) or None)`` -> (B, T, C). ``relpe``: Cosine RelPE factors (``cosine_relpe``),
+    multiplied into q and k per head, where RoPE would be applied (paper Sec. 3.2).
     """
 
     def __init__(self, config, causal, layer_idx=0):
@@ -80,16 +178,22 @@ class SelfAttention(nn.Module):
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.resid_dropout = nn.Dropout(config.dropout)
-        self.mechanism = attention.build(config.attention, self.context(config), **config.attention_params)
+        self.mechanism = self.build_mechanism(config, config.attention, config.attention_params)
 
     def context(self, config):
         """The model context handed to ``attention.build`` for this block."""
         return {"layer_idx": self.layer_idx, "block_size": config.block_size}
 
-    def forward(self, x, attention_mask=None):
+    def build_mechanism(self, config, name, params):
+        """``attention.build(name, context, **params)`` with this block's context."""
+        return attention.build(name, self.context(config), **params)
+
+    def forward(self, x, attention_mask=None, relpe=None):
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        if relpe is not None:
+            q, k = q * relpe, k * relpe
         y = self.mechanism(q, k, v, causal=self.causal, attention_mask=attention_mask)
         y = self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
         if self.causal and getattr(self.mechanism, "exclude_self", False):
@@ -126,43 +230,198 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon, bias=config.bias)
         self.mlp = MLP(config)
 
-    def forward(self, x, attention_mask=None):
-        x = x + self.attn(self.ln_1(x), attention_mask)
+    def forward(self, x, attention_mask=None, relpe=None):
+        x = x + self.attn(self.ln_1(x), attention_mask, relpe)
         return x + self.mlp(self.ln_2(x))
 
 
+class DenseSelfAttention(nn.Module):
+    """The attention of a DANet block (paper Sec. 3.1): per head h, queries x W_Q[:, h] (one
+    bias-free C x C matrix ``c_q``, split into heads like GPT-2's q), keys = values = x[:, h]
+    (the h-th slice of the input; no W_K, W_V, W_O), combined by the registered ``dense``
+    mechanism: DenseAttention_h(X) = X W_Q_h X_h^T X_h, heads concatenated.
+
+    ``kind`` is the layer's letter of ``layer_scheme``: "G" global, "L" windows of
+    ``config.window``, "S" the same windows shifted by window / 2; the mechanism is built with
+    that window and shift added to ``attention_params``.
+
+    ``forward(x (B, T, C), attention_mask (B, T) bool or None)`` -> (B, T, C); padded rows are 0.
+    """
+
+    def __init__(self, config, causal, layer_idx=0, kind="G"):
+        super().__init__()
+        self.n_head = config.n_head
+        self.causal = causal
+        self.layer_idx = layer_idx
+        self.kind = kind
+        self.c_q = nn.Linear(config.n_embd, config.n_embd, bias=False)
+        self.mechanism = self.build_mechanism(config, config.attention, config.attention_params)
+
+    def context(self, config):
+        """The model context handed to ``attention.build`` for this block."""
+        return {"layer_idx": self.layer_idx, "block_size": config.block_size}
+
+    def build_mechanism(self, config, name, params):
+        """The dense mechanism of this layer: ``params`` plus the window and shift of its kind.
+
+        Raises:
+            ValueError: ``name`` is not "dense", or ``params`` sets window or shift.
+        """
+        if name != "dense":
+            raise ValueError(f"a DANet block computes DenseAttention: attention must be 'dense', got {name!r}")
+        _check_danet_attention_params(params)
+        window = config.window if self.kind in ("L", "S") else 0
+        return attention.build(name, self.context(config), **params, window=window, shift=self.kind == "S")
+
+    def forward(self, x, attention_mask=None):
+        B, T, C = x.shape
+        q = self.c_q(x).view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        kv = x.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        y = self.mechanism(q, kv, kv, causal=self.causal, attention_mask=attention_mask)
+        return y.transpose(1, 2).reshape(B, T, C)
+
+
+class DANetFFN(nn.Module):
+    """The FFN of a DANet block: ReLU(x (s_fc W_fc)^T) (s_proj W_proj)^T, no biases, width 4C.
+
+    ``s_fc``, ``s_proj`` (buffers ``fc_scale``, ``proj_scale``, 1 by default) are the
+    non-trainable l_inf scales of paper appendix G: ``rescale(norm)`` sets s = norm / max|W|, so
+    the effective weight s W has l_inf norm ``norm`` while W itself is left to the optimizer;
+    ``fold_scales`` moves s into W (export). Gradients reach W through s W.
+
+    ``forward(x (..., C))`` -> (..., C).
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=False)
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=False)
+        self.register_buffer("fc_scale", torch.ones(()))
+        self.register_buffer("proj_scale", torch.ones(()))
+
+    def forward(self, x):
+        h = F.relu(F.linear(x, self.c_fc.weight * self.fc_scale))
+        return F.linear(h, self.c_proj.weight * self.proj_scale)
+
+    @torch.no_grad()
+    def rescale(self, norm):
+        """Set each scale so that max |s W| = ``norm`` (an all-zero W keeps its scale)."""
+        for weight, scale in ((self.c_fc.weight, self.fc_scale), (self.c_proj.weight, self.proj_scale)):
+            largest = weight.abs().max()
+            if largest > 0:
+                scale.copy_(norm / largest)
+
+    @torch.no_grad()
+    def fold_scales(self):
+        """W <- s W and s <- 1: the same function without the scales."""
+        for weight, scale in ((self.c_fc.weight, self.fc_scale), (self.c_proj.weight, self.proj_scale)):
+            weight.copy_(weight * scale)
+            scale.fill_(1.0)
+
+
+class DANetBlock(nn.Module):
+    """DenseAttention Network block (paper Sec. 3.1, the final equations of the layer l):
+
+        X'_l    = DenseAttention(MaxNorm(X_l) * N^(-1/3))
+        X_{l+1} = X_l + MaxNorm(FFN(X'_l))
+
+    MaxNorm(x) = x / (max_i |x_i| + eps) per token (``max_norm``). N is the number of real
+    tokens of the sequence (T without ``attention_mask``; for a causal model too: the scale
+    depends on the length, never on later tokens' content); in a local or shifted-local layer N is
+    the window w (as in the authors' code: at most w keys per query). Cosine RelPE
+    (``relpe``, Eq. 6) multiplies the scaled input before the attention, so it reaches queries,
+    keys and values (Sec. 3.2). Padded positions are zeroed before the attention; a zero row stays
+    zero through the whole block (no biases, ReLU(0) = 0, MaxNorm(0) = 0). No LayerNorm, no
+    dropout, no biases.
+
+    ``forward(x (B, T, C), attention_mask (B, T) bool or None, relpe (T, D) or None)`` -> (B, T, C).
+    """
+
+    def __init__(self, config, causal, layer_idx=0):
+        super().__init__()
+        self.kind = config.layer_scheme[layer_idx % len(config.layer_scheme)]
+        self.window = config.window if self.kind in ("L", "S") else 0
+        self.n_head = config.n_head
+        self.eps = config.maxnorm_eps
+        self.attn = DenseSelfAttention(config, causal, layer_idx, self.kind)
+        self.mlp = DANetFFN(config)
+
+    def input_scale(self, x, attention_mask=None):
+        """N^(-1/3) (section 3.1): a float, or a (B, 1, 1) tensor with a per-sequence N."""
+        if self.window:
+            return self.window ** (-1.0 / 3.0)
+        if attention_mask is None:
+            return x.shape[1] ** (-1.0 / 3.0)
+        n_real = attention_mask.sum(-1).clamp_min(1).to(x.dtype)
+        return n_real.pow(-1.0 / 3.0)[:, None, None]
+
+    def forward(self, x, attention_mask=None, relpe=None):
+        h = max_norm(x, self.eps) * self.input_scale(x, attention_mask)
+        if attention_mask is not None:
+            h = h * attention_mask[..., None].to(h.dtype)
+        if relpe is not None:
+            h = h * relpe.repeat(1, self.n_head)  # (T, D) per head -> (T, C)
+        y = self.attn(h, attention_mask)
+        return x + max_norm(self.mlp(y), self.eps)
+
+
 class Transformer(nn.Module):
-    """Token + learned position embeddings, ``n_layer`` blocks and a final LayerNorm.
+    """Token embeddings, position information (``config.pos_emb``), ``n_layer`` blocks
+    (``Block`` or ``DANetBlock``, ``config.block``) and a final LayerNorm (kept for both block
+    types, so the heads see the same kind of input).
 
     ``forward(idx (B, T) int64, attention_mask (B, T) bool or None, True = real token)``
-    -> (B, T, C) hidden states after ``ln_f``. Block i gets ``layer_idx = i``.
+    -> (B, T, C) hidden states after ``ln_f``. Block i gets ``layer_idx = i``. With
+    ``pad_token_id`` >= 0, positions holding that id are padding as well. In a DANet model the
+    embedding of every padded position is zero (paper Sec. 3.1: the PAD representation is fixed
+    at 0, so no mask is needed inside the blocks), position embedding included.
 
     Raises:
-        ValueError: if T exceeds ``block_size`` (the message gives both lengths).
+        ValueError: if T exceeds ``block_size`` with learned position embeddings (the message
+            gives both lengths); cosine_relpe and none accept any T.
     """
 
     def __init__(self, config, causal):
         super().__init__()
         self.config = config
         self.wte = nn.Embedding(config.vocab_size, config.n_embd)
-        self.wpe = nn.Embedding(config.block_size, config.n_embd)
+        self.wpe = nn.Embedding(config.block_size, config.n_embd) if config.pos_emb == "learned" else None
         self.drop = nn.Dropout(config.dropout)
-        self.h = nn.ModuleList([Block(config, causal, i) for i in range(config.n_layer)])
+        block = DANetBlock if config.block == "danet" else Block
+        self.h = nn.ModuleList([block(config, causal, i) for i in range(config.n_layer)])
         self.ln_f = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon, bias=config.bias)
+        self._relpe_cache = None
+
+    def relpe(self, T, device, dtype):
+        """The (T, D) Cosine RelPE factors (``cosine_relpe``), cached for the last (T, device, dtype)."""
+        key = (T, device, dtype)
+        if self._relpe_cache is None or self._relpe_cache[0] != key:
+            self._relpe_cache = (key, cosine_relpe(T, self.config.n_embd // self.config.n_head, device, dtype))
+        return self._relpe_cache[1]
 
     def forward(self, idx, attention_mask=None):
         T = idx.shape[1]
-        if T > self.config.block_size:
+        if self.wpe is not None and T > self.config.block_size:
             raise ValueError(f"sequence length {T} exceeds the model's block_size {self.config.block_size}")
-        pos = torch.arange(T, device=idx.device)
-        x = self.drop(self.wte(idx) + self.wpe(pos))
+        if self.config.pad_token_id >= 0:
+            not_pad = idx != self.config.pad_token_id
+            attention_mask = not_pad if attention_mask is None else (attention_mask & not_pad)
+        x = self.wte(idx)
+        if self.wpe is not None:
+            x = x + self.wpe(torch.arange(T, device=idx.device))
+        if self.config.block == "danet" and attention_mask is not None:
+            x = x * attention_mask[..., None].to(x.dtype)  # PAD fixed at zero (Sec. 3.1)
+        x = self.drop(x)
+        relpe = self.relpe(T, x.device, x.dtype) if self.config.pos_emb == "cosine_relpe" else None
         for block in self.h:
-            x = block(x, attention_mask)
+            x = block(x, attention_mask, relpe)
         return self.ln_f(x)
 
 
 def _init_weights(model, n_layer):
-    """GPT-2 initialisation: N(0, 0.02), zero biases, residual projections scaled by 1/sqrt(2 n_layer)."""
+    """GPT-2 initialisation: N(0, 0.02), zero biases, residual projections scaled by 1/sqrt(2 n_layer).
+    DANet blocks as in the authors' code: W_Q ~ N(0, (0.02 / sqrt(2 n_layer C))^2), FFN weights
+    ~ N(0, 1 / (2 * 4C))."""
     for module in model.modules():
         if isinstance(module, nn.Linear):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
@@ -173,10 +432,19 @@ def _init_weights(model, n_layer):
     for name, p in model.named_parameters():
         if name.endswith("c_proj.weight"):
             nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * n_layer))
+    for module in model.modules():  # DANet: the authors' initialisation
+        if isinstance(module, DenseSelfAttention):
+            C = module.c_q.weight.shape[0]
+            nn.init.normal_(module.c_q.weight, mean=0.0, std=0.02 / math.sqrt(2 * n_layer * C))
+        elif isinstance(module, DANetFFN):
+            C = module.c_fc.weight.shape[1]
+            for weight in (module.c_fc.weight, module.c_proj.weight):
+                nn.init.normal_(weight, mean=0.0, std=1.0 / math.sqrt(2 * 4 * C))
 
 
 class AttentionSwapMixin:
-    """Methods shared by GPT and BertEncoder to inspect and replace the attention mechanism."""
+    """Methods shared by GPT and BertEncoder: inspect and replace the attention mechanism, count
+    parameters, and DANet's FFN rescaling (``after_optimizer_step``, ``fold_ffn_scales``)."""
 
     def attention_modules(self):
         """The registered attention module of every block, in layer order."""
@@ -185,21 +453,45 @@ class AttentionSwapMixin:
     def set_attention(self, name, params=None):
         """Replace every block's attention by ``attention.build(name, context, **params)`` with
         the block's context (its ``layer_idx`` and the model's ``block_size``); no retraining.
+        In a DANet model each layer adds its own window and shift (``layer_scheme``), so e.g.
+        ``set_attention("dense", {"regime": "quadratic"})`` switches the regime of every layer.
         ``config.attention`` and ``config.attention_params`` are updated.
 
         Raises:
-            ValueError: unknown attention name or parameter, or a model-context name in params.
+            ValueError: unknown attention name or parameter, or a model-context name in params;
+                in a DANet model a name other than "dense" or a window / shift in params.
         """
         params = dict(params or {})
         for block in self.transformer.h:
-            mechanism = attention.build(name, block.attn.context(self.config), **params)
-            block.attn.mechanism = mechanism.to(block.attn.c_attn.weight.device)
+            mechanism = block.attn.build_mechanism(self.config, name, params)
+            block.attn.mechanism = mechanism.to(next(block.parameters()).device)
         self.config.attention, self.config.attention_params = name, params
 
     def num_params(self, non_embedding=True):
         """Number of parameters; position embeddings excluded when ``non_embedding`` (tied wte counted once)."""
         n = sum(p.numel() for p in self.parameters())
-        return n - self.transformer.wpe.weight.numel() if non_embedding else n
+        if non_embedding and self.transformer.wpe is not None:
+            n -= self.transformer.wpe.weight.numel()
+        return n
+
+    def after_optimizer_step(self):
+        """Called by train.py after every optimizer step. DANet with ``ffn_linf_norm`` > 0: set
+        the FFN scales so every effective FFN weight has l_inf norm ``ffn_linf_norm`` (paper
+        appendix G). Otherwise nothing."""
+        if self.config.block == "danet" and self.config.ffn_linf_norm > 0:
+            for block in self.transformer.h:
+                block.mlp.rescale(self.config.ffn_linf_norm)
+
+    def fold_ffn_scales(self):
+        """Export for inference (paper appendix G): fold each DANet FFN scale into its weight
+        (W <- s W, s <- 1) and set ``config.ffn_linf_norm`` to 0, so the model computes the same
+        outputs with plain weights and ``after_optimizer_step`` no longer rescales. A transformer
+        model is returned unchanged. Returns the model."""
+        if self.config.block == "danet":
+            for block in self.transformer.h:
+                block.mlp.fold_scales()
+            self.config.ffn_linf_norm = 0.0
+        return self
 
 
 class GPT(AttentionSwapMixin, nn.Module):
@@ -218,6 +510,7 @@ class GPT(AttentionSwapMixin, nn.Module):
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         _init_weights(self, config.n_layer)
         self.lm_head.weight = self.transformer.wte.weight  # tied, as in GPT-2
+        self.after_optimizer_step()  # DANet FFN scales from the start (appendix G)
 
     def forward(self, idx, targets=None, attention_mask=None):
         logits = self.lm_head(self.transformer(idx, attention_mask))
@@ -282,6 +575,7 @@ class BertEncoder(AttentionSwapMixin, nn.Module):
             self.classifier = nn.Sequential(nn.Linear(n_features, config.n_embd), nn.GELU(),
                                             nn.Linear(config.n_embd, config.n_classes))
         _init_weights(self, config.n_layer)
+        self.after_optimizer_step()  # DANet FFN scales from the start (appendix G)
 
     def forward(self, idx, attention_mask=None):
         return self.transformer(idx, attention_mask)

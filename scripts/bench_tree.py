@@ -7,7 +7,16 @@ Measures, in one run and on the same random (1, H, L, D) inputs (causal):
   - ``reference``: attention/tree/reference.py (one query at a time) for L in --slow_L, E in --slow_E;
   - ``numpy_authors``: attention/tree/numpy_baseline.py (the authors' NumPy design: batch 1, one
     query at a time, incremental array tree, sum-heap sampling), same L / E as the reference;
-  - ``softmax``: exact attention (torch SDPA) for every L, 1 and --threads threads.
+  - ``softmax``: exact attention (torch SDPA) for every L, 1 and --threads threads;
+  - ``casinoformer``: with --casino_dir=DIR, the AUTHORS' code itself: ``np_attention.attention_kernel``
+    imported from a checkout of choijacky/casinoformer that the user provides (nothing of it is in
+    this repo), run over the whole block one query at a time as their nanoGPT/model.py does, with
+    their P = floor_pow2(L^(E/2)); for L in --slow_L and E in --slow_E. Their fast sampling needs
+    the ``arsenal`` package (``pip install arsenal``); without it they fall back to
+    ``numpy.random.choice`` (column ``note`` says which).
+All tree rows use the authors' setting: causal without the current token (exclude_self), descent
+"authors", "paper" normalization. The kernel is timed on float32 and on float64 inputs (column
+``dtype``; the authors' code and the NumPy design compute in float64).
 Fast rows are the median of --repeats calls (one call when a call takes over 2 s).
 The slow implementations are timed on --slow_queries evenly spaced query positions (all keys are
 still inserted) and extrapolated to all L positions: total = t_insert_only + (t_subset - t_insert_only)
@@ -23,6 +32,7 @@ Usage: nice -n 10 python scripts/bench_tree.py [--L 256,1024,4096] [--E 0.2,...,
 import argparse
 import csv
 import json
+import math
 import os
 import platform
 import sys
@@ -36,7 +46,7 @@ import attention  # noqa: E402
 from attention.tree.numpy_baseline import numpy_baseline_forward  # noqa: E402
 from attention.tree.reference import reference_forward  # noqa: E402
 
-FIELDS = ["impl", "threads", "sampler", "L", "E", "H", "D", "queries_timed", "queries_total", "seconds",
+FIELDS = ["impl", "threads", "dtype", "sampler", "L", "E", "H", "D", "queries_timed", "queries_total", "seconds",
           "extrapolated", "alignment_inner_products", "full_attention_inner_products", "fraction", "note"]
 
 
@@ -63,15 +73,22 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2, help="torch threads for the second cpu/softmax run")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--casino_dir", default="", help="checkout of choijacky/casinoformer to time the authors' code")
     args = ap.parse_args()
+    casino = load_casinoformer(args.casino_dir) if args.casino_dir else None
     torch.set_flush_denormal(True)
     torch.set_num_threads(1)
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     rows = []
+    def tree(impl, E):
+        """Tree attention in the authors' setting (see the module docstring)."""
+        return attention.build("tree", E=E, sampler=args.sampler, seed=args.seed, implementation=impl,
+                               exclude_self=True, normalization="paper", descent="authors")
+
     # warm-up (kernel build / load, first-call allocations) on a tiny input
     w = torch.randn(1, args.H, 64, args.D)
     for impl in ("cpu", "vectorized"):
-        attention.build("tree", E=0.5, sampler=args.sampler, implementation=impl)(w, w, w, True)
+        tree(impl, 0.5)(w, w, w, True)
     attention.build("softmax")(w, w, w, True)
 
     def emit(**r):
@@ -106,18 +123,20 @@ def main():
                  seconds=round(timed(lambda: sm(q, k, v, True), th)[0], 6), extrapolated=False,
                  alignment_inner_products=full_ips(L, args.H, False),
                  full_attention_inner_products=full_ips(L, args.H, False), fraction=1.0)
-        for impl, threads in [("cpu", th) for th in thread_counts] + [("vectorized", 1)]:
+        runs = [("cpu", th, torch.float32) for th in thread_counts] + [("cpu", 1, torch.float64), ("vectorized", 1, torch.float32)]
+        for impl, threads, dtype in runs:
             last = 0.0
+            qd, kd, vd = (x.to(dtype) for x in (q, k, v))
             for E in parse_list(args.E, float):
                 if last > args.budget:
-                    emit(impl=impl, threads=threads, sampler=args.sampler, L=L, E=E, H=args.H, D=args.D,
-                         note=f"skipped: previous E took {last:.0f} s > budget {args.budget:.0f} s")
+                    emit(impl=impl, threads=threads, dtype=str(dtype)[6:], sampler=args.sampler, L=L, E=E, H=args.H,
+                         D=args.D, note=f"skipped: previous E took {last:.0f} s > budget {args.budget:.0f} s")
                     continue
-                m = attention.build("tree", E=E, sampler=args.sampler, seed=args.seed, implementation=impl)
-                last, calls = timed(lambda: m(q, k, v, True), threads)
+                m = tree(impl, E)
+                last, calls = timed(lambda: m(qd, kd, vd, True), threads)
                 # every call makes the same draws, so the counters of one call are the total / calls
                 st = {key: n // calls for key, n in m.stats().items()}
-                emit(impl=impl, threads=threads, sampler=args.sampler, L=L, E=E, H=args.H, D=args.D,
+                emit(impl=impl, threads=threads, dtype=str(dtype)[6:], sampler=args.sampler, L=L, E=E, H=args.H, D=args.D,
                      queries_timed=L, queries_total=L, seconds=round(last, 6), extrapolated=False,
                      alignment_inner_products=st["alignment_inner_products"],
                      full_attention_inner_products=st["full_attention_inner_products"],
@@ -126,7 +145,7 @@ def main():
             continue
         n = min(args.slow_queries, L)
         subset = sorted({int(round(x)) for x in np.linspace(0, L - 1, n)})
-        m = attention.build("tree", E=0.5, sampler=args.sampler, seed=args.seed)
+        m = tree("reference", 0.5)
         fmap = m.feature_map(args.D)
         qf = kf = None
         if fmap is not None:
@@ -138,7 +157,7 @@ def main():
                     if impl == "reference":
                         stats = {key: 0 for key in ("queries", "alignment_inner_products", "feature_inner_products",
                                                     "full_attention_inner_products", "terms")}
-                        reference_forward(q, k, v, True, False, E, None, args.sampler, "consistent", 0.99,
+                        reference_forward(q, k, v, True, True, E, None, args.sampler, "paper", 0.99,
                                           args.seed, qf=qf, kf=kf, stats=stats, positions=pos)
                         ips = stats["alignment_inner_products"]
                     else:
@@ -149,28 +168,34 @@ def main():
                 t_ins, _ = run([])
                 t_sub, ips_sub = run(subset)
                 est = t_ins + max(0.0, t_sub - t_ins) * L / len(subset)
-                full_sub = args.H * sum(((t + 1) if impl == "reference" else t) for t in subset)
-                emit(impl=impl, threads=1, sampler=args.sampler, L=L, E=E, H=args.H, D=args.D,
+                full_sub = args.H * sum(t for t in subset)
+                emit(impl=impl, threads=1, dtype="float64", sampler=args.sampler, L=L, E=E, H=args.H, D=args.D,
                      queries_timed=len(subset),
                      queries_total=L, seconds=round(est, 6), extrapolated=True,
                      alignment_inner_products=ips_sub, full_attention_inner_products=full_sub,
                      fraction=round(ips_sub / max(1, full_sub), 6),
                      note=f"measured {t_sub:.2f} s on {len(subset)} queries (insert-only {t_ins:.2f} s); "
                           f"inner products counted on the timed queries only")
+            if casino is not None:
+                seconds, note = time_casinoformer(casino, q, k, v, E, args.sampler)
+                emit(impl="casinoformer", threads=1, dtype="float64", sampler=args.sampler, L=L, E=E, H=args.H,
+                     D=args.D, queries_timed=L, queries_total=L, seconds=round(seconds, 6), extrapolated=False,
+                     note=note)
 
     # speed ratios (slow / fast) for every (L, E) where both exist
     ratios = []
     for r in rows:
-        if r["impl"] not in ("reference", "numpy_authors"):
+        if r["impl"] not in ("reference", "numpy_authors", "casinoformer"):
             continue
         for f in rows:
             if f["impl"] in ("cpu", "vectorized") and (f["L"], f["E"]) == (r["L"], r["E"]) and f["seconds"] != "":
                 ratios.append({"L": r["L"], "E": r["E"], "slow": r["impl"], "slow_seconds": r["seconds"],
-                               "fast": f["impl"], "fast_threads": f["threads"], "fast_seconds": f["seconds"],
+                               "fast": f["impl"], "fast_threads": f["threads"], "fast_dtype": f["dtype"],
+                               "fast_seconds": f["seconds"],
                                "speedup": round(r["seconds"] / f["seconds"], 1)})
     for x in ratios:
-        print(f"speedup {x['fast']} ({x['fast_threads']} thread(s)) vs {x['slow']} at L={x['L']} E={x['E']}: "
-              f"{x['speedup']}x ({x['slow_seconds']:.3f} s extrapolated vs {x['fast_seconds']:.4f} s)")
+        print(f"speedup {x['fast']} ({x['fast_threads']} thread(s), {x['fast_dtype']}) vs {x['slow']} at L={x['L']} E={x['E']}: "
+              f"{x['speedup']}x ({x['slow_seconds']:.3f} s vs {x['fast_seconds']:.4f} s)")
     with open(args.out + ".csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS)
         w.writeheader()
@@ -185,6 +210,61 @@ def main():
     print("wrote", args.out + ".csv", args.out + ".json", args.out + ".png")
 
 
+CASINO_METHODS = {"uniform": "uniform", "edh": "exponentially_decaying_horizon", "alignment": "alignment",
+                  "positive_alignment": "positive_alignment", "rff": "RandomFourierFeatures",
+                  "favor_plus": "FAVOR+", "favor_plus_relu": "FAVOR+ReLU"}
+
+
+def load_casinoformer(casino_dir):
+    """Import np_attention.py from a user's checkout of choijacky/casinoformer.
+
+    Raises:
+        SystemExit: the file is missing (message says what to pass).
+    """
+    path = os.path.join(casino_dir, "np_attention.py")
+    if not os.path.exists(path):
+        raise SystemExit(f"error: --casino_dir={casino_dir} has no np_attention.py; pass a checkout of "
+                         "https://github.com/choijacky/casinoformer")
+    sys.path.insert(0, os.path.abspath(casino_dir))
+    import np_attention
+    if np.lib.NumpyVersion(np.__version__) >= "2.1.0":
+        np_attention.np = _NumpyCompat()  # their code calls np.reshape(x, newshape=...)
+    return np_attention
+
+
+class _NumpyCompat:
+    """numpy for the authors' module, with the ``newshape=`` keyword of np.reshape that NumPy 2.1
+    deprecated and later releases removed (their code was written for older NumPy)."""
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+    @staticmethod
+    def reshape(a, newshape=None, **kw):
+        return np.reshape(a, newshape, **kw)
+
+
+def time_casinoformer(mod, q, k, v, E, sampler):
+    """Seconds for the authors' attention_kernel over one (1, H, L, D) block, one query at a time as
+    in their nanoGPT/model.py (T = ceil(l^E) with l the number of earlier tokens), and a note."""
+    _, H, L, D = q.shape
+    try:
+        from arsenal.datastructures.heap.sumheap import SumHeap  # noqa: F401
+        fast = True
+    except ImportError:
+        fast = False
+    P = 2 ** int(math.floor(math.log2(L ** (E / 2))))
+    extra = {"R": 2 * D if sampler in ("favor_plus", "favor_plus_relu") else D, "base": 0.99}
+    kernel = mod.attention_kernel(D=D, S=D ** -0.5, P=P, L=L, H=H, method=CASINO_METHODS[sampler],
+                                  fast_sampling=fast, **extra)
+    qs, ks, vs = (x[0].float() for x in (q, k, v))
+    t0 = time.perf_counter()
+    for t in range(L):
+        kernel.forward(T=math.ceil(kernel.l ** E), k=ks[:, t], q=qs[:, t], v=vs[:, t])
+    seconds = time.perf_counter() - t0
+    return seconds, f"authors' np_attention.py, P={P}, fast_sampling={fast} ({'arsenal SumHeap' if fast else 'numpy.random.choice'})"
+
+
 def plot(rows, path, sampler):
     import matplotlib
     matplotlib.use("Agg")
@@ -194,16 +274,17 @@ def plot(rows, path, sampler):
     for i, L in enumerate(Ls):
         col = f"C{i}"
         for impl, th, style in [("cpu", 1, "o-"), ("vectorized", 1, "x--")]:
-            pts = [r for r in rows if r["impl"] == impl and r["threads"] == th and r["L"] == L and r["seconds"] != ""]
+            pts = [r for r in rows if r["impl"] == impl and r["threads"] == th and r["dtype"] == "float32"
+                   and r["L"] == L and r["seconds"] != ""]
             a1.plot([r["E"] for r in pts], [r["seconds"] for r in pts], style, color=col, label=f"{impl} L={L}")
             if impl == "cpu":
                 a2.plot([r["E"] for r in pts], [r["fraction"] for r in pts], "o-", color=col, label=f"L={L}")
         for r in rows:
             if r["L"] == L and r["impl"] == "softmax" and r["threads"] == 1:
                 a1.axhline(r["seconds"], color=col, ls=":", lw=1)
-            if r["L"] == L and r["impl"] in ("reference", "numpy_authors"):
-                a1.plot([r["E"]], [r["seconds"]], "s" if r["impl"] == "reference" else "^", color=col,
-                        label=f"{r['impl']} L={L} (extrap.)")
+            if r["L"] == L and r["impl"] in ("reference", "numpy_authors", "casinoformer"):
+                marker = {"reference": "s", "numpy_authors": "^", "casinoformer": "*"}[r["impl"]]
+                a1.plot([r["E"]], [r["seconds"]], marker, color=col, label=f"{r['impl']} L={L}")
     a1.set_yscale("log")
     a1.set_xlabel("E  (T = ceil(l^E) terms)")
     a1.set_ylabel("wall time per block [s] (dotted: exact softmax)")

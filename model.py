@@ -119,6 +119,24 @@ class ModelConfig:
             _check_danet_attention_params(self.attention_params)
 
 
+# The architecture keys above GPT-2's, as config keys of the training tasks (defaults = ModelConfig's).
+ARCHITECTURE_DEFAULTS = dict(block="transformer", pos_emb="learned", layer_scheme="G", window=0, maxnorm_eps=1e-3,
+                             ffn_linf_norm=0.0)
+ARCHITECTURE_HELP = dict(
+    block="transformer (GPT-2 pre-LN block) | danet (DenseAttention Network block; needs attention=dense)",
+    pos_emb="learned (T <= block_size) | cosine_relpe (Cosine RelPE, any T) | none",
+    layer_scheme="DANet layers cycled over the stack: G global, L local, S shifted local (e.g. LSG)",
+    window="window of the DANet L and S layers (positions)",
+    maxnorm_eps="eps of DANet's MaxNormActivation x / (max|x| + eps)",
+    ffn_linf_norm="DANet: l_inf norm of the FFN weights after every optimizer step (0 = no rescaling)",
+)
+
+
+def architecture_args(cfg):
+    """The ``ARCHITECTURE_DEFAULTS`` keys of a config dict, as ``ModelConfig`` keyword arguments."""
+    return {key: cfg[key] for key in ARCHITECTURE_DEFAULTS}
+
+
 BLOCKS = ("transformer", "danet")
 POS_EMBS = ("learned", "cosine_relpe", "none")
 LAYER_KINDS = ("G", "L", "S")
@@ -557,7 +575,10 @@ class BertEncoder(AttentionSwapMixin, nn.Module):
     optional sequence-classification head.
 
     ``forward(idx (B, T) int64, attention_mask (B, T) bool or None)`` -> hidden states (B, T, C);
-    ``mlm_logits(hidden)`` -> (B, T, V) with the decoder tied to ``wte``;
+    ``forward(idx, attention_mask, mlm_mask=(B, T) bool)`` -> MLM logits (N, V) of the N
+    positions where mlm_mask is True, in row-major order (the vocabulary projection runs only
+    there; one forward call, so DDP and torch.compile see the whole computation);
+    ``mlm_logits(hidden (..., C))`` -> (..., V) with the decoder tied to ``wte``;
     ``classify(idx, attention_mask=None, idx2=None, attention_mask2=None)`` -> logits
     (B, n_classes), where the second sequence (B, T2) is used in ``two_tower`` mode.
     attention_mask is True for real tokens (padded keys get no attention).
@@ -577,8 +598,11 @@ class BertEncoder(AttentionSwapMixin, nn.Module):
         _init_weights(self, config.n_layer)
         self.after_optimizer_step()  # DANet FFN scales from the start (appendix G)
 
-    def forward(self, idx, attention_mask=None):
-        return self.transformer(idx, attention_mask)
+    def forward(self, idx, attention_mask=None, mlm_mask=None):
+        hidden = self.transformer(idx, attention_mask)
+        if mlm_mask is None:
+            return hidden
+        return self.mlm_logits(hidden[mlm_mask])
 
     def mlm_logits(self, hidden):
         h = self.mlm_ln(F.gelu(self.mlm_dense(hidden)))

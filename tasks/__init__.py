@@ -46,6 +46,7 @@ from configurator import ConfigError
 
 REGISTRY = {
     "lm": "tasks.lm",
+    "mlm": "tasks.mlm",
 }
 
 REQUIRED = ("DEFAULTS", "HELP", "MODEL_KEYS", "BEST_METRIC", "prepare_data", "load_data", "build_model",

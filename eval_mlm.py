@@ -1,0 +1,190 @@
+"""MLM loss and accuracy of a task="mlm" checkpoint on a whole split, at several sequence lengths,
+and for a DANet model in both regimes of DenseAttention.
+
+    python eval_mlm.py --out_dir=out/wikitext2_danet_mini --split=test --seq_lens=128,512
+    python eval_mlm.py --out_dir=out/wikitext2_bert_mini --seq_lens=128,512 --max_sequences=200
+    python eval_mlm.py --help
+
+For each sequence length L the split's token stream is cut into non-overlapping windows of L - 2
+tokens (the remainder is dropped; at most ``max_sequences`` windows), each framed as
+[CLS] window [SEP] and masked as in training (15% chosen, 80/10/10) with a generator seeded by
+(seed, L): every model evaluated with the same tokenizer, seed and L predicts exactly the same
+positions. Reported per (L, regime): ``mlm_loss`` (mean cross-entropy over all chosen positions
+of the split, nats), ``mlm_accuracy`` (fraction of chosen positions whose most likely token is
+the original), the counts, the wall time and tokens/s (all L tokens of a sequence counted).
+
+DANet models (block="danet") are evaluated with every regime of ``regimes`` (default linear and
+quadratic; the paper's claim, Sec. 4.2, is that both give the same metrics); their FFN scales are
+folded into the weights first (the export of appendix G; the outputs do not change). A model with
+learned position embeddings cannot run beyond its block_size: such lengths are reported as
+skipped. Results go to ``out`` (default <out_dir>/eval_mlm_<split>.json) and a table on stdout.
+"""
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+
+import configurator
+from configurator import ConfigError
+
+DEFAULTS = dict(
+    out_dir="out/wikitext2_bert_mini",
+    split="test",
+    seq_lens="128,512",
+    regimes="",
+    max_sequences=0,
+    batch_size=8,
+    seed=1234,
+    data_source_dir="",
+    bert_vocab="",
+    device="cpu",
+    num_threads=0,
+    out="",
+)
+HELP = dict(
+    out_dir="directory of the task='mlm' checkpoint ckpt.pt",
+    split="train | val | test",
+    seq_lens="comma-separated sequence lengths L (tokens per sequence, [CLS] and [SEP] included)",
+    regimes="DANet only: comma-separated DenseAttention regimes ('' = linear,quadratic)",
+    max_sequences="at most this many sequences per length (0 = every window of the split)",
+    batch_size="sequences per forward pass",
+    seed="seed of the masking (combined with L)",
+    data_source_dir="directory with wiki.{train,valid,test}.tokens if the split must be prepared ('' = as trained)",
+    bert_vocab="BERT vocab.txt ('' = as trained, else env BERT_VOCAB_FILE, else the Hugging Face hub)",
+    device="cpu | cuda | cuda:N",
+    num_threads="torch CPU threads, 0 = torch's default",
+    out="JSON file of the results ('' = <out_dir>/eval_mlm_<split>.json)",
+)
+REGIMES = ("linear", "quadratic", "auto")
+
+
+def _int_list(text, key):
+    try:
+        values = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"{key} must be comma-separated integers; got {text!r}") from None
+    if not values or min(values) < 3:
+        raise ConfigError(f"{key} needs at least one length >= 3 ([CLS], a token, [SEP]); got {text!r}")
+    return values
+
+
+def load_model(out_dir, device):
+    """The BertEncoder of ``out_dir/ckpt.pt`` in eval mode (FFN scales folded) and the training config.
+
+    Raises:
+        ConfigError: no checkpoint, or one of another task.
+    """
+    from model import BertEncoder, ModelConfig
+
+    path = os.path.join(out_dir, "ckpt.pt")
+    if not os.path.exists(path):
+        raise ConfigError(f"no checkpoint at {path}")
+    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    task = ckpt.get("task", ckpt["config"].get("task", "lm"))
+    if task != "mlm":
+        raise ConfigError(f"{path} was trained on task {task!r}; eval_mlm.py evaluates task 'mlm' checkpoints")
+    model = BertEncoder(ModelConfig(**ckpt["model_args"]))
+    model.load_state_dict(ckpt["model"])
+    model.fold_ffn_scales()  # the inference export (appendix G); same outputs
+    return model.to(device).eval(), ckpt["config"]
+
+
+def evaluate_length(model, tokens, vocab, cfg, L, max_sequences, batch_size, seed, device):
+    """Sums over every masked sequence of length L of ``tokens`` (see the module docstring).
+
+    Returns:
+        dict with mlm_loss, mlm_accuracy, masked_tokens, sequences, tokens, seconds, tokens_per_s.
+    """
+    from data import mlm as mlm_data
+    from tasks import mlm as mlm_task
+
+    windows = mlm_data.consecutive_windows(tokens, L - 2, max_sequences)
+    rng = np.random.default_rng([seed, L])
+    batch = mlm_task.make_batch(windows, vocab, cfg, rng, "cpu")  # all masking drawn up front
+    loss_sum, correct, n_chosen = 0.0, 0, 0
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        for start in range(0, windows.shape[0], batch_size):
+            part = {k: v[start:start + batch_size].to(device) for k, v in batch.items()}
+            s, c, n = mlm_task.masked_lm_sums(model, part)
+            loss_sum, correct, n_chosen = loss_sum + float(s), correct + int(c), n_chosen + int(n)
+    seconds = time.perf_counter() - t0
+    n_seq = int(windows.shape[0])
+    return {"mlm_loss": loss_sum / max(n_chosen, 1), "mlm_accuracy": correct / max(n_chosen, 1),
+            "masked_tokens": n_chosen, "sequences": n_seq, "tokens": n_seq * L, "seconds": seconds,
+            "tokens_per_s": n_seq * L / max(seconds, 1e-9)}
+
+
+def main(argv):
+    """Evaluate and write the JSON; return the result dict.
+
+    Raises:
+        SystemExit: --help (status 0); missing data (status 1).
+        ConfigError: bad settings (``configurator.run_cli`` turns it into status 2).
+    """
+    from data import mlm as mlm_data
+    from data import DataUnavailable
+
+    args = configurator.parse(DEFAULTS, argv, help=HELP)
+    seq_lens = _int_list(args["seq_lens"], "seq_lens")
+    if args["num_threads"]:
+        torch.set_num_threads(args["num_threads"])
+    if args["batch_size"] < 1 or args["max_sequences"] < 0:
+        raise ConfigError("batch_size must be >= 1 and max_sequences >= 0")
+    model, cfg = load_model(args["out_dir"], args["device"])
+    danet = model.config.block == "danet"
+    regimes = [r.strip() for r in args["regimes"].split(",") if r.strip()] or (["linear", "quadratic"] if danet else [])
+    if regimes and not danet:
+        raise ConfigError("regimes apply to DANet models only (this checkpoint has transformer blocks)")
+    bad = sorted(set(regimes) - set(REGIMES))
+    if bad:
+        raise ConfigError(f"unknown regime(s) {bad}; allowed: {', '.join(REGIMES)}")
+    bert_vocab = args["bert_vocab"] or cfg.get("bert_vocab", "")
+    try:
+        mlm_data.prepare(cfg["dataset"], cfg["dataset_config"], cfg["tokenizer"],
+                         args["data_source_dir"] or cfg.get("data_source_dir", ""), bert_vocab, verbose=False)
+        tokens = mlm_data.open_split(args["split"], cfg["dataset"], cfg["dataset_config"], cfg["tokenizer"])
+        vocab = mlm_data.vocab_info(cfg["tokenizer"], bert_vocab)
+    except DataUnavailable as e:
+        raise SystemExit(f"error: {e}") from None
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+    base_params = dict(model.config.attention_params)
+    rows = []
+    for L in seq_lens:
+        if model.config.pos_emb == "learned" and L > model.config.block_size:
+            rows.append({"seq_len": L, "skipped": f"learned position embeddings cover {model.config.block_size}"})
+            continue
+        for regime in regimes or [None]:
+            if regime is not None:
+                model.set_attention("dense", {**base_params, "regime": regime})
+            result = evaluate_length(model, tokens, vocab, cfg, L, args["max_sequences"], args["batch_size"],
+                                     args["seed"], args["device"])
+            rows.append({"seq_len": L, "regime": regime, "attention": model.config.attention, **result})
+            print(f"L={L:>6} {('regime=' + regime) if regime else model.config.attention:>18}: "
+                  f"mlm_loss {result['mlm_loss']:.4f}, mlm_accuracy {result['mlm_accuracy']:.4f} "
+                  f"({result['masked_tokens']:,} masked tokens in {result['sequences']:,} sequences), "
+                  f"{result['tokens_per_s']:,.0f} tok/s", flush=True)
+    summary = {}
+    for L in seq_lens:
+        losses = [r["mlm_loss"] for r in rows if r["seq_len"] == L and "mlm_loss" in r]
+        if len(losses) > 1:
+            summary[str(L)] = {"max_loss_difference_between_regimes": max(losses) - min(losses)}
+    result = {"out_dir": args["out_dir"], "split": args["split"], "block": model.config.block,
+              "attention": model.config.attention, "attention_params": base_params,
+              "n_params": model.num_params(), "tokenizer": cfg["tokenizer"], "seed": args["seed"], "rows": rows,
+              "regime_agreement": summary, "args": args}
+    out = args["out"] or os.path.join(args["out_dir"], f"eval_mlm_{args['split']}.json")
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(result, f, indent=2, default=str)
+    print(f"wrote {out}", file=sys.stderr)
+    return result
+
+
+if __name__ == "__main__":
+    configurator.run_cli(main)

@@ -282,3 +282,26 @@ def test_danet_rejects_other_attentions_on_swap():
         model.set_attention("softmax")
     with pytest.raises(ValueError, match="come from layer_scheme"):
         model.set_attention("dense", {"shift": True})
+
+
+def test_danet_gpt_config_has_the_softmax_gpt_budget():
+    import os
+
+    import configurator
+    import train
+    from model import architecture_args
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    softmax, danet = (configurator.parse(train.DEFAULTS, [os.path.join(root, "configs", name)])
+                      for name in ("wikitext2_gpt_mini.py", "wikitext2_danet_gpt_mini.py"))
+    for key in ("task", "dataset", "dataset_config", "block_size", "batch_size", "gradient_accumulation_steps",
+                "max_iters", "n_embd"):
+        assert softmax[key] == danet[key], key
+    sizes = []
+    for cfg in (softmax, danet):
+        model = GPT(ModelConfig(block_size=cfg["block_size"], vocab_size=64, n_layer=cfg["n_layer"],
+                                n_head=cfg["n_head"], n_embd=cfg["n_embd"], attention=cfg["attention"],
+                                attention_params=dict(cfg["attention_params"]), **architecture_args(cfg)))
+        sizes.append(sum(p.numel() for n, p in model.named_parameters() if ".h." in n))
+    assert 0.9 < sizes[1] / sizes[0] < 1.0, sizes
+    assert danet["block"] == "danet" and danet["layer_scheme"] == "LSG"

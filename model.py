@@ -365,7 +365,8 @@ class DANetBlock(nn.Module):
         self.mlp = DANetFFN(config)
 
     def input_scale(self, x, attention_mask=None):
-        """N^(-1/3) (section 3.1): a float, or a (B, 1, 1) tensor with a per-sequence N."""
+        """a = N^(-1/3) (section 3.1, Eq. 3-4: with max |X_ij| <= a, max |(X X^T X)_ij| <= N d a^3 = d),
+        a float, or a (B, 1, 1) tensor with a per-sequence N (real tokens)."""
         if self.window:
             return self.window ** (-1.0 / 3.0)
         if attention_mask is None:

@@ -494,9 +494,13 @@ class AttentionSwapMixin:
         return n
 
     def after_optimizer_step(self):
-        """Called by train.py after every optimizer step. DANet with ``ffn_linf_norm`` > 0: set
-        the FFN scales so every effective FFN weight has l_inf norm ``ffn_linf_norm`` (paper
-        appendix G). Otherwise nothing."""
+        """Called by train.py after every optimizer step (under no_grad): ``rescale_ffn``."""
+        self.rescale_ffn()
+
+    @torch.no_grad()
+    def rescale_ffn(self):
+        """DANet with ``ffn_linf_norm`` > 0: set the FFN scales so every effective FFN weight has
+        l_inf norm ``ffn_linf_norm`` (paper appendix G). Otherwise nothing."""
         if self.config.block == "danet" and self.config.ffn_linf_norm > 0:
             for block in self.transformer.h:
                 block.mlp.rescale(self.config.ffn_linf_norm)
@@ -529,7 +533,7 @@ class GPT(AttentionSwapMixin, nn.Module):
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         _init_weights(self, config.n_layer)
         self.lm_head.weight = self.transformer.wte.weight  # tied, as in GPT-2
-        self.after_optimizer_step()  # DANet FFN scales from the start (appendix G)
+        self.rescale_ffn()  # DANet FFN scales from the start (appendix G)
 
     def forward(self, idx, targets=None, attention_mask=None):
         logits = self.lm_head(self.transformer(idx, attention_mask))
@@ -597,7 +601,7 @@ class BertEncoder(AttentionSwapMixin, nn.Module):
             self.classifier = nn.Sequential(nn.Linear(n_features, config.n_embd), nn.GELU(),
                                             nn.Linear(config.n_embd, config.n_classes))
         _init_weights(self, config.n_layer)
-        self.after_optimizer_step()  # DANet FFN scales from the start (appendix G)
+        self.rescale_ffn()  # DANet FFN scales from the start (appendix G)
 
     def forward(self, idx, attention_mask=None, mlm_mask=None):
         hidden = self.transformer(idx, attention_mask)

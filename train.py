@@ -102,7 +102,7 @@ COMMON_HELP = dict(
     wandb_run_name="wandb run name",
     wandb_mode="wandb mode: online | offline | disabled",
     task=f"what to train: {' | '.join(tasks.available())} (modules in tasks/)",
-    dataset="data set name; allowed values depend on the task (lm: wikitext2)",
+    dataset="data set name; allowed values depend on the task (lm: wikitext2; mlm: wikitext2 | hf:<path>[:<config>])",
     batch_size="sequences per micro-batch per process",
     block_size="tokens per training sequence = the model's maximum sequence length",
     gradient_accumulation_steps="micro-batches per optimizer step, summed over all DDP processes",
@@ -296,7 +296,7 @@ def load_checkpoint(path, cfg, task):
         raise ConfigError(f"the checkpoint {path} was trained on task {saved_task!r}, not {cfg['task']!r}; "
                           f"resume it with --task={saved_task}")
     for key in task.MODEL_KEYS:
-        saved = ckpt["config"][key]
+        saved = ckpt["config"].get(key, DEFAULTS[key])  # keys added since the checkpoint have their default
         if cfg[key] != DEFAULTS[key] and cfg[key] != saved:
             raise ConfigError(f"{key}={cfg[key]!r} differs from the checkpoint's {saved!r}; a resumed run keeps "
                               f"the checkpoint's model (drop the setting or start from scratch)")

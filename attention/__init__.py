@@ -163,3 +163,4 @@ def check_qkv(q, k, v, attention_mask=None):
 from attention import softmax  # noqa: E402,F401  (registers softmax, softmax_reference)
 from attention import tree  # noqa: E402,F401
 from attention import fastmax  # noqa: E402,F401
+from attention import dense  # noqa: E402,F401

@@ -19,18 +19,21 @@ import data as data_lib
 import tasks
 from configurator import ConfigError, check_attention_params
 from data.wikitext2 import prepare as wt2
-from model import GPT, ModelConfig
+from model import ARCHITECTURE_DEFAULTS, ARCHITECTURE_HELP, GPT, ModelConfig, architecture_args
 
 DEFAULTS = dict(
     dataset_config="wikitext-2-v1",
     data_source_dir="",
+    **ARCHITECTURE_DEFAULTS,  # block (transformer | danet), pos_emb, layer_scheme, ... (model.py)
 )
 HELP = dict(
     dataset_config="WikiText-2 variant: wikitext-2-v1 (<unk>-processed) or wikitext-2-raw-v1",
     data_source_dir="directory with wiki.{train,valid,test}.tokens ('' = env WIKITEXT2_DIR, else Hugging Face)",
+    **ARCHITECTURE_HELP,
 )
 DATASETS = ("wikitext2",)
-MODEL_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "attention", "attention_params")
+MODEL_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "attention", "attention_params",
+              *ARCHITECTURE_DEFAULTS)
 BEST_METRIC = ("val_loss", "min")
 VOCAB_SIZE = 50304  # GPT-2's 50257 padded to a multiple of 64 (faster matmuls); extra rows never targeted
 SPLITS = ("train", "val")
@@ -75,9 +78,14 @@ def build_model(cfg, data, model_args=None):
     if model_args is not None:
         return GPT(ModelConfig(**model_args))
     check_attention_params(cfg["attention"], cfg["attention_params"])
-    return GPT(ModelConfig(block_size=cfg["block_size"], vocab_size=VOCAB_SIZE, n_layer=cfg["n_layer"],
-                           n_head=cfg["n_head"], n_embd=cfg["n_embd"], dropout=cfg["dropout"], bias=cfg["bias"],
-                           attention=cfg["attention"], attention_params=dict(cfg["attention_params"])))
+    try:
+        config = ModelConfig(block_size=cfg["block_size"], vocab_size=VOCAB_SIZE, n_layer=cfg["n_layer"],
+                             n_head=cfg["n_head"], n_embd=cfg["n_embd"], dropout=cfg["dropout"], bias=cfg["bias"],
+                             attention=cfg["attention"], attention_params=dict(cfg["attention_params"]),
+                             **architecture_args(cfg))
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    return GPT(config)
 
 
 def get_batch(data, split, cfg, seed, device):

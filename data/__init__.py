@@ -5,6 +5,8 @@ writes token files once, plus the helpers the tasks share.
   to supply it. Every data module raises it (or a subclass), so train.py reports it the same way.
 - ``sample_windows``: random fixed-length windows of a 1-D token array, a pure function of a seed.
 """
+import os
+
 import numpy as np
 
 
@@ -37,3 +39,16 @@ def sample_windows(tokens, n, length, seed, name="split"):
                          f"(block_size + 1 for language modelling); use a smaller block_size or more data")
     starts = np.random.default_rng(seed).integers(0, len(tokens) - length + 1, size=n)
     return np.stack([np.asarray(tokens[s:s + length], dtype=np.int64) for s in starts])
+
+
+def atomic_write(path, write):
+    """Call ``write(tmp)`` on a temporary path, then rename it to ``path``: readers never see a
+    half-written file, and a crash leaves the previous file (if any) untouched. The temporary name
+    is unique per process, so concurrent writers never share it."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)

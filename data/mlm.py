@@ -195,16 +195,6 @@ def encode_lines(lines, tokenizer, bert_vocab=""):
     return np.asarray(ids, dtype=np.uint16)  # BERT's 30522 ids fit in 16 bits
 
 
-def _write_atomic(path, write):
-    tmp = f"{path}.tmp.{os.getpid()}"
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
 def is_prepared(dataset, dataset_config, tokenizer):
     """True if every split's token file and meta.json exist."""
     out = data_dir(dataset, dataset_config, tokenizer)
@@ -236,7 +226,7 @@ def prepare(dataset="wikitext2", dataset_config="wikitext-2-v1", tokenizer="bert
     counts = {}
     for split in SPLITS:
         ids = encode_lines(lines[split], tokenizer, bert_vocab)
-        _write_atomic(os.path.join(out, f"{split}.bin"), ids.tofile)
+        data.atomic_write(os.path.join(out, f"{split}.bin"), ids.tofile)
         counts[split] = int(ids.size)
         if verbose:
             print(f"{dataset} {split}: {len(lines[split]):,} lines -> {ids.size:,} {tokenizer} tokens")
@@ -249,7 +239,7 @@ def prepare(dataset="wikitext2", dataset_config="wikitext-2-v1", tokenizer="bert
         with open(path, "w") as f:
             json.dump(meta, f, indent=2)
 
-    _write_atomic(meta_path, write_meta)
+    data.atomic_write(meta_path, write_meta)
     return meta
 
 

@@ -98,16 +98,6 @@ def encode(text, enc, desc="tokenizing"):
     return np.concatenate(ids) if ids else np.zeros(0, dtype=np.uint16)
 
 
-def _atomic_write_bytes(path, write):
-    tmp = f"{path}.tmp.{os.getpid()}"  # unique per process: concurrent writers never share it
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
 def is_prepared(config="wikitext-2-v1", out_dir=None):
     """True if the three ``.bin`` files and ``meta.json`` of ``config`` exist."""
     out_dir = out_dir or data_dir(config)
@@ -143,7 +133,7 @@ def prepare(config="wikitext-2-v1", source_dir=None, out_dir=None, verbose=True)
     counts = {}
     for split, text in texts.items():
         ids = encode(text, enc, desc=f"tokenizing {split}")
-        _atomic_write_bytes(os.path.join(out_dir, f"{split}.bin"), ids.tofile)
+        data.atomic_write(os.path.join(out_dir, f"{split}.bin"), ids.tofile)
         counts[split] = int(ids.size)
         if verbose:
             print(f"{split}: {len(text):,} characters -> {ids.size:,} tokens")
@@ -153,7 +143,7 @@ def prepare(config="wikitext-2-v1", source_dir=None, out_dir=None, verbose=True)
         with open(path, "w") as f:
             json.dump(meta, f, indent=2)
 
-    _atomic_write_bytes(meta_path, write_meta)
+    data.atomic_write(meta_path, write_meta)
     return meta
 
 

@@ -55,14 +55,64 @@ def orthogonal_gaussian_matrices(n, m, D, generator=None, norms="chi", dtype=tor
         raise ValueError(f"norms '{norms}' unknown; allowed: 'chi', 'fixed'")
     nblocks = -(-m // D)
     g = torch.randn(n, nblocks, D, D, generator=generator, dtype=torch.float64)
+    lengths = torch.randn(n, m, D, generator=generator, dtype=torch.float64) if norms == "chi" else None
+    return _orthogonalize(g, lengths, m, norms).to(dtype)
+
+
+def _orthogonalize(g, length_normals, m, norms):
+    """(n, nblocks, D, D) Gaussian blocks (+ (n, m, D) Gaussians for chi norms, else None) ->
+    float64 (n, m, D) projections with orthogonal rows inside each block of D rows."""
+    n, nblocks, D, _ = g.shape
     qmat, r = torch.linalg.qr(g)  # batched: one independent orthogonal block per D rows
     qmat = qmat * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1))[..., None, :]  # Haar-distributed
     W = qmat.transpose(-1, -2).reshape(n, nblocks * D, D)[:, :m]
     if norms == "chi":
-        lengths = torch.randn(n, m, D, generator=generator, dtype=torch.float64).norm(dim=-1)
+        lengths = length_normals.norm(dim=-1)
     else:
         lengths = torch.full((n, m), math.sqrt(D), dtype=torch.float64)
-    return (W * lengths[..., None]).to(dtype)
+    return W * lengths[..., None]
+
+
+_MASK63 = (1 << 63) - 1
+
+
+def _splitmix64(x):
+    """splitmix64 finaliser on a Python int (mod 2^64)."""
+    x = (x + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return x ^ (x >> 31)
+
+
+def position_seed(seed, t):
+    """Seed of the projection of position t under ``seed``: a splitmix64 hash of (seed, t), in
+    [0, 2^63). Counter-based: it depends on (seed, t) only, not on the sequence length or on the
+    order in which positions are drawn."""
+    return _splitmix64(_splitmix64(int(seed) & 0xFFFFFFFFFFFFFFFF) ^ int(t)) & _MASK63
+
+
+def position_projections(seed, start, stop, m, D, norms="chi"):
+    """Projections W_t of positions t = start..stop-1: float64 (stop - start, m, D), where W_t is
+    exactly ``orthogonal_gaussian_matrix(m, D, torch.Generator().manual_seed(position_seed(seed, t)),
+    norms)`` (drawn per position, orthogonalised in one batch).
+
+    Raises:
+        ValueError: stop <= start, m or D < 1, or unknown ``norms``.
+    """
+    if stop <= start or m < 1 or D < 1:
+        raise ValueError(f"position_projections needs stop > start, m, D >= 1; got {start}..{stop}, m={m}, D={D}")
+    if norms not in ("chi", "fixed"):
+        raise ValueError(f"norms '{norms}' unknown; allowed: 'chi', 'fixed'")
+    nblocks = -(-m // D)
+    gs, ls = [], []
+    gen = torch.Generator()
+    for t in range(start, stop):
+        gen.manual_seed(position_seed(seed, t))
+        # the same draws, in the same order, as orthogonal_gaussian_matrices(1, m, D, gen, norms)
+        gs.append(torch.randn(1, nblocks, D, D, generator=gen, dtype=torch.float64))
+        if norms == "chi":
+            ls.append(torch.randn(1, m, D, generator=gen, dtype=torch.float64))
+    return _orthogonalize(torch.cat(gs), torch.cat(ls) if ls else None, m, norms)
 
 
 def _project(x, W):
@@ -148,11 +198,14 @@ class RandomFeatureMap(nn.Module):
         seed (int): seed of the torch.Generator that draws the (R/2, D) orthogonal projections
             (chi(D)-distributed row norms; norm sqrt(D) for favor_plus_relu).
         input_scale (float): multiplies x before the map.
-        per_position (bool): False: one projection W, drawn once, for every input. True: a new
-            projection W_t for every position t of the second-to-last input dimension (x of shape
-            (..., T, D)); the T projections are drawn at each call from a generator seeded with
-            ``seed`` (same seed and T, same projections). Costs T orthogonal projections
-            (O(T D^2 R) work) per call.
+        per_position (bool): False: one projection W, drawn once from ``seed``, for every input.
+            True: a projection W_t for every position t of the second-to-last input dimension
+            (x of shape (..., T, D)), counter-based: W_t depends only on (seed, t)
+            (``position_projections``), so a shorter sequence uses a prefix of a longer one's
+            projections. Cost: one orthogonal (R/2, D) projection per position, O(D^2 R) work each
+            (a QR of a D x D Gaussian block per D rows); the module keeps the projections of the
+            longest sequence seen (T R/2 D float64 numbers: 32 MB for T = 1024, R = 128, D = 64)
+            and draws only positions it has not drawn before.
 
     Raises:
         ValueError: unknown kind, D < 1, or R odd or < 2.
@@ -172,6 +225,7 @@ class RandomFeatureMap(nn.Module):
         self.kind, self.D, self.R, self.input_scale = kind, D, R, float(input_scale)
         self.seed, self.per_position = int(seed), bool(per_position)
         self.norms = "fixed" if kind == "favor_plus_relu" else "chi"
+        self._position_W = torch.zeros(0, R // 2, D, dtype=torch.float64)  # cache of projections()
         if kind == "positive_alignment" or self.per_position:
             self.register_buffer("W", torch.zeros(0, D, dtype=torch.float64), persistent=False)
         else:
@@ -179,9 +233,13 @@ class RandomFeatureMap(nn.Module):
             self.register_buffer("W", orthogonal_gaussian_matrix(R // 2, D, gen, self.norms), persistent=False)
 
     def projections(self, T):
-        """The per-position projections (T, R/2, D) float64 used for a sequence of length T."""
-        gen = torch.Generator().manual_seed(self.seed)
-        return orthogonal_gaussian_matrices(T, self.R // 2, self.D, gen, self.norms)
+        """The per-position projections W_0..W_{T-1}: float64 (T, R/2, D) on the CPU (cached, see
+        ``per_position``)."""
+        have = self._position_W.shape[0]
+        if T > have:
+            more = position_projections(self.seed, have, T, self.R // 2, self.D, self.norms)
+            self._position_W = torch.cat([self._position_W, more]) if have else more
+        return self._position_W[:T]
 
     def forward(self, x):
         """x (..., D), or (..., T, D) when per_position -> features (..., R) in the dtype of x

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from attention.feature_maps import (RandomFeatureMap, favor_plus_features, favor_plus_relu_features,
-                                    orthogonal_gaussian_matrix, positive_alignment_features, rff_features)
+                                    orthogonal_gaussian_matrix, position_projections, position_seed,
+                                    positive_alignment_features, rff_features)
 
 torch.set_flush_denormal(True)
 
@@ -108,3 +109,32 @@ def test_feature_map_errors():
         orthogonal_gaussian_matrix(0, 4)
     assert RandomFeatureMap("rff", D=4).R == 8
     assert RandomFeatureMap("positive_alignment", D=4, R=100).R == 8
+
+
+@pytest.mark.parametrize("norms", ["chi", "fixed"])
+def test_position_projections_are_counter_based(norms):
+    # W_t = the projection drawn from position_seed(seed, t), whatever range it is drawn in
+    W = position_projections(9, 0, 12, 10, 4, norms)
+    assert W.shape == (12, 10, 4)
+    for t in (0, 7, 11):
+        want = orthogonal_gaussian_matrix(10, 4, torch.Generator().manual_seed(position_seed(9, t)), norms)
+        torch.testing.assert_close(W[t], want, rtol=0, atol=1e-14)
+    torch.testing.assert_close(position_projections(9, 5, 12, 10, 4, norms), W[5:], rtol=0, atol=1e-14)
+    assert not torch.allclose(W[0], W[1])
+    assert not torch.allclose(position_projections(10, 0, 1, 10, 4, norms)[0], W[0])
+    assert position_seed(9, 3) == position_seed(9, 3) != position_seed(9, 4)
+    with pytest.raises(ValueError, match="stop > start"):
+        position_projections(9, 3, 3, 10, 4)
+
+
+def test_per_position_map_uses_one_projection_per_position_and_caches_them():
+    fmap = RandomFeatureMap("favor_plus", D=4, R=8, seed=3, per_position=True)
+    x = torch.randn(2, 6, 4, dtype=torch.float64)
+    f = fmap(x)
+    W = fmap.projections(6)
+    assert W.shape == (6, 4, 4)
+    for t in range(6):
+        torch.testing.assert_close(f[:, t], favor_plus_features(x[:, t], W[t]))
+    longer = fmap.projections(9)  # extends the cache; the first 6 stay the same
+    assert longer.shape == (9, 4, 4) and torch.equal(longer[:6], W)
+    torch.testing.assert_close(longer, position_projections(3, 0, 9, 4, 4), rtol=0, atol=1e-14)

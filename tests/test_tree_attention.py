@@ -452,6 +452,14 @@ def test_feature_redraw_modes_and_implementations_agree(redraw):
         for t in (0, 11, 22):
             torch.testing.assert_close(fmap(x)[:, :, t], favor_plus_relu_features(x[:, :, t] * 8 ** -0.25, W[t]))
         torch.testing.assert_close(fmap(x), fmap(x))  # same seed and length, same projections
+        # counter-based: W_t is a function of (seed, layer, t) only, not of the sequence length
+        from attention.feature_maps import orthogonal_gaussian_matrix, position_seed
+        fresh = _tree(sampler="favor_plus_relu", feature_redraw=redraw, seed=4).feature_map(8)
+        assert torch.equal(fresh.projections(5), W[:5])
+        want = orthogonal_gaussian_matrix(8, 8, torch.Generator().manual_seed(position_seed(fmap.seed, 17)), "fixed")
+        torch.testing.assert_close(W[17], want, rtol=0, atol=1e-14)
+        other_layer = _tree(sampler="favor_plus_relu", feature_redraw=redraw, seed=4, layer_idx=1).feature_map(8)
+        assert not torch.equal(other_layer.projections(23)[0], W[0])
 
 
 def test_default_P_comes_from_the_model_block_size():

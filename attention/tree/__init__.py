@@ -60,9 +60,10 @@ class TreeAttention(Attention):
     Scores use scale 1/sqrt(D) as in GPT-2. Inference only: the bud sampling is not
     differentiable, and calling it with gradients enabled on inputs that require them raises.
 
-    Precision: the reference and the vectorized path compute in float64; the CPU kernel computes
-    key / value sums, alignments and the output in the input's precision (float64 for float64
-    inputs, float32 otherwise) and masses, noise and weights in float64. The output has v's dtype.
+    Precision: the reference and the vectorized path compute in float64. The CPU kernel does not:
+    it computes key / value sums, the query-key-sum inner products and the weighted value sum in
+    the input's precision (float64 for float64 inputs, float32 for anything else), and feature
+    sums, masses, noise and softmax weights in float64 (cpu.py). The output has v's dtype.
 
     Args:
         E (float): n_terms = ceil(l^E) terms for a history of l keys; 0 < E <= 1. E = 1 is exact
@@ -79,27 +80,42 @@ class TreeAttention(Attention):
             code: it becomes its left child and its draw is used up) or "split" (it descends and
             is split in the same round). See reference.py.
         P (int | None): buds expanded per round, >= 1; None = 2^floor(log2(L^(E/2))) (paper
-            section 3) with L = the model's block size (as the authors), or, without one, the
-            sequence length padded to a power of two.
+            section 3) with L = block_size padded to a power of two (as the authors: the model's
+            block size, 1024 for GPT-2), or, without block_size, the sequence length padded to a
+            power of two. (The authors' tree also has L = block size leaves; the tree length does
+            not change any result here, because buds are tree nodes aligned to powers of two
+            whose width depends on l and P only, so the implementations size the tree by the
+            sequence length.)
         b (float): EDH base, 0 < b < 1 (paper: 0.99).
         R (int | None): feature dimension of rff / favor_plus / favor_plus_relu, even >= 2;
             None = 2D. positive_alignment always uses 2D.
-        feature_redraw (str): random projection of the feature samplers. "per_query" (default, the
-            paper's setting and the authors' code): a projection W_t for every position t, used
-            for query t and for key t (so, as in their code, the feature inner product of query t
-            with key j < t mixes two projections); costs one orthogonal (R/2, D) projection per
-            position and layer, O(T D^2 R) work per call. "per_layer": one projection per layer,
-            drawn once (no per-call cost; an unbiased estimate for rff / favor_plus).
-        seed (int): seeds the projections and the sampling noise. The draws of a layer hash
-            (seed, layer_idx) with batch index, query position, round and bud start, so layers
-            draw independently and every implementation sees the same draws.
+        feature_redraw (str): random projection of the feature samplers (rff, favor_plus,
+            favor_plus_relu; shared by all heads, as in the authors' code). "per_query" (default,
+            the paper's setting; the authors' ``kernel_setup`` draws a new W at every position):
+            a projection W_t for every position t, used for query t and for key t, whose features
+            then enter the tree's feature sums; so, as in their code, the feature inner product of
+            query t with a bud mixes W_t with the projections of the bud's keys, and only same-
+            position products estimate the softmax kernel. W_t is counter-based, a function of
+            (seed, layer_idx, t) (feature_maps.position_projections), so every implementation and
+            every call sees the same W_t. Cost: one orthogonal (R/2, D) projection per position
+            and layer, O(D^2 R) work each (about 0.4 s per layer for T = 1024, D = 64, R = 128 on
+            one core), paid once: the module keeps the projections of the longest sequence seen
+            (T R/2 D float64 numbers, 32 MB per layer at T = 1024). "per_layer": one W per
+            (seed, layer), drawn once (negligible cost); every feature inner product then is an
+            estimate of the softmax kernel (unbiased for rff / favor_plus).
+        seed (int): seeds the projections and the sampling noise. A layer's draws hash
+            (seed, layer_idx) (samplers.layer_seed) with batch index, query position, round and
+            bud start (noise) or with the position (projections), so layers draw independently
+            and every implementation sees the same draws.
         implementation (str): "auto" (default: "cpu" for CPU tensors, "vectorized" otherwise; if
             the CPU kernel cannot be compiled it warns once and uses "vectorized"), "cpu" (compiled
             C++ kernel, cpu.py), "vectorized" (PyTorch ops, any device) or "reference" (readable,
             one query at a time). All give the same buds for the same seed (float64 inputs).
         exclude_self (bool): with causal, query t attends to keys 0..t-1 only (as in the authors'
             code); position 0 gets a zero output. Used by eval_ppl's casino protocol.
-        layer_idx (int), block_size (int | None): supplied by the model (attention.MODEL_CONTEXT).
+        layer_idx (int): 0-based index of the model's block; enters every random draw (seed).
+        block_size (int | None): the model's maximum sequence length; sets the default P.
+            layer_idx and block_size are supplied by the model (attention.MODEL_CONTEXT).
 
     Feature maps get q and k scaled by D^(-1/4) each, so the random features estimate
     exp(<q, k>/sqrt(D)) (as the authors' code does).

@@ -8,10 +8,12 @@ kernel on first use with ``torch.utils.cpp_extension.load`` (needs a C++ compile
 build is cached under ``TORCH_EXTENSIONS_DIR``, by default ``~/.cache/torch_extensions``, in a
 folder per CPU type because it is compiled for the build machine's instruction set).
 
-Precision: the kernel computes in the dtype of q (float32 or float64; other dtypes run in float32);
-sampling masses, noise and weights are always float64, feature sums too. With float64 inputs it
-matches the reference up to rounding; with float32 a near-tie between two buds can in rare cases be
-sampled differently.
+Precision (not "float64 throughout"): float64 inputs run in float64; float32 inputs (and any other
+dtype, converted to float32) keep the key / value sums, the query-key-sum inner products and the
+weighted value sum in float32, while alignments after the inner product, feature sums and feature
+alignments, masses, noise and the softmax weights are float64. With float64 inputs it matches the
+reference up to rounding; with float32 a near-tie between two buds can in rare cases be sampled
+differently.
 """
 import functools
 import hashlib
@@ -21,7 +23,7 @@ import platform
 import torch
 
 from attention.tree.reference import add_stats
-from attention.tree.schedule import block_length, default_P, num_terms
+from attention.tree.schedule import block_length, default_P, terms_table
 from attention.tree.samplers import FEATURE_SAMPLERS, SAMPLERS, seed_int64
 
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_kernel.cpp")
@@ -64,11 +66,6 @@ def load_kernel(verbose=False):
                 extra_cflags=cflags, extra_ldflags=ldflags)
 
 
-@functools.lru_cache(maxsize=64)
-def _terms(T, E):
-    return torch.tensor([num_terms(l, E) for l in range(T + 1)], dtype=torch.int64)
-
-
 def cpu_forward(q, k, v, causal, exclude_self, E, P, sampler, normalization, b, seed,
                 qf=None, kf=None, stats=None, descent="authors"):
     """Tree attention for (B, H, T, D) CPU inputs with the compiled kernel.
@@ -100,7 +97,7 @@ def cpu_forward(q, k, v, causal, exclude_self, E, P, sampler, normalization, b, 
     out, info = load_kernel().forward(
         q.to(dtype).contiguous(), k.to(dtype).contiguous(), v.to(dtype).contiguous(),
         qf.double().contiguous() if use_f else empty, kf.double().contiguous() if use_f else empty,
-        _terms(Tlen, float(E)), bool(causal), bool(exclude_self), int(P), SAMPLERS.index(sampler),
+        terms_table(Tlen, float(E)), bool(causal), bool(exclude_self), int(P), SAMPLERS.index(sampler),
         normalization == "bud_mean", descent == "authors", float(b), seed_int64(seed))
     if stats is not None:
         initial, splits, terms = info.sum(dim=(0, 1)).tolist()

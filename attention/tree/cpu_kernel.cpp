@@ -2,12 +2,20 @@
 // Find Them"), one query per iteration, queries spread over ATen's intra-op threads.
 //
 // Specification: reference.py (conventions) and samplers.py (masses, random draws); this file must
-// give the same buds for the same seed. Python side: cpu.py (builds the level tables, loads this).
+// give the same buds for the same seed. Python side: cpu.py (compiles and loads this, passes the
+// n_terms table of schedule.py). The seed passed in already contains the layer index
+// (samplers.layer_seed), so the layers of a model draw independently.
+//
+// Precision (scalar_t = the dtype of q, k, v: float or double): key / value level tables, the
+// query-key-sum inner products and the weighted sum of value sums run in scalar_t; alignments are
+// stored in double from there on (so Eq. 2's subtraction is in double), and feature tables, feature
+// alignments, masses, Gumbel noise and the softmax weights are double (weights are rounded to
+// scalar_t before the value sum).
 //
 // Data layout (all contiguous):
 //   q, k, v      (B, H, T, D) scalar_t          queries, keys, values
 //   qf, kf       (B, H, T, R) double            feature-mapped queries / keys (feature samplers only)
-//   terms        (T + 1,) int64                 T(l) = ceil(l^E) for every history length l
+//   terms        (T + 1,) int64                 n_terms(l) = ceil(l^E) for every history length l = 0..T
 //   out          (B, H, T, D) scalar_t          attention output
 //   info         (B, T, 3) int64                initial buds, splits, final buds per query
 // Level tables (built here, Eq. 1): (B, 2L-1, H, X), rows [2L - 2L/2^h, 2L - L/2^h) hold the sums
@@ -59,22 +67,22 @@ inline double hash_uniform(uint64_t h_query, int64_t rnd, int64_t start) {
 
 // Inner product with independent partial sums per SIMD lane and a pairwise final reduction (GCC
 // does not reorder a plain floating-point sum, which would stay one long dependency chain).
-template <typename T>
-inline T dot(const T* a, const T* b, int64_t n) {
-  constexpr int kLanes = 32 / sizeof(T);  // one 256-bit vector
-  T lanes[kLanes] = {};
+template <typename Num>
+inline Num dot(const Num* a, const Num* b, int64_t n) {
+  constexpr int kLanes = 32 / sizeof(Num);  // one 256-bit vector
+  Num lanes[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
     for (int j = 0; j < kLanes; ++j) lanes[j] += a[i + j] * b[i + j];
-  T tail = 0;
+  Num tail = 0;
   for (; i < n; ++i) tail += a[i] * b[i];
   for (int w = kLanes / 2; w >= 1; w /= 2)
     for (int j = 0; j < w; ++j) lanes[j] += lanes[j + w];
   return lanes[0] + tail;
 }
 
-template <typename T>
-inline void add_into(T* dst, const T* a, const T* b, int64_t n) {
+template <typename Num>
+inline void add_into(Num* dst, const Num* a, const Num* b, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) dst[i] = a[i] + b[i];
 }
@@ -91,18 +99,18 @@ inline int64_t level_offset(int64_t L, int64_t h) { return 2 * L - (2 * L >> h);
 
 // Level table (B, 2L-1, H, X) of x (B, H, T, X): leaves t >= T are zero, a parent is the sum of its
 // two children (Eq. 1).
-template <typename T>
+template <typename Num>
 torch::Tensor build_levels(const torch::Tensor& x, int64_t L) {
   const int64_t B = x.size(0), H = x.size(1), Tn = x.size(2), X = x.size(3), HX = H * X, nodes = 2 * L - 1;
   auto tab = torch::empty({B, nodes, H, X}, x.options());
-  const T* xp = x.data_ptr<T>();
-  T* tp = tab.data_ptr<T>();
+  const Num* xp = x.data_ptr<Num>();
+  Num* tp = tab.data_ptr<Num>();
   at::parallel_for(0, B * L, 64, [&](int64_t a, int64_t e) {
     for (int64_t n = a; n < e; ++n) {
       const int64_t b = n / L, t = n % L;
-      T* dst = tp + (b * nodes + t) * HX;
+      Num* dst = tp + (b * nodes + t) * HX;
       if (t >= Tn) {
-        std::fill(dst, dst + HX, T(0));
+        std::fill(dst, dst + HX, Num(0));
         continue;
       }
       for (int64_t h = 0; h < H; ++h) std::copy_n(xp + ((b * H + h) * Tn + t) * X, X, dst + h * X);
@@ -113,7 +121,7 @@ torch::Tensor build_levels(const torch::Tensor& x, int64_t L) {
     at::parallel_for(0, B * n, 64, [&](int64_t a, int64_t e) {
       for (int64_t m = a; m < e; ++m) {
         const int64_t b = m / n, j = m % n;
-        const T* child = tp + (b * nodes + off_child + 2 * j) * HX;
+        const Num* child = tp + (b * nodes + off_child + 2 * j) * HX;
         add_into(tp + (b * nodes + off + j) * HX, child, child + HX, HX);
       }
     });
@@ -124,24 +132,24 @@ torch::Tensor build_levels(const torch::Tensor& x, int64_t L) {
 // Sums over the history [start, l) of the nodes that contain leaf p = l - 1 (the path of p),
 // composed lazily from complete nodes: partial(h) = partial(h-1) (+ left sibling if p's node at
 // level h-1 is a right child). Pointers point into the level table where the node is complete.
-template <typename T>
+template <typename Num>
 class PathSums {
  public:
   PathSums(const Params& pr, int64_t width) : pr_(pr), width_(width), buf_(pr.levels * width), ptr_(pr.levels) {}
 
-  void reset(const T* table, int64_t l) {
+  void reset(const Num* table, int64_t l) {
     table_ = table;
     p_ = l - 1;
     done_ = 0;
     ptr_[0] = row(0, p_);  // a leaf in the history is always complete
   }
 
-  const T* at(int64_t h) {
+  const Num* at(int64_t h) {
     for (; done_ < h; ++done_) {
       const int64_t lev = done_ + 1;
       const int64_t child = p_ >> done_;
       if (child & 1) {  // p's node at level done_ is a right child: add its (complete) left sibling
-        T* dst = buf_.data() + lev * width_;
+        Num* dst = buf_.data() + lev * width_;
         add_into(dst, ptr_[done_], row(done_, child - 1), width_);
         ptr_[lev] = dst;
       } else {
@@ -151,14 +159,14 @@ class PathSums {
     return ptr_[h];
   }
 
-  const T* row(int64_t h, int64_t j) const { return table_ + (level_offset(pr_.L, h) + j) * width_; }
+  const Num* row(int64_t h, int64_t j) const { return table_ + (level_offset(pr_.L, h) + j) * width_; }
 
  private:
   const Params& pr_;
   int64_t width_;
-  std::vector<T> buf_;
-  std::vector<const T*> ptr_;
-  const T* table_ = nullptr;
+  std::vector<Num> buf_;
+  std::vector<const Num*> ptr_;
+  const Num* table_ = nullptr;
   int64_t p_ = 0, done_ = 0;
 };
 
@@ -211,7 +219,7 @@ class QueryWorker {
         noise_[n_exp] = hash_uniform(h_query, rnd, start(i));
         cand_[n_exp++] = i;
       }
-      TORCH_CHECK(n_exp > 0, "tree attention: no expandable bud left with ", nb_, " < T=", n_terms,
+      TORCH_CHECK(n_exp > 0, "tree attention: no expandable bud left with ", nb_, " < n_terms=", n_terms,
                   " buds (history length ", l_, ")");
       double* g = noise_.data();
 #pragma omp simd
@@ -423,7 +431,7 @@ void run_all(const Params& pr, const torch::Tensor& q, const torch::Tensor& k, c
   int64_t* ip = info.data_ptr<int64_t>();
   const int64_t n_queries = pr.B * pr.T;
   const int64_t n_workers = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), n_queries));
-  // worker w takes queries w, w + n_workers, ...: later positions cost more (T grows with l), so a
+  // worker w takes queries w, w + n_workers, ...: later positions cost more (n_terms grows with l), so a
   // strided assignment balances the threads
   at::parallel_for(0, n_workers, 1, [&](int64_t w0, int64_t w1) {
     QueryWorker<scalar_t> worker(pr, capacity);
@@ -460,7 +468,7 @@ std::vector<torch::Tensor> tree_attention_cpu(torch::Tensor q, torch::Tensor k, 
   pr.T = q.size(2);
   pr.D = q.size(3);
   pr.L = 1;
-  while (pr.L < pr.T) pr.L *= 2;  // reference.block_length
+  while (pr.L < pr.T) pr.L *= 2;  // schedule.block_length
   pr.levels = 0;
   while ((int64_t(1) << pr.levels) <= pr.L) ++pr.levels;  // log2(L) + 1
   TORCH_CHECK(terms.scalar_type() == at::kLong && terms.numel() == pr.T + 1 && terms.is_contiguous(),

@@ -7,7 +7,10 @@ Notation: l = history length of a query (number of keys it may attend to), n_ter
 (the paper's T, the number of terms of the approximation), P = buds expanded per round,
 L = tree length (a power of two).
 """
+import functools
 import math
+
+import torch
 
 _EPS = 1e-9  # guards ceil/floor of real powers against float rounding (e.g. 1000^(1/3))
 
@@ -41,3 +44,16 @@ def initial_width(l, P):
     lp = 1 << (l - 1).bit_length()       # 2^ceil(log2 l)
     p2 = 1 << (P.bit_length() - 1)       # 2^floor(log2 P)
     return max(1, lp // p2)
+
+
+@functools.lru_cache(maxsize=64)
+def terms_table(T, E):
+    """int64 tensor (T + 1,): num_terms(l, E) for every history length l = 0..T (a lookup table
+    for the vectorized implementation and the CPU kernel)."""
+    return torch.tensor([num_terms(l, E) for l in range(T + 1)], dtype=torch.int64)
+
+
+@functools.lru_cache(maxsize=64)
+def width_table(T, P):
+    """int64 tensor (T + 1,): initial_width(l, P) for l = 1..T (entry 0, no history, is 1)."""
+    return torch.tensor([1] + [initial_width(l, P) for l in range(1, T + 1)], dtype=torch.int64)

@@ -26,7 +26,7 @@ import math
 import torch
 
 from attention.tree.reference import add_stats
-from attention.tree.schedule import block_length, default_P
+from attention.tree.schedule import block_length, default_P, terms_table, width_table
 from attention.tree.samplers import FEATURE_SAMPLERS, gumbel_noise, log_mass, sampling_keys
 
 _EPS = 1e-9
@@ -72,7 +72,7 @@ def vectorized_forward(q, k, v, causal, exclude_self, E, P, sampler, normalizati
     qfd = qf.double().permute(0, 2, 1, 3) if use_f else None
     out = torch.zeros(B, Tlen, H, D, dtype=torch.float64, device=dev)
     if chunk is None:
-        # bounded by the per-round gather (2P prefix rows) and the output gather (<= T + P buds)
+        # bounded by the per-round gather (2P prefix rows) and the output gather (<= n_terms + P buds)
         terms = min(Tlen, math.ceil(Tlen ** E) + P)
         per_query = B * H * max(2 * P * (D + (qf.shape[-1] if use_f else 0)), 4 * terms)
         chunk = max(1, _CHUNK_ELEMENTS // per_query)
@@ -97,13 +97,10 @@ def _chunk(qd, qfd, Kc, Vc, Fc, t0, t1, causal, exclude_self, E, P, sampler, nor
         hist = ti if exclude_self else ti + 1
     else:
         hist = torch.full_like(ti, Tlen)
-    hd = hist.double()
-    T = torch.where(hist > 0, torch.ceil(hd ** E - _EPS).long().clamp(min=1), torch.zeros_like(hist))
-    T = torch.minimum(T, hist)
-    lp = torch.where(hist > 0, 1 << _ceil_log2(hist.clamp(min=1)), torch.ones_like(hist))
-    width = (lp // (1 << (P.bit_length() - 1))).clamp(min=1)        # reference.initial_width
+    n_terms = terms_table(Tlen, E).to(dev)[hist]                     # schedule.num_terms per row
+    width = width_table(Tlen, P).to(dev)[hist]                        # schedule.initial_width per row
     n0 = torch.where(hist > 0, (hist + width - 1) // width, torch.zeros_like(hist))
-    M = int(min(int(hist.max()), int(torch.maximum(T, n0).max()) + P - 1)) if int(hist.max()) > 0 else 1
+    M = int(min(int(hist.max()), int(torch.maximum(n_terms, n0).max()) + P - 1)) if int(hist.max()) > 0 else 1
     M = max(M, 1)
     n0max = int(n0.max())
     rows = torch.arange(N, device=dev)
@@ -158,7 +155,7 @@ def _chunk(qd, qfd, Kc, Vc, Fc, t0, t1, causal, exclude_self, E, P, sampler, nor
     rank = torch.arange(Pk, device=dev)[None, :]
     rnd = 0
     while True:
-        act = (nb < T).nonzero()[:, 0]                                # rows still below T buds
+        act = (nb < n_terms).nonzero()[:, 0]                          # rows still below n_terms buds
         if act.numel() == 0:
             break
         r2 = act[:, None]
@@ -168,7 +165,7 @@ def _chunk(qd, qfd, Kc, Vc, Fc, t0, t1, causal, exclude_self, E, P, sampler, nor
         expandable = ca >= 2
         n_exp = expandable.sum(1)
         if bool((n_exp == 0).any()):
-            raise RuntimeError("no expandable bud left before reaching T buds")
+            raise RuntimeError("no expandable bud left before reaching n_terms buds")
         k_r = torch.clamp(n_exp, max=P)
         keys = sampling_keys(logm, expandable, gumbel_noise(seed, bi[r2], ti[r2], rnd, sa))
         idx = keys.topk(Pk, dim=1).indices                            # (n, Pk), best first

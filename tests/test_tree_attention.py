@@ -478,6 +478,16 @@ def test_gpt_with_tree_attention_at_E1_gives_softmax_logits():
     with torch.no_grad():
         want, _ = exact(idx)
         for norm in ("bud_mean", "paper"):
+            # a model built with tree attention (default implementation, the CPU kernel) and the
+            # softmax model's weights
+            tree = GPT(ModelConfig(**cfg, attention="tree", attention_params={"E": 1.0, "normalization": norm}))
+            tree.load_state_dict(exact.state_dict())
+            tree = tree.double().eval()
+            mechanisms = [block.attn.mechanism for block in tree.transformer.h]
+            assert [m.layer_idx for m in mechanisms] == [0, 1] and {m.block_size for m in mechanisms} == {32}
+            got, _ = tree(idx)
+            torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
+        for norm in ("bud_mean", "paper"):
             exact.set_attention("tree", {"E": 1.0, "normalization": norm, "sampler": "alignment"})
             got, _ = exact(idx)
             torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
@@ -529,3 +539,9 @@ def test_training_through_tree_attention_raises():
         _tree(E=0.5)(q, k, v, True)
     with torch.no_grad():
         assert _tree(E=0.5)(q, k, v, True).shape == q.shape
+    # a model trained with tree attention fails loudly instead of leaving c_attn without gradients
+    from model import GPT, ModelConfig
+    gpt = GPT(ModelConfig(block_size=16, vocab_size=20, n_layer=1, n_head=2, n_embd=8, attention="tree"))
+    idx = torch.randint(0, 20, (1, 9))
+    with pytest.raises(RuntimeError, match="inference-only.*eval_ppl.py.*torch.no_grad"):
+        gpt(idx, targets=idx)

@@ -286,7 +286,7 @@ def plot(rows, path, sampler):
                 marker = {"reference": "s", "numpy_authors": "^", "casinoformer": "*"}[r["impl"]]
                 a1.plot([r["E"]], [r["seconds"]], marker, color=col, label=f"{r['impl']} L={L}")
     a1.set_yscale("log")
-    a1.set_xlabel("E  (T = ceil(l^E) terms)")
+    a1.set_xlabel("E  (n_terms = ceil(l^E) terms)")
     a1.set_ylabel("wall time per block [s] (dotted: exact softmax)")
     a1.set_title(f"tree attention, sampler={sampler}, batch 1, 1 thread")
     a1.legend(fontsize=7)

@@ -246,7 +246,7 @@ class _NumpyCompat:
 
 def time_casinoformer(mod, q, k, v, E, sampler):
     """Seconds for the authors' attention_kernel over one (1, H, L, D) block, one query at a time as
-    in their nanoGPT/model.py (T = ceil(l^E) with l the number of earlier tokens), and a note."""
+    in their nanoGPT/model.py (their argument T = the number of terms ceil(l^E), l = the number of earlier tokens), and a note."""
     _, H, L, D = q.shape
     try:
         from arsenal.datastructures.heap.sumheap import SumHeap  # noqa: F401

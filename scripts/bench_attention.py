@@ -26,7 +26,16 @@ Writes <out>.csv, <out>.json (rows, settings and the issue's targets: linearity 
 against SDPA, memory against the authors' formulation, break-even T per configuration) and a
 log-log <out>.png (time and memory against T).
 
+``--suite layer`` (DenseAttention paper, throughput experiment): tokens/s of one encoder layer
+(non-causal, model width = head dim = --D, one head) against T: a DANet block (model.DANetBlock,
+global layer) with the dense mechanism in the linear, quadratic and auto regimes, and a softmax
+transformer block (model.Block, SDPA). Every call processes B = max(1, --layer_tokens // T)
+sequences, so all T see the same number of tokens. Time per token is seconds / (B T). Writes
+<out>.csv/.json/.png with the issue's targets (linear-regime time per token at the largest T
+against T = 1024; DANet linear vs softmax throughput at T = 16384; auto against the better regime).
+
 Usage: nice -n 10 python scripts/bench_attention.py [--T 256,...,32768] [--D 32,64] [--threads 2]
+       python scripts/bench_attention.py --suite layer --out results/bench_danet_layer
 """
 import argparse
 import csv
@@ -84,9 +93,7 @@ def estimated_bytes(method, T, D, heads, causal, mode):
     if method.startswith("authors") and causal:
         features = D ** int(method[7])
         return base + heads * T * features * D * 4 * (3 if mode == "forward_backward" else 2)
-    if method == "sdpa" and mode == "forward_backward":
-        return base + 2 * heads * T * T * 4  # the math backend keeps the weights for backward
-    return base
+    return base  # SDPA's flash backends (CPU and CUDA) keep O(T) state, no (T, T) weights
 
 
 def make_inputs(T, D, heads, device, requires_grad, seed=0):
@@ -267,10 +274,155 @@ def plot(rows, methods, path):
     fig.savefig(path, dpi=110)
 
 
+LAYER_METHODS = ("danet_linear", "danet_quadratic", "danet_auto", "softmax_layer")
+LAYER_FIELDS = ["method", "mode", "T", "batch", "D", "threads", "device", "seconds", "repeats", "tokens_per_s",
+                "regime", "note"]
+
+
+def make_layer(method, D):
+    """One non-causal encoder layer of width D with one head: a DANet block (global, ``dense`` in
+    the regime named by ``method``) or a softmax transformer block."""
+    import model as model_lib
+    if method == "softmax_layer":
+        config = model_lib.ModelConfig(n_layer=1, n_head=1, n_embd=D, block_size=1, attention="softmax",
+                                       pos_emb="none")
+        return model_lib.Block(config, causal=False)
+    regime = method.split("_")[1]
+    config = model_lib.ModelConfig(n_layer=1, n_head=1, n_embd=D, block_size=1, block="danet", attention="dense",
+                                   attention_params={"regime": regime}, pos_emb="none", bias=False)
+    return model_lib.DANetBlock(config, causal=False)
+
+
+def layer_estimated_bytes(regime, T, batch, D):
+    """Rough float32 memory of the largest tensors (for skipping): the quadratic regime keeps a
+    (B, T, T) score matrix; the rest is O(B T D)."""
+    if regime == "quadratic":
+        return 3 * batch * T * T * 4
+    return 64 * batch * T * D * 4
+
+
+def time_layer(layer, mode, T, batch, D, repeats, long_call):
+    x = torch.randn(batch, T, D, generator=torch.Generator().manual_seed(0)).requires_grad_(mode == "forward_backward")
+
+    def once():
+        if mode == "forward":
+            with torch.no_grad():
+                layer(x)
+        else:
+            layer(x).square().mean().backward()
+            x.grad = None
+            layer.zero_grad(set_to_none=True)
+
+    start = time.perf_counter()
+    once()
+    first = time.perf_counter() - start
+    if first > long_call:
+        return first, 1
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        once()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), repeats
+
+
+def layer_targets(rows):
+    """The DenseAttention issue's throughput targets on the measured rows (None = not measured)."""
+    out = {}
+    for mode in MODES:
+        def per_token(method, T):
+            r = [r for r in rows if r["method"] == method and r["mode"] == mode and r["T"] == T and r["seconds"]]
+            return r[0]["seconds"] / (r[0]["batch"] * T) if r else None
+
+        Ts = sorted({r["T"] for r in rows if r["method"] == "danet_linear" and r["mode"] == mode and r["seconds"]})
+        t_max = Ts[-1] if Ts else None
+        a, b = (per_token("danet_linear", t_max), per_token("danet_linear", 1024)) if t_max else (None, None)
+        lin, soft = per_token("danet_linear", 16384), per_token("softmax_layer", 16384)
+        auto_vs_best = []
+        for T in sorted({r["T"] for r in rows}):
+            auto = per_token("danet_auto", T)
+            best = [t for t in (per_token("danet_linear", T), per_token("danet_quadratic", T)) if t]
+            if auto and best:
+                auto_vs_best.append({"T": T, "ratio": auto / min(best), "ok": auto / min(best) <= 1.10})
+        out[mode] = {
+            "linear_time_per_token_Tmax_over_T1024": {"T_max": t_max, "ratio": a / b if a and b else None,
+                                                       "target": 1.5},
+            "linear_over_softmax_throughput_T16384": {"ratio": soft / lin if lin and soft else None,
+                                                      "target": 10.0},
+            "auto_over_best_regime": auto_vs_best,
+        }
+    return out
+
+
+def plot_layers(rows, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, len(MODES), figsize=(5.5 * len(MODES), 4), squeeze=False)
+    for ax, mode in zip(axes[0], MODES):
+        for method in LAYER_METHODS:
+            pts = sorted((r["T"], r["tokens_per_s"]) for r in rows
+                         if r["method"] == method and r["mode"] == mode and r["tokens_per_s"])
+            if pts:
+                ax.plot(*zip(*pts), marker="o", ms=3, label=method)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(f"one encoder layer, {mode}", fontsize=9)
+        ax.set_xlabel("T")
+        ax.set_ylabel("tokens / s")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def run_layer_suite(args):
+    """The ``--suite layer`` benchmark (see the module docstring); writes <out>.csv/.json/.png."""
+    max_bytes = (args.max_gb * 2 ** 30 if args.max_gb is not None
+                 else 0.5 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    Ts, (D,) = parse_list(args.T, int), parse_list(args.D, int)
+    rows = []
+    for mode in parse_list(args.modes, str):
+        for method in LAYER_METHODS:
+            torch.manual_seed(0)
+            layer = make_layer(method, D)
+            previous = None
+            for T in Ts:
+                batch = max(1, args.layer_tokens // T)
+                regime = layer.attn.mechanism.regime_for(T, D, False) if method.startswith("danet") else "softmax"
+                row = dict(method=method, mode=mode, T=T, batch=batch, D=D, threads=args.threads, device="cpu",
+                           seconds=None, repeats=0, tokens_per_s=None, regime=regime, note="")
+                if previous is not None and previous > args.budget:
+                    row["note"] = f"skipped: T={T // 2} took {previous:.1f} s > budget"
+                elif layer_estimated_bytes(regime, T, batch, D) > max_bytes:
+                    row["note"] = "skipped: estimated memory above limit"
+                else:
+                    row["seconds"], row["repeats"] = time_layer(layer, mode, T, batch, D, args.repeats, args.long)
+                    row["tokens_per_s"] = batch * T / row["seconds"]
+                    previous = row["seconds"]
+                rows.append(row)
+                print(f"{method:16s} {mode:16s} T={T:6d} B={batch:4d} regime={regime:9s} "
+                      f"tok/s={row['tokens_per_s'] and round(row['tokens_per_s'])} {row['note']}", flush=True)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out + ".csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=LAYER_FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+    summary = layer_targets(rows)
+    settings = dict(vars(args), torch=torch.__version__, machine=platform.processor() or platform.machine(),
+                    cpus=os.cpu_count())
+    settings.pop("_child", None)
+    with open(args.out + ".json", "w") as f:
+        json.dump({"settings": settings, "targets": summary, "rows": rows}, f, indent=1)
+    plot_layers(rows, args.out + ".png")
+    print(json.dumps(summary, indent=1))
+    return rows, summary
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--T", default="256,512,1024,2048,4096,8192,16384,32768")
-    ap.add_argument("--D", default="32,64")
+    ap.add_argument("--T", default=None, help="comma list (default: 256 ... 32768; --suite layer: 128 ... 65536)")
+    ap.add_argument("--D", default=None, help="comma list (default: 32,64; --suite layer: 64)")
     ap.add_argument("--heads", type=int, default=8, help="B*H (inputs are (1, heads, T, D))")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
@@ -283,6 +435,9 @@ def main(argv=None):
     ap.add_argument("--memory", default="subprocess", choices=["subprocess", "none"])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--out", default="results/bench_attention")
+    ap.add_argument("--suite", default="attention", choices=["attention", "layer"],
+                    help="attention: the mechanisms on (1, heads, T, D); layer: one encoder layer's tokens/s")
+    ap.add_argument("--layer_tokens", type=int, default=16384, help="--suite layer: tokens per call (B = this // T)")
     ap.add_argument("--_child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args._child:
@@ -290,6 +445,12 @@ def main(argv=None):
         return None
 
     torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(True)
+    layer_suite = args.suite == "layer"
+    args.T = args.T or ",".join(str(2 ** i) for i in (range(7, 17) if layer_suite else range(8, 16)))
+    args.D = args.D or ("64" if layer_suite else "32,64")
+    if layer_suite:
+        return run_layer_suite(args)
     max_bytes = (args.max_gb * 2 ** 30 if args.max_gb is not None
                  else 0.5 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     methods = methods_for(args.device, None if args.methods is None else parse_list(args.methods, str))

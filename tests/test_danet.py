@@ -1,5 +1,6 @@
 """Tests of the DANet block, MaxNorm, Cosine RelPE, pos_emb, layer_scheme and the FFN rescaling in model.py."""
 import math
+import os
 
 import pytest
 import torch
@@ -305,3 +306,37 @@ def test_danet_gpt_config_has_the_softmax_gpt_budget():
         sizes.append(sum(p.numel() for n, p in model.named_parameters() if ".h." in n))
     assert 0.9 < sizes[1] / sizes[0] < 1.0, sizes
     assert danet["block"] == "danet" and danet["layer_scheme"] == "LSG"
+
+
+def _bench_attention_module():
+    import importlib
+    return importlib.import_module("scripts.bench_attention")  # scripts/ is a namespace package under ROOT
+
+
+def test_layer_benchmark_smoke(tmp_path):
+    bench = _bench_attention_module()
+    out = str(tmp_path / "layer")
+    rows, summary = bench.main(["--suite", "layer", "--T", "8,128", "--D", "16", "--threads", "1", "--repeats", "1",
+                                "--layer_tokens", "256", "--out", out])
+    assert len(rows) == 2 * 4 * 2  # T x methods x modes
+    assert all(r["tokens_per_s"] > 0 and r["batch"] * r["T"] == 256 for r in rows)
+    regimes = {(r["method"], r["T"]): r["regime"] for r in rows}
+    assert regimes[("danet_auto", 8)] == "quadratic" and regimes[("danet_auto", 128)] == "linear"  # T vs D
+    assert regimes[("danet_quadratic", 128)] == "quadratic" and regimes[("softmax_layer", 8)] == "softmax"
+    for ext in (".csv", ".json", ".png"):
+        assert os.path.getsize(out + ext) > 0
+    assert set(summary) == {"forward", "forward_backward"}
+
+
+def test_layer_benchmark_targets_on_known_rows():
+    bench = _bench_attention_module()
+    rows = [dict(method=m, mode="forward", T=T, batch=max(1, 65536 // T), seconds=s)
+            for m, T, s in [("danet_linear", 1024, 1.0), ("danet_linear", 16384, 1.1), ("danet_linear", 65536, 1.3),
+                            ("danet_quadratic", 1024, 2.0), ("danet_auto", 1024, 1.05),
+                            ("danet_auto", 16384, 1.5), ("softmax_layer", 16384, 22.0)]]
+    forward = bench.layer_targets(rows)["forward"]
+    assert forward["linear_time_per_token_Tmax_over_T1024"]["ratio"] == pytest.approx(1.3)
+    assert forward["linear_over_softmax_throughput_T16384"]["ratio"] == pytest.approx(20.0)
+    by_T = {r["T"]: r for r in forward["auto_over_best_regime"]}
+    assert by_T[1024]["ok"] and by_T[1024]["ratio"] == pytest.approx(1.05)
+    assert not by_T[16384]["ok"]  # 1.5 / 1.1 > 1.1

@@ -1,0 +1,363 @@
+"""ListOps (Nangia & Bowman, 2018) as used by Long Range Arena (Tay et al., 2021): generator,
+evaluator and loader of the LRA release files ``listops-1000/basic_{train,val,test}.tsv``.
+
+    python data/lra/listops.py --out_dir=DIR [--num_train=96000 --num_val=2000 --num_test=2000 --seed=0 --workers=N]
+
+The LRA release data could not be obtained here, so this module generates data with LRA's
+generator (specification: ``../shared/data/lra-spec/SPEC.md``, "ListOps"; upstream
+``lra_benchmarks/data/listops.py``), written from the specification:
+
+- a tree is drawn recursively, starting at depth 1: at depth < 10 a uniform draw r decides
+  (r > 0.25: a leaf, a digit 0-9 drawn uniformly; else an operator node with 2-10 arguments,
+  each a tree one level deeper, and an operator drawn uniformly from MIN, MAX, MED, SM after the
+  arguments); at depth 10 always a leaf. Operators therefore nest at most 9 deep.
+- its length counts operators, digits and closing brackets (not parentheses); a tree is kept
+  iff 500 < length < 2000; kept trees are deduplicated across all three splits.
+- the source is written left-nested with parentheses, ``[MAX 2 9]`` as ``( ( ( [MAX 2 ) 9 ) ] )``;
+  the target is the value of the expression (``evaluate``).
+- files: tab-separated, header ``Source\\tTarget``, written by ``csv.writer`` (``\\r\\n`` line
+  ends), one file per split, ``basic_`` prefix.
+
+Differences from the upstream script (none changes the distribution of an example): the random
+stream is Python's ``random.Random`` seeded per chunk of 500 kept trees (chunk k uses seed
+``(seed, k)``), so the output is a pure function of ``--seed`` and the split sizes, the same for
+any number of worker processes; the splits are taken in generation order (upstream collects the
+trees in a Python ``set`` and takes them in its hash order, a fixed but arbitrary permutation).
+
+Tokenisation (LRA ``listops/input_pipeline.py``): ``]`` becomes ``X``, parentheses are dropped,
+the rest is split on whitespace; ids (``VOCAB``): PAD 0, digits ``0``-``9`` 1-10, ``[MIN`` 11,
+``[MAX`` 12, ``[MED`` 13, ``[SM`` 14, ``X`` 15. LRA builds its vocabulary from the val file
+(plus pad/unk); the tokens are the same 15, only the ids differ, which does not matter for a
+model trained from scratch. A sequence has 501-1999 tokens, so MAX_LEN = 2000 never truncates.
+"""
+import argparse
+import csv
+import os
+import random
+import sys
+import time
+from multiprocessing import Pool
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if __package__ in (None, ""):  # run as a script: make the repository's packages importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
+
+import data  # noqa: E402
+
+NUM_CLASSES = 10
+MAX_LEN = 2000
+TWO_TOWER = False
+FOLDER = "listops-1000"  # the release folder name
+SPLITS = ("train", "val", "test")
+
+MIN, MAX, MED, SM = "[MIN", "[MAX", "[MED", "[SM"
+OPERATORS = (MIN, MAX, MED, SM)  # upstream also defines [FIRST and [LAST but does not use them
+END = "]"
+VALUE_P = 0.25  # a node at depth < max_depth is an operator with probability VALUE_P
+MAX_DEPTH = 10
+MAX_ARGS = 10
+MIN_LENGTH = 500  # exclusive
+MAX_LENGTH = 2000  # exclusive
+CHUNK = 500  # kept trees per independently seeded chunk (fixed: the output depends on it)
+
+PAD = 0
+VOCAB = {**{str(d): d + 1 for d in range(10)}, MIN: 11, MAX: 12, MED: 13, SM: 14, "X": 15}
+VOCAB_SIZE = 16
+
+
+def path(lra_dir, split):
+    """``lra_dir/listops-1000/basic_{split}.tsv``."""
+    return os.path.join(lra_dir, FOLDER, f"basic_{split}.tsv")
+
+
+# ---------------------------------------------------------------- evaluator
+
+def apply(op, args):
+    """Value of operator ``op`` on the list of digits ``args`` (LRA ``to_value``).
+
+    MIN / MAX as usual; MED = ``int(np.median(args))``, i.e. the middle element of the sorted
+    list, or for an even count the floor of the mean of the two middle ones; SM = sum mod 10.
+
+    Raises:
+        ValueError: unknown operator or empty ``args``.
+    """
+    if not args:
+        raise ValueError(f"operator {op} without arguments")
+    if op == MIN:
+        return min(args)
+    if op == MAX:
+        return max(args)
+    if op == SM:
+        return sum(args) % 10
+    if op == MED:
+        s = sorted(args)
+        n = len(s)
+        return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) // 2
+    raise ValueError(f"unknown operator {op!r}")
+
+
+def evaluate(source):
+    """Value (int, 0-9) of a ListOps expression.
+
+    Args:
+        source (str or list of str): the release form ``( ( ( [MAX 2 ) 9 ) ] )`` or its
+            tokens; parentheses are ignored, ``]`` and ``X`` both close the innermost operator.
+
+    Raises:
+        ValueError: unknown token, a digit outside any operator, an unclosed or unopened
+            operator, or not exactly one value at the top level.
+    """
+    tokens = source.split() if isinstance(source, str) else source
+    stack = [[None, []]]  # [operator, arguments so far]; the bottom collects the top-level value
+    for t in tokens:
+        if t in ("(", ")"):
+            continue
+        if t in OPERATORS:
+            stack.append([t, []])
+        elif t in ("]", "X"):
+            if len(stack) == 1:
+                raise ValueError("closing bracket without an open operator")
+            op, args = stack.pop()
+            stack[-1][1].append(apply(op, args))
+        elif len(t) == 1 and t.isdigit():
+            stack[-1][1].append(int(t))
+        else:
+            raise ValueError(f"unknown token {t!r}")
+    if len(stack) != 1:
+        raise ValueError(f"{len(stack) - 1} operator(s) not closed")
+    if len(stack[0][1]) != 1:
+        raise ValueError(f"expected one value at the top level, got {len(stack[0][1])}")
+    return stack[0][1][0]
+
+
+# ---------------------------------------------------------------- generator
+
+def generate_tree(rng, depth=1, max_depth=MAX_DEPTH, max_args=MAX_ARGS):
+    """One random tree with the spec's generator (random calls in the spec's order).
+
+    Returns:
+        (tree, length): a leaf is an int 0-9; a node is ``(op, [children])``; length counts
+        operators, leaves and closing brackets.
+    """
+    r = rng.random() if depth < max_depth else 1.0
+    if r > VALUE_P:
+        return rng.choice(range(10)), 1
+    length = 2
+    children = []
+    for _ in range(rng.randint(2, max_args)):
+        child, n = generate_tree(rng, depth + 1, max_depth, max_args)
+        children.append(child)
+        length += n
+    return (rng.choice(OPERATORS), children), length
+
+
+def _emit(tree, out):
+    # release form of (op, [v0, ..., vn-1]): ( x (n+1)  op v0 )  v1 ) ... vn-1 )  ] )
+    if isinstance(tree, int):
+        out.append(str(tree))
+        return
+    op, children = tree
+    out.append("( " * (len(children) + 1) + op)
+    _emit(children[0], out)
+    out.append(")")
+    for c in children[1:]:
+        _emit(c, out)
+        out.append(")")
+    out.append("] )")
+
+
+def to_string(tree):
+    """The release's source string of a tree from ``generate_tree``."""
+    out = []
+    _emit(tree, out)
+    return " ".join(out)
+
+
+def tree_value(tree):
+    """Value of a tree from ``generate_tree`` (same rules as ``evaluate``)."""
+    if isinstance(tree, int):
+        return tree
+    op, children = tree
+    return apply(op, [tree_value(c) for c in children])
+
+
+def generate_chunk(seed, k, n=CHUNK, min_length=MIN_LENGTH, max_length=MAX_LENGTH):
+    """The ``n`` kept examples of chunk ``k``: a list of (source, target) in generation order.
+
+    Chunk k draws from ``random.Random`` seeded with ``seed * 2**32 + k`` (``0 <= k < 2**32``),
+    so it is the same in every process.
+    """
+    rng = random.Random(int(seed) * 2 ** 32 + int(k))
+    out = []
+    while len(out) < n:
+        tree, length = generate_tree(rng)
+        if min_length < length < max_length:
+            out.append((to_string(tree), tree_value(tree)))
+    return out
+
+
+def _chunk_job(args):
+    return generate_chunk(*args)
+
+
+def generate(num_train=96000, num_val=2000, num_test=2000, seed=0, workers=1, progress=True):
+    """Generate the three splits.
+
+    Chunks 0, 1, 2, ... (``generate_chunk``) are concatenated in order and deduplicated (first
+    occurrence kept) until ``num_train + num_val + num_test`` examples are held; train, val and
+    test are the consecutive slices. The result depends on ``seed`` and the sizes only.
+
+    Args:
+        workers (int): processes (``multiprocessing.Pool``); 1 runs in this process.
+
+    Returns:
+        dict split -> list of (source str, target int).
+    """
+    from tqdm import tqdm
+
+    total = num_train + num_val + num_test
+    kept = {}
+    k = 0
+    bar = tqdm(total=total, unit="ex", desc="listops", disable=not progress)
+    pool = Pool(workers) if workers > 1 else None
+    try:
+        while len(kept) < total:
+            n_chunks = -(-(total - len(kept)) // CHUNK)
+            jobs = [(seed, k + i) for i in range(n_chunks)]
+            k += n_chunks
+            results = pool.imap(_chunk_job, jobs) if pool else map(_chunk_job, jobs)
+            for chunk in results:
+                for src, tgt in chunk:
+                    if len(kept) < total and src not in kept:
+                        kept[src] = tgt
+                        bar.update(1)
+    finally:
+        if pool:
+            pool.close()
+            pool.join()
+        bar.close()
+    items = list(kept.items())
+    return {"train": items[:num_train], "val": items[num_train:num_train + num_val],
+            "test": items[num_train + num_val:]}
+
+
+def write_tsv(file, rows):
+    """Write ``rows`` of (source, target) as a release tsv (header ``Source\\tTarget``,
+    ``csv.writer`` with tab delimiter), atomically (``data.atomic_write``)."""
+    def write(tmp):
+        with open(tmp, "w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f, delimiter="\t")
+            w.writerow(["Source", "Target"])
+            w.writerows(rows)
+    data.atomic_write(file, write)
+
+
+def ensure(lra_dir, num_train=96000, num_val=2000, num_test=2000, seed=0, workers=None):
+    """Make ``lra_dir/listops-1000/basic_{train,val,test}.tsv`` exist: nothing to do when all
+    three are there (the release files or an earlier run), otherwise generate them.
+
+    Args:
+        workers (int or None): generator processes; None = ``os.cpu_count()``.
+
+    Raises:
+        FileNotFoundError: some but not all three files exist (mixing generations would break
+            the deduplication across splits); the message names the missing ones.
+    """
+    files = [path(lra_dir, s) for s in SPLITS]
+    present = [os.path.exists(f) for f in files]
+    if all(present):
+        return
+    if any(present):
+        missing = [f for f, p in zip(files, present) if not p]
+        raise FileNotFoundError(f"ListOps files incomplete, missing {', '.join(missing)}; put the release's "
+                                f"listops-1000/ there or delete the folder to generate all three splits")
+    os.makedirs(os.path.join(lra_dir, FOLDER), exist_ok=True)
+    splits = generate(num_train, num_val, num_test, seed, workers or os.cpu_count() or 1)
+    for s in SPLITS:
+        write_tsv(path(lra_dir, s), splits[s])
+
+
+# ---------------------------------------------------------------- loader
+
+def tokenize(source):
+    """LRA's tokenisation: ``]`` -> ``X``, parentheses dropped, whitespace split (list of str)."""
+    return [t for t in source.replace("]", "X").split() if t not in ("(", ")")]
+
+
+def load(lra_dir, split, max_len=MAX_LEN):
+    """Read ``lra_dir/listops-1000/basic_{split}.tsv``.
+
+    Args:
+        split: "train", "val" or "test".
+        max_len (int): sequences are truncated to / right-padded (PAD = 0) to this length.
+
+    Returns:
+        dict with ``tokens`` int64 (N, max_len) (ids in ``VOCAB``), ``lengths`` int64 (N,)
+        (tokens before padding, at most max_len), ``labels`` int64 (N,) in [0, 10).
+
+    Raises:
+        FileNotFoundError: the file is missing (``ensure`` generates it).
+        ValueError: bad split, missing or wrong header, a row without exactly two fields, a
+            label not an integer in [0, 10), an unknown token or an empty source; the message
+            names the file and line.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; available: {', '.join(SPLITS)}")
+    file = path(lra_dir, split)
+    if not os.path.exists(file):
+        raise FileNotFoundError(f"{file} not found; data.lra.listops.ensure({lra_dir!r}) generates it "
+                                f"(or put the LRA release's listops-1000/ folder there)")
+    seqs, labels = [], []
+    with open(file, newline="", encoding="utf-8") as f:
+        for line, row in enumerate(csv.reader(f, delimiter="\t"), start=1):
+            if line == 1:
+                if row != ["Source", "Target"]:
+                    raise ValueError(f"{file}, line 1: expected the header 'Source<TAB>Target', got {row!r}")
+                continue
+            if len(row) != 2:
+                raise ValueError(f"{file}, line {line}: expected 2 tab-separated fields, got {len(row)}")
+            src, tgt = row
+            try:
+                label = int(tgt)
+            except ValueError:
+                raise ValueError(f"{file}, line {line}: label {tgt!r} is not an integer") from None
+            if not 0 <= label < NUM_CLASSES:
+                raise ValueError(f"{file}, line {line}: label {label} outside [0, {NUM_CLASSES})")
+            toks = tokenize(src)
+            if not toks:
+                raise ValueError(f"{file}, line {line}: empty source")
+            try:
+                seqs.append([VOCAB[t] for t in toks[:max_len]])
+            except KeyError as e:
+                raise ValueError(f"{file}, line {line}: unknown token {e.args[0]!r}") from None
+            labels.append(label)
+    tokens = np.zeros((len(seqs), max_len), dtype=np.int64)
+    lengths = np.array([len(s) for s in seqs], dtype=np.int64)
+    for i, s in enumerate(seqs):
+        tokens[i, :len(s)] = s
+    return {"tokens": tokens, "lengths": lengths, "labels": np.array(labels, dtype=np.int64)}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out_dir", required=True, help="directory for basic_{train,val,test}.tsv")
+    p.add_argument("--num_train", type=int, default=96000)
+    p.add_argument("--num_val", type=int, default=2000)
+    p.add_argument("--num_test", type=int, default=2000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes (output does not depend on it)")
+    a = p.parse_args(argv)
+    t0 = time.time()
+    splits = generate(a.num_train, a.num_val, a.num_test, a.seed, a.workers)
+    os.makedirs(a.out_dir, exist_ok=True)
+    for s in SPLITS:
+        write_tsv(os.path.join(a.out_dir, f"basic_{s}.tsv"), splits[s])
+    n = sum(len(v) for v in splits.values())
+    dt = time.time() - t0
+    print(f"wrote {n:,} examples to {a.out_dir} in {dt:.1f} s ({n / dt:.0f} examples/s, {a.workers} worker(s))")
+
+
+if __name__ == "__main__":
+    main()

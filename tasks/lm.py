@@ -1,5 +1,13 @@
-"""Task "lm": causal language modelling (next-token prediction) with ``model.GPT`` on WikiText-2
-tokenized with GPT-2 BPE (``data/wikitext2/prepare.py``).
+"""Task "lm": causal language modelling (next-token prediction) with ``model.GPT`` on one of
+``DATASETS``:
+
+- ``dataset = "wikitext2"``: WikiText-2 tokenized with GPT-2 BPE (``data/wikitext2/prepare.py``;
+  variant from ``dataset_config``, local copy from ``data_source_dir``); vocabulary 50257 padded
+  to 50304.
+- ``dataset = "shakespeare_char"``: Tiny Shakespeare at the character level
+  (``data/shakespeare_char/prepare.py``; 90/5/5 train/val/test; local copy from
+  ``data_source_file``); vocabulary = the characters of the text (65), read from the prepared
+  meta.json, not padded. The corpus of the FAST paper's Figure 4.
 
 Batches are ``block_size + 1``-token windows at random starts (``data.sample_windows``):
 inputs = the first ``block_size`` tokens, targets = the window shifted by one. The loss is the
@@ -18,20 +26,24 @@ import torch
 import data as data_lib
 import tasks
 from configurator import ConfigError, check_attention_params
+from data.shakespeare_char import prepare as shakespeare
 from data.wikitext2 import prepare as wt2
 from model import ARCHITECTURE_DEFAULTS, ARCHITECTURE_HELP, GPT, ModelConfig, architecture_args
 
 DEFAULTS = dict(
     dataset_config="wikitext-2-v1",
     data_source_dir="",
+    data_source_file="",
     **ARCHITECTURE_DEFAULTS,  # block (transformer | danet), pos_emb, layer_scheme, ... (model.py)
 )
 HELP = dict(
     dataset_config="WikiText-2 variant: wikitext-2-v1 (<unk>-processed) or wikitext-2-raw-v1",
     data_source_dir="directory with wiki.{train,valid,test}.tokens ('' = env WIKITEXT2_DIR, else Hugging Face)",
+    data_source_file="shakespeare_char: the Tiny Shakespeare text ('' = env TINYSHAKESPEARE_FILE, else "
+                     "../shared/data/tinyshakespeare/input.txt if it exists, else download)",
     **ARCHITECTURE_HELP,
 )
-DATASETS = ("wikitext2",)
+DATASETS = ("wikitext2", "shakespeare_char")
 MODEL_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "attention", "attention_params",
               *ARCHITECTURE_DEFAULTS)
 BEST_METRIC = ("val_loss", "min")
@@ -42,35 +54,67 @@ SPLITS = ("train", "val")
 def _check_dataset(cfg):
     if cfg["dataset"] not in DATASETS:
         raise ConfigError(f"task 'lm' has no dataset {cfg['dataset']!r}; available: {', '.join(DATASETS)}")
+    if cfg["dataset"] == "shakespeare_char":
+        # WikiText-2's keys would be silently ignored: reject them
+        for key in ("dataset_config", "data_source_dir"):
+            if cfg.get(key, DEFAULTS[key]) != DEFAULTS[key]:
+                raise ConfigError(f"{key} applies to dataset 'wikitext2' only, not to 'shakespeare_char' "
+                                  f"(its source file is data_source_file)")
+        return
+    if cfg.get("data_source_file", ""):
+        raise ConfigError("data_source_file applies to dataset 'shakespeare_char' only; WikiText-2's local "
+                          "copy is data_source_dir")
     if cfg["dataset_config"] not in wt2.CONFIGS:
         raise ConfigError(f"unknown dataset_config {cfg['dataset_config']!r}; allowed: {', '.join(wt2.CONFIGS)}")
 
 
 def prepare_data(cfg):
-    """Tokenize WikiText-2 into ``data/wikitext2/<dataset_config>/`` unless already there.
+    """Tokenize WikiText-2 into ``data/wikitext2/<dataset_config>/`` unless already there; for
+    shakespeare_char, ``shakespeare.prepare`` (a no-op when the prepared files hold the source's
+    sha256, so a changed source is re-prepared).
 
     Raises:
-        ConfigError: unknown dataset or dataset_config.
-        data.DataUnavailable: no local copy and no Hugging Face access (message says how to supply it).
+        ConfigError: unknown dataset or dataset_config, or a key of the other data set.
+        data.DataUnavailable: no local copy and no Hugging Face access / download (message says
+            how to supply it).
     """
     _check_dataset(cfg)
+    if cfg["dataset"] == "shakespeare_char":
+        shakespeare.prepare(cfg["data_source_file"] or None)
+        return
     if not wt2.is_prepared(cfg["dataset_config"]):
         wt2.prepare(cfg["dataset_config"], cfg["data_source_dir"] or None)
 
 
 def load_data(cfg):
-    """dict split -> read-only uint16 memmap of GPT-2 token ids, for "train" and "val".
+    """dict split -> read-only uint16 memmap of token ids (GPT-2 BPE or characters), for "train"
+    and "val"; for shakespeare_char also "meta" -> the prepared meta dict (vocabulary).
 
     Raises:
         data.DataUnavailable: a split file is missing (prepare_data not run).
     """
     _check_dataset(cfg)
+    if cfg["dataset"] == "shakespeare_char":
+        return {**{split: shakespeare.open_split(split) for split in SPLITS}, "meta": shakespeare.load_meta()}
     return {split: wt2.open_split(split, cfg["dataset_config"]) for split in SPLITS}
 
 
+def vocab_size(cfg, data=None):
+    """The model's vocabulary size: 50304 for wikitext2; for shakespeare_char the prepared
+    meta's ``vocab_size`` (from ``data["meta"]`` when given, else from meta.json).
+
+    Raises:
+        data.DataUnavailable: shakespeare_char not prepared and no meta in ``data``.
+    """
+    if cfg["dataset"] == "shakespeare_char":
+        meta = data.get("meta") if isinstance(data, dict) else None
+        return int((meta or shakespeare.load_meta())["vocab_size"])
+    return VOCAB_SIZE
+
+
 def build_model(cfg, data, model_args=None):
-    """A ``GPT`` with the architecture keys of ``cfg`` (vocabulary padded to 50304), or, with
-    ``model_args`` (a checkpoint's ``model_args``), exactly that model.
+    """A ``GPT`` with the architecture keys of ``cfg`` (vocabulary: ``vocab_size``, i.e. 50304
+    for WikiText-2), or, with ``model_args`` (a checkpoint's ``model_args``), exactly that model.
 
     Raises:
         ConfigError: unknown attention name or parameter.
@@ -79,7 +123,7 @@ def build_model(cfg, data, model_args=None):
         return GPT(ModelConfig(**model_args))
     check_attention_params(cfg["attention"], cfg["attention_params"])
     try:
-        config = ModelConfig(block_size=cfg["block_size"], vocab_size=VOCAB_SIZE, n_layer=cfg["n_layer"],
+        config = ModelConfig(block_size=cfg["block_size"], vocab_size=vocab_size(cfg, data), n_layer=cfg["n_layer"],
                              n_head=cfg["n_head"], n_embd=cfg["n_embd"], dropout=cfg["dropout"], bias=cfg["bias"],
                              attention=cfg["attention"], attention_params=dict(cfg["attention_params"]),
                              **architecture_args(cfg))

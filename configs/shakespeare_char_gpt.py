@@ -1,0 +1,41 @@
+# A small character-level GPT on Tiny Shakespeare with softmax attention: the softmax model of the
+# FAST paper's Figure 4 (attention maps, section 3.1) for issue 8. Its Fastmax p = 2 twin is
+# configs/shakespeare_char_gpt_fastmax2.py (identical except the attention).
+#   python train.py configs/shakespeare_char_gpt.py --num_threads=2
+#   python scripts/attention_maps.py out/shakespeare_char_gpt out/shakespeare_char_gpt_fastmax2
+# Data: data/shakespeare_char/prepare.py (65 characters, 90/5/5 train/val/test, prepared on the
+# first run from $TINYSHAKESPEARE_FILE, ../shared/data/tinyshakespeare/input.txt or a download).
+#
+# Size and time: 0.80M parameters (non-embedding), 250 iterations x 4,096 characters = 1.02M
+# characters (about one pass over the train split), an evaluation (8 batches per split) every 25
+# iterations. Measured (5 iterations, 1 thread, while another 2-thread job shared the 2 cores):
+# softmax 0.73 s per iteration, Fastmax p = 2 2.8 s per iteration (its chunked causal path; the
+# attention is 2.2 s of it). Estimate with --num_threads=2 on an otherwise idle 2-core CPU (about
+# 2x faster: 1.3x without the other job, 1.5x from the second thread): softmax about 0.37 s per
+# iteration, so about 2 minutes per run; Fastmax p = 2 about 1.45 s per iteration plus about 8 s
+# per evaluation, so about 7-8 minutes per run (the runs the 6-8 minute budget was sized for).
+out_dir = "out/shakespeare_char_gpt"
+task = "lm"
+dataset = "shakespeare_char"
+
+n_layer = 4
+n_head = 4
+n_embd = 128  # head dim 32
+block_size = 256
+dropout = 0.0
+attention = "softmax"
+
+batch_size = 16  # 4,096 characters per iteration
+gradient_accumulation_steps = 1
+max_iters = 250
+lr_decay_iters = 250
+lr_schedule = "cosine"
+warmup_iters = 25
+learning_rate = 2e-3
+min_lr = 2e-4
+weight_decay = 0.1
+grad_clip = 1.0
+
+eval_interval = 25  # 10 points per loss curve (scripts/plot_loss_curves.py)
+eval_iters = 8
+log_interval = 5

@@ -1,0 +1,284 @@
+"""Tiny Shakespeare (Karpathy's char-rnn corpus, 1,115,394 characters) as character-level tokens.
+
+    python data/shakespeare_char/prepare.py [--source_file=PATH] [--out_dir=DIR]
+
+The FAST paper (Gerami et al. 2024, section 3.1, Figure 4) trains small character-level
+transformers on Tiny Shakespeare to compare Fastmax and softmax attention maps; this module gives
+``tasks/lm.py`` that data set (``dataset = "shakespeare_char"``).
+
+Tokens: the vocabulary is the sorted set of the distinct characters of the whole text (65 for the
+real file: newline, space, ``!$&',-.3:;?``, A-Z, a-z); a character's token id is its index in that
+list.
+
+Splits, by position in the text (no shuffling): the first 90% of the characters are "train", the
+next 5% "val", the last 5% "test" (n = number of characters; train = [0, a), val = [a, b),
+test = [b, n) with a = floor(0.90 n), b = a + floor(0.05 n)). nanoGPT's shakespeare_char uses
+90/10 train/val; our train split is the same 1,003,854 characters, its val split is cut in two
+so that a held-out test split exists.
+
+Written to ``data/shakespeare_char/prepared/`` (``DEFAULT_OUT_DIR``): ``{train,val,test}.bin``
+(uint16 token ids) and ``meta.json`` (vocabulary, vocab_size, characters and tokens per split,
+the character ranges of the splits, the source and the sha256 of its bytes). Every file is written
+through ``data.atomic_write`` (temporary name, then rename). Preparing again from a source with
+the same sha256 is a no-op.
+
+Source lookup, first match wins:
+1. ``source_file`` (``--source_file``; the lm task's ``data_source_file`` key);
+2. the environment variable ``TINYSHAKESPEARE_FILE``;
+3. ``../shared/data/tinyshakespeare/input.txt`` next to the repository, if it exists;
+4. a copy downloaded earlier into the output directory (``input.txt``);
+5. a download from ``URL`` (saved as that copy).
+A path given in 1 or 2 that does not exist is an error (``DataUnavailable`` naming the path and
+the variable); it never falls through to a download.
+"""
+import argparse
+import hashlib
+import json
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+if __package__ in (None, ""):  # run as a script: make the repository's packages importable
+    sys.path.insert(0, REPO)
+
+import data  # noqa: E402
+
+URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+KNOWN_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"  # the char-rnn file
+ENV_VAR = "TINYSHAKESPEARE_FILE"
+SHARED_FILE = os.path.join(os.path.dirname(REPO), "shared", "data", "tinyshakespeare", "input.txt")
+DEFAULT_OUT_DIR = os.path.join(HERE, "prepared")
+DOWNLOAD_NAME = "input.txt"
+SPLITS = ("train", "val", "test")
+SPLIT_PERCENT = {"train": 90, "val": 5, "test": 5}
+
+
+class DataUnavailable(data.DataUnavailable):
+    """Tiny Shakespeare could be found neither locally nor online."""
+
+
+def data_dir():
+    """Directory of the prepared files (``DEFAULT_OUT_DIR``, read at call time so tests can move it)."""
+    return DEFAULT_OUT_DIR
+
+
+def find_source(source_file=None, out_dir=None):
+    """The local text file to read, following the lookup order of the module docstring.
+
+    Returns:
+        (path, how): path of an existing file and "argument", "env", "shared" or "downloaded";
+        (None, "download") when nothing local exists and the text must be downloaded.
+
+    Raises:
+        DataUnavailable: ``source_file`` or ``$TINYSHAKESPEARE_FILE`` names a missing file.
+    """
+    for path, how in ((source_file, "argument"), (os.environ.get(ENV_VAR), "env")):
+        if path:
+            if not os.path.isfile(path):
+                given = "--source_file / data_source_file" if how == "argument" else f"the environment variable {ENV_VAR}"
+                raise DataUnavailable(f"Tiny Shakespeare source {path} not found (given by {given}); point "
+                                      f"{ENV_VAR} or data_source_file at char-rnn's tinyshakespeare/input.txt")
+            return path, how
+    if os.path.isfile(SHARED_FILE):
+        return SHARED_FILE, "shared"
+    cached = os.path.join(out_dir or data_dir(), DOWNLOAD_NAME)
+    if os.path.isfile(cached):
+        return cached, "downloaded"
+    return None, "download"
+
+
+def download(path, url=URL, timeout=60):
+    """Download the text from ``url`` to ``path`` (atomically); return its bytes.
+
+    Raises:
+        DataUnavailable: the download failed (offline); the message says how to supply the file.
+    """
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            raw = response.read()
+    except Exception as e:  # URLError, timeouts, HTTP errors: all mean "not reachable"
+        raise DataUnavailable(
+            f"could not download Tiny Shakespeare from {url} ({type(e).__name__}: {e}). Offline, set "
+            f"{ENV_VAR}=/path/to/input.txt (char-rnn's data/tinyshakespeare/input.txt), pass "
+            f"--source_file=PATH, or put the file at {SHARED_FILE}") from e
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+
+    def write(tmp):
+        with open(tmp, "wb") as f:
+            f.write(raw)
+
+    data.atomic_write(path, write)
+    return raw
+
+
+def split_ranges(n):
+    """Character ranges {split: (start, end)} of a text of ``n`` characters (90/5/5, in order)."""
+    a = n * SPLIT_PERCENT["train"] // 100
+    b = a + n * SPLIT_PERCENT["val"] // 100
+    return {"train": (0, a), "val": (a, b), "test": (b, n)}
+
+
+def build_vocab(text):
+    """Sorted list of the distinct characters of ``text``.
+
+    Raises:
+        ValueError: empty text, or more than 65,536 distinct characters (ids must fit uint16).
+    """
+    vocab = sorted(set(text))
+    if not vocab:
+        raise ValueError("the Tiny Shakespeare source is empty")
+    if len(vocab) > 1 << 16:
+        raise ValueError(f"{len(vocab):,} distinct characters do not fit uint16 token ids (at most 65,536)")
+    return vocab
+
+
+def encode(text, vocab):
+    """Token ids of ``text``: index of each character in ``vocab`` (a sorted list of characters).
+
+    Returns:
+        np.ndarray of shape (len(text),), dtype uint16.
+
+    Raises:
+        ValueError: ``text`` holds a character that is not in ``vocab`` (the first one is named).
+    """
+    codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    table = np.array([ord(c) for c in vocab], dtype=np.uint32)
+    ids = np.searchsorted(table, codes)
+    bad = (ids >= len(table)) | (table[np.minimum(ids, len(table) - 1)] != codes)
+    if bad.any():
+        first = chr(int(codes[np.argmax(bad)]))
+        raise ValueError(f"character {first!r} is not in the vocabulary of {len(vocab)} characters")
+    return ids.astype(np.uint16)
+
+
+def decode(ids, vocab):
+    """The text of token ids ``ids`` (any integer sequence) under ``vocab``."""
+    return "".join(vocab[int(i)] for i in ids)
+
+
+def is_prepared(out_dir=None):
+    """True if the three ``.bin`` files and ``meta.json`` exist in ``out_dir`` (default ``data_dir()``)."""
+    out_dir = out_dir or data_dir()
+    return all(os.path.exists(os.path.join(out_dir, name)) for name in [f"{s}.bin" for s in SPLITS] + ["meta.json"])
+
+
+def load_meta(out_dir=None):
+    """The prepared ``meta.json`` as a dict.
+
+    Raises:
+        DataUnavailable: not prepared (the message says how to prepare it).
+    """
+    path = os.path.join(out_dir or data_dir(), "meta.json")
+    if not os.path.exists(path):
+        raise DataUnavailable(f"{path} not found; prepare it with python data/shakespeare_char/prepare.py")
+    with open(path) as f:
+        return json.load(f)
+
+
+def prepare(source_file=None, out_dir=None, verbose=True):
+    """Write the token files and meta.json unless they already hold this source; return the meta.
+
+    Args:
+        source_file: path of the text (None = ``$TINYSHAKESPEARE_FILE``, then the lookup of the
+            module docstring).
+        out_dir: output directory (None = ``data_dir()``).
+        verbose: print what is done.
+
+    Returns:
+        dict: the meta (keys "dataset", "source", "sha256", "vocab", "vocab_size", "characters",
+        "tokens", "split_ranges", "dtype", ...).
+
+    Raises:
+        DataUnavailable: a named source file is missing, or nothing local exists and the download
+            fails.
+        ValueError: the text is empty or has too many distinct characters.
+    """
+    out_dir = out_dir or data_dir()
+    path, how = find_source(source_file, out_dir)
+    if path is None and is_prepared(out_dir):
+        # prepared earlier from a source that is gone (e.g. a copied directory): use it as it is
+        if verbose:
+            print(f"{out_dir}: prepared, source not available to re-check; using it as it is")
+        return load_meta(out_dir)
+    if path is None:
+        path = os.path.join(out_dir, DOWNLOAD_NAME)
+        if verbose:
+            print(f"downloading Tiny Shakespeare from {URL}")
+        raw, how = download(path), "downloaded"
+    else:
+        with open(path, "rb") as f:
+            raw = f.read()
+    digest = hashlib.sha256(raw).hexdigest()
+    if is_prepared(out_dir):
+        meta = load_meta(out_dir)
+        if meta.get("sha256") == digest:
+            if verbose:
+                print(f"{out_dir}: already prepared ({meta['tokens']})")
+            return meta
+    text = raw.decode("utf-8")
+    vocab = build_vocab(text)
+    ids = encode(text, vocab)
+    ranges = split_ranges(len(text))
+    os.makedirs(out_dir, exist_ok=True)
+    counts = {}
+    for split in SPLITS:
+        start, end = ranges[split]
+        part = np.ascontiguousarray(ids[start:end])
+        data.atomic_write(os.path.join(out_dir, f"{split}.bin"), part.tofile)
+        counts[split] = int(part.size)
+        if verbose:
+            print(f"{split}: {part.size:,} characters")
+    source = URL if how == "downloaded" and path == os.path.join(out_dir, DOWNLOAD_NAME) else os.path.abspath(path)
+    meta = {"dataset": "shakespeare_char", "source": source, "source_lookup": how, "sha256": digest,
+            "is_char_rnn_file": digest == KNOWN_SHA256, "tokenizer": "characters (sorted distinct characters)",
+            "dtype": "uint16", "vocab": vocab, "vocab_size": len(vocab), "characters": len(text),
+            "tokens": counts, "split_percent": dict(SPLIT_PERCENT),
+            "split_ranges": {s: list(r) for s, r in ranges.items()}}
+
+    def write_meta(tmp):
+        with open(tmp, "w") as f:
+            json.dump(meta, f, indent=2)
+
+    data.atomic_write(os.path.join(out_dir, "meta.json"), write_meta)  # last: it marks the set complete
+    if verbose:
+        print(f"vocabulary: {len(vocab)} characters; written to {out_dir}")
+    return meta
+
+
+def open_split(split, out_dir=None):
+    """Memory-map the prepared uint16 token file of ``split`` ("train", "val", "test") read-only,
+    without preparing anything (safe on every DDP rank).
+
+    Returns:
+        np.memmap of shape (tokens,), dtype uint16.
+
+    Raises:
+        ValueError: unknown split.
+        DataUnavailable: the file is missing (run ``prepare`` first).
+    """
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; allowed: {', '.join(SPLITS)}")
+    path = os.path.join(out_dir or data_dir(), f"{split}.bin")
+    if not os.path.exists(path):
+        raise DataUnavailable(f"{path} not found; prepare it with python data/shakespeare_char/prepare.py")
+    return np.memmap(path, dtype=np.uint16, mode="r")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--source_file", default=None, help=f"the text file (default: ${ENV_VAR}, then the lookup above)")
+    parser.add_argument("--out_dir", default=None, help=f"output directory (default {DEFAULT_OUT_DIR})")
+    args = parser.parse_args(argv)
+    try:
+        prepare(args.source_file, args.out_dir)
+    except (DataUnavailable, ValueError) as e:
+        sys.exit(f"error: {e}")
+
+
+if __name__ == "__main__":
+    main()

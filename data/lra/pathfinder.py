@@ -1,0 +1,557 @@
+"""Pathfinder (Linsley et al., 2018; Kim*, Linsley* et al., ICLR 2020) and Path-X as used by Long
+Range Arena (Tay et al., 2021): our own contour-integration image generator and a loader of the
+release layout.
+
+    python data/lra/pathfinder.py --out_dir=DIR/pathfinder32 --resolution=32 \\
+        --difficulty=curv_contour_length_14 --num=200000 --seed=0 [--workers=N --batch_size=1000]
+
+writes ``DIR/pathfinder32/<difficulty>/imgs/<batch>/sample_<i>.png`` (8-bit grayscale,
+resolution x resolution) and ``.../metadata/<batch>.npy``, the layout of the LRA release
+(``pathfinder32/``, ``pathfinder128/`` = Path-X). Specification: ``../shared/data/lra-spec/SPEC.md``,
+"Pathfinder"; upstream generator drewlinsley/pathfinder ``snakes2.py`` with the parameters LRA
+lists in ``lra_benchmarks/data/pathfinder.py`` (``PARAMS`` below; everything else at the wrapper's
+values: 150 paddles base, no single-paddle distractors, 4 retries per distractor).
+
+An image: two target contours start from seed points ``seed_distance`` pixels apart and each
+grows ``contour_length`` paddles (line segments of ``paddle_length`` pixels, gap 2 * margin
+between consecutive paddles, each turn drawn with weight cos(min(|turn| * continuity, pi/2))^2);
+then ``(20 or 22 or 35 or 30) // distractor_length`` distractor contours of
+``distractor_length = contour_length // 3`` paddles; every contour keeps at least ``margin``
+empty pixels (Chebyshev distance) to every other contour. One marker (a disc of
+``marker_radius``) sits on the seed end of a random target contour; label = randint(0, 2) decides
+whether the second marker sits on the far end of the same contour (1, connected) or of the other
+target contour (0). Paddles have intensity snake_contrast * paddle_contrast, markers 1, with
+analytic antialiasing (coverage clip(half_width + 0.5 - distance, 0, 1)); the image is scaled so
+that its maximum is 255, as ``scipy.misc.imsave`` did upstream.
+
+The generator also returns its contour mask (``make_sample``): every contour rasterised as a
+connected 8-neighbour pixel path (paddles and gaps), -1 elsewhere; two contours never touch, so a
+flood fill on the mask from one marker reaches the other iff label = 1 (the tests check this).
+
+Determinism: sample ``i`` (global index; batch ``i // batch_size``, ``sample_{i % batch_size}``)
+draws from ``numpy.random.default_rng([seed, resolution, contour_length, i])``, so the output is
+the same for any number of worker processes.
+
+Metadata: despite the ``.npy`` extension the LRA reader treats each file as text, one line per
+image, fields separated by one space: subdir, file name, index in batch, label, continuity,
+contour_length, distractor_length, paddle_length, paddle_thickness, margin,
+len(paddle_contrast_list); e.g. ``imgs/0 sample_0.png 0 0 1.0 6 2 2 0.5 1 1``.
+
+Splits (LRA ``image/input_pipeline.py``: ``[:80%]``, ``[80%:90%]``, ``[90%:]`` of the difficulty
+folder): the metadata files in numeric batch order, lines in file order, split at
+``n * 8 // 10`` and ``n * 9 // 10``; zero-byte images are skipped afterwards (LRA filters empty
+images). LRA's order is TFDS's (a hash of the example keys); the examples are i.i.d., so taking
+them in file order gives the same distribution.
+
+Tokens: pixel value v (0-255) -> token v + 1; PAD = 0; VOCAB_SIZE = 257; row-major pixel order,
+MAX_LEN = 32 * 32 (Path-X: pass resolution=128, 16384 tokens).
+"""
+import argparse
+import math
+import os
+import shutil
+import sys
+import time
+from multiprocessing import Pool
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if __package__ in (None, ""):  # run as a script: make the repository's packages importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
+
+import data  # noqa: E402
+
+NUM_CLASSES = 2
+VOCAB_SIZE = 257  # pixel value v -> token v + 1; 0 = PAD
+MAX_LEN = 32 * 32
+TWO_TOWER = False
+SPLITS = ("train", "val", "test")
+
+DIFFICULTIES = {"curv_baseline": 6, "curv_contour_length_9": 9, "curv_contour_length_14": 14}
+DEFAULT_DIFFICULTY = "curv_contour_length_14"  # LRA's "Path" / "Path-X" task (the hard split)
+
+# LRA's generator settings per resolution (lra_benchmarks/data/pathfinder.py docstrings);
+# paddle_length / paddle_contrast / padding / seed_distance default to the wrapper's 5 / [1.] / 22 / 27.
+# distractors: num_distractor_snakes = distractors // distractor_length.
+PARAMS = {
+    32: dict(padding=1, paddle_length=2, paddle_thickness=0.5, marker_radius=1.5, seed_distance=7,
+             continuity=1.0, margins=(1,), snake_contrast=(2.0,), paddle_contrast=(0.75,), distractors=20),
+    64: dict(padding=1, paddle_length=5, paddle_thickness=1, marker_radius=2.5, seed_distance=12,
+             continuity=1.8, margins=(1,), snake_contrast=(0.8,), paddle_contrast=(1.0,), distractors=22),
+    128: dict(padding=1, paddle_length=5, paddle_thickness=1.5, marker_radius=3, seed_distance=20,
+              continuity=1.8, margins=(2, 3), snake_contrast=(0.9,), paddle_contrast=(1.0,), distractors=35),
+    256: dict(padding=22, paddle_length=5, paddle_thickness=2, marker_radius=5, seed_distance=27,
+              continuity=1.8, margins=(3,), snake_contrast=(1.0,), paddle_contrast=(1.0,), distractors=30),
+}
+MAX_DISTRACTOR_RETRIES = 4  # the wrapper's max_distractor_contour_retrial
+MAX_TARGET_ATTEMPTS = 10000  # whole two-contour draws before giving up (never reached in practice)
+TARGET_BUDGET = 20  # paddles the depth-first search may place per paddle of a target contour
+DISTRACTOR_BUDGET = 5  # the same for a distractor contour
+
+
+def folder(lra_dir, resolution=32, difficulty=DEFAULT_DIFFICULTY):
+    """``lra_dir/pathfinder{resolution}/{difficulty}`` (the release layout)."""
+    return os.path.join(lra_dir, f"pathfinder{resolution}", difficulty)
+
+
+# ---------------------------------------------------------------- generator
+
+class _Canvas:
+    """Contour occupancy of one image: ``owner`` (contour id, -1 empty) and ``step`` (paddle
+    index of that contour), padded by ``B`` pixels of -1 so windows never leave the array."""
+
+    B = 4  # >= the largest margin
+
+    def __init__(self, resolution, padding, margin):
+        self.R, self.pad, self.m = resolution, padding, margin
+        n = resolution + 2 * self.B
+        self.owner = np.full((n, n), -1, dtype=np.int32)
+        self.step = np.zeros((n, n), dtype=np.int32)
+        r = np.arange(-margin, margin + 1)
+        self.window = np.stack(np.meshgrid(r, r, indexing="ij"), -1).reshape(-1, 2)
+
+    def fits(self, pix, cid, k):
+        """True iff pixels ``pix`` (n, 2) lie inside the padded border and keep ``margin`` empty
+        pixels to every other contour and to contour ``cid``'s paddles older than ``k - 1``."""
+        lo, hi = self.pad, self.R - self.pad
+        if pix.min() < lo or pix.max() >= hi:
+            return False
+        w = (pix[:, None, :] + self.window[None] + self.B).reshape(-1, 2)
+        own = self.owner[w[:, 0], w[:, 1]]
+        bad = (own >= 0) & ((own != cid) | (self.step[w[:, 0], w[:, 1]] < k - 1))
+        return not bad.any()
+
+    def fits_many(self, pix, cid, k):
+        """``fits`` for each of n candidates ``pix`` (n, p, 2): bool (n,)."""
+        lo, hi = self.pad, self.R - self.pad
+        inside = ((pix >= lo) & (pix < hi)).all(axis=(1, 2))
+        w = np.clip(pix[:, :, None, :] + self.window + self.B, 0, self.owner.shape[0] - 1)
+        own = self.owner[w[..., 0], w[..., 1]]
+        bad = (own >= 0) & ((own != cid) | (self.step[w[..., 0], w[..., 1]] < k - 1))
+        return inside & ~bad.any(axis=(1, 2))
+
+    def clear(self, pix):
+        self.owner[pix[:, 0] + self.B, pix[:, 1] + self.B] = -1
+
+    def put(self, pix, cid, k):
+        self.owner[pix[:, 0] + self.B, pix[:, 1] + self.B] = cid
+        self.step[pix[:, 0] + self.B, pix[:, 1] + self.B] = k
+
+    def remove(self, cid):
+        self.owner[self.owner == cid] = -1
+
+    def free_pixels(self):
+        """(n, 2) pixels inside the border at Chebyshev distance > margin from every contour."""
+        occ = self.owner >= 0
+        near = np.zeros_like(occ)
+        n = occ.shape[0]
+        for dy, dx in self.window:
+            near[max(dy, 0):n + min(dy, 0), max(dx, 0):n + min(dx, 0)] |= \
+                occ[max(-dy, 0):n + min(-dy, 0), max(-dx, 0):n + min(-dx, 0)]
+        b, lo, hi = self.B, self.pad, self.R - self.pad
+        return np.argwhere(~near[b + lo:b + hi, b + lo:b + hi]) + lo
+
+    def mask(self):
+        b = self.B
+        return self.owner[b:b + self.R, b:b + self.R].astype(np.int16)
+
+
+def _raster(a, b, step=0.25):
+    """Pixels ((n, 2) int64, may repeat) of the segment a -> b, sampled every <= ``step`` px and
+    rounded: consecutive pixels are 8-neighbours and both end points' pixels are included."""
+    n = max(1, int(math.ceil(np.abs(b - a).max() / step)))
+    t = np.linspace(0.0, 1.0, n + 1)[:, None]
+    return np.rint(a + t * (b - a)).astype(np.int64)
+
+
+def _unit(theta):
+    return np.array([math.sin(theta), math.cos(theta)])
+
+
+class _Contour:
+    """A chain of paddles (upstream ``make_snake`` / ``extend_snake``, our geometry).
+
+    Step k >= 1 goes from the previous paddle's end ``e`` straight on by ``margin`` to a pivot,
+    turns by one of about 2 pi (paddle_length + margin) equally spaced angles, drawn with weight
+    cos(min(|turn| * continuity, pi/2))^2 among the turns whose pixels fit (``_Canvas.fits``),
+    goes ``margin`` more (the gap) and draws a paddle of ``paddle_length``. When no turn fits,
+    the last paddle is taken back and another turn drawn there (depth-first search with at most
+    ``budget`` paddles placed per contour); upstream instead redraws the whole image, which at
+    32 x 32 with 14-paddle contours succeeds about once in a hundred draws.
+    """
+
+    def __init__(self, canvas, cid, p, rng):
+        self.c, self.cid, self.p, self.rng = canvas, cid, p, rng
+        self.paddles = []  # (start, end, contrast) of each paddle
+        self.pixels = []  # pixels of each step
+        self.states = []  # (end, theta) after each step
+        L, m = p["paddle_length"], canvas.m
+        n = max(8, int(math.ceil(2 * math.pi * (L + m))))
+        self.turns = (np.arange(n) - n // 2) * (2 * math.pi / n)
+        w = np.cos(np.minimum(np.abs(self.turns) * p["continuity"], math.pi / 2)) ** 2
+        self.weights = np.where(w > 1e-9, w, 0.0)
+        self.tb = np.linspace(0.0, 1.0, int(math.ceil((m + L) / 0.25)) + 1)  # pivot -> paddle end
+
+    def _contrast(self, snake_contrast):
+        pc = self.p["paddle_contrast"]
+        return snake_contrast * pc[self.rng.integers(len(pc))]
+
+    def _push(self, pix, start, end, theta, contrast):
+        k = len(self.pixels)
+        self.c.put(pix, self.cid, k)
+        self.pixels.append(pix)
+        self.paddles.append((start, end, contrast))
+        self.states.append((end, theta))
+
+    def _pop(self):
+        pix = self.pixels.pop()
+        self.paddles.pop()
+        self.states.pop()
+        self.c.clear(pix)
+        self.c.put(self.pixels[-1], self.cid, len(self.pixels) - 1)  # the shared junction pixel
+
+    @property
+    def tip(self):
+        return self.paddles[0][0]
+
+    @property
+    def end(self):
+        return self.states[-1][0]
+
+    def seed(self, tip, theta, snake_contrast):
+        """First paddle from ``tip`` in direction ``theta``; False if it does not fit."""
+        tip = np.asarray(tip, float)
+        end = tip + self.p["paddle_length"] * _unit(theta)
+        pix = _raster(tip, end)
+        if not self.c.fits(pix, self.cid, 0):
+            return False
+        self._push(pix, tip, end, theta, self._contrast(snake_contrast))
+        return True
+
+    def _options(self):
+        """Weights (0 = does not fit) and geometry of every turn from the current end."""
+        end, theta = self.states[-1]
+        L, m = self.p["paddle_length"], self.c.m
+        pivot = end + m * _unit(theta)
+        thetas = theta + self.turns
+        u = np.stack([np.sin(thetas), np.cos(thetas)], 1)  # (n, 2)
+        pix_a = _raster(end, pivot)
+        pix_b = np.rint(pivot + self.tb[None, :, None] * (m + L) * u[:, None, :]).astype(np.int64)  # (n, nb, 2)
+        k = len(self.pixels)
+        ok = self.c.fits_many(pix_b, self.cid, k) if self.c.fits(pix_a, self.cid, k) else np.zeros(len(u), bool)
+        return {"w": self.weights * ok, "pivot": pivot, "u": u, "thetas": thetas, "pix_a": pix_a, "pix_b": pix_b}
+
+    def grow(self, n_paddles, snake_contrast, budget):
+        """Extend to ``n_paddles`` paddles; False (contour left as it was) when the search
+        places ``budget`` paddles without getting there."""
+        n0 = len(self.paddles)
+        L, m = self.p["paddle_length"], self.c.m
+        frames = [self._options()] if n0 < n_paddles else []
+        placed = 0
+        while len(self.paddles) < n_paddles:
+            f = frames[-1]
+            total = f["w"].sum()
+            if total <= 0 or placed >= budget:
+                if placed >= budget or len(self.paddles) == n0:
+                    while len(self.paddles) > n0:
+                        self._pop()
+                    return False
+                frames.pop()
+                self._pop()
+                continue
+            i = int(np.searchsorted(np.cumsum(f["w"]), self.rng.random() * total, side="right"))
+            i = min(i, len(f["w"]) - 1)
+            f["w"][i] = 0.0
+            placed += 1
+            u = f["u"][i]
+            pix = np.concatenate([f["pix_a"], f["pix_b"][i]])
+            self._push(pix, f["pivot"] + m * u, f["pivot"] + (m + L) * u, f["thetas"][i],
+                       self._contrast(snake_contrast))
+            if len(self.paddles) < n_paddles:
+                frames.append(self._options())
+        return True
+
+
+def _random_angle(rng):
+    return int(rng.integers(-180, 180)) * math.pi / 180  # whole degrees, as upstream
+
+
+def _two_targets(rng, p, R, margin, contour_length):
+    """Both target contours (ids 0, 1), or None when they do not fit (the caller redraws)."""
+    canvas = _Canvas(R, p["padding"], margin)
+    sd = p["seed_distance"]
+    lo, hi = min(2 * sd, R // 2), max(R - 2 * sd, R // 2 + 1)  # upstream keeps the first seed 2 sd from the edges
+    contrast = list(p["snake_contrast"]) * 2
+    contrast = [contrast[i] for i in rng.permutation(len(contrast))[:2]]
+    t0 = rng.integers(lo, hi, size=2).astype(float)
+    phi = int(rng.integers(0, 360)) * math.pi / 180
+    t1 = np.rint(t0 + sd * _unit(phi))
+    snakes = [_Contour(canvas, 0, p, rng), _Contour(canvas, 1, p, rng)]
+    for s, tip, c in zip(snakes, (t0, t1), contrast):
+        if not s.seed(tip, _random_angle(rng), c):
+            return None
+    for i in rng.permutation(2):  # which contour grows first
+        if not snakes[i].grow(contour_length, contrast[i], TARGET_BUDGET * contour_length):
+            return None
+    return canvas, snakes
+
+
+def _render(R, paddles, half_width, markers, radius):
+    """Float image: max over paddles of coverage * contrast and over markers of disc coverage,
+    coverage = clip(half_width + 0.5 - distance to the pixel centre, 0, 1)."""
+    img = np.zeros((R, R))
+    reach = max(half_width, radius) + 1.0
+    for a, b, contrast, r in [(a, b, c, half_width) for a, b, c in paddles] + [(c, c, 1.0, radius) for c in markers]:
+        y0, x0 = (max(0, int(math.floor(min(a[i], b[i]) - reach))) for i in (0, 1))
+        y1, x1 = (min(R, int(math.ceil(max(a[i], b[i]) + reach)) + 1) for i in (0, 1))
+        if y0 >= y1 or x0 >= x1:
+            continue
+        yy, xx = np.mgrid[y0:y1, x0:x1].astype(float)
+        d = b - a
+        t = np.clip(((yy - a[0]) * d[0] + (xx - a[1]) * d[1]) / max(d @ d, 1e-12), 0, 1)
+        dist = np.hypot(yy - a[0] - t * d[0], xx - a[1] - t * d[1])
+        img[y0:y1, x0:x1] = np.maximum(img[y0:y1, x0:x1], np.clip(r + 0.5 - dist, 0, 1) * contrast)
+    return img
+
+
+def make_sample(rng, resolution=32, contour_length=14):
+    """One Pathfinder image.
+
+    Args:
+        rng: ``numpy.random.Generator``.
+        resolution (int): 32, 64, 128 or 256 (``PARAMS``).
+        contour_length (int): paddles per target contour (6, 9 or 14; ``DIFFICULTIES``).
+
+    Returns:
+        dict: ``image`` uint8 (R, R); ``label`` int (1 = the markers are on one contour);
+        ``contours`` int16 (R, R), contour id per pixel (0 and 1 the targets, 2... distractors),
+        -1 elsewhere; ``markers`` int64 (2, 2), the (row, col) pixels of the two marker centres
+        (origin first), both on the mask; ``margin`` int, the paddle margin used.
+
+    Raises:
+        ValueError: unknown resolution.
+        RuntimeError: no pair of target contours fits after MAX_TARGET_ATTEMPTS draws.
+    """
+    if resolution not in PARAMS:
+        raise ValueError(f"resolution {resolution} not in {sorted(PARAMS)}")
+    p = PARAMS[resolution]
+    R = resolution
+    label = int(rng.integers(0, 2))
+    margin = int(p["margins"][rng.integers(len(p["margins"]))])
+    for _ in range(MAX_TARGET_ATTEMPTS):
+        out = _two_targets(rng, p, R, margin, contour_length)
+        if out is not None:
+            break
+    else:
+        raise RuntimeError(f"could not place two contours of {contour_length} paddles in {R}x{R}")
+    canvas, snakes = out
+    contrast = p["snake_contrast"]
+    dl = contour_length // 3
+    for j in range(p["distractors"] // dl):
+        for _ in range(MAX_DISTRACTOR_RETRIES + 1):
+            free = canvas.free_pixels()
+            if len(free) == 0:
+                break
+            s = _Contour(canvas, 2 + j, p, rng)
+            c = contrast[rng.integers(len(contrast))]
+            if s.seed(free[rng.integers(len(free))], _random_angle(rng), c) and s.grow(dl, c, DISTRACTOR_BUDGET * dl):
+                snakes.append(s)
+                break
+            canvas.remove(2 + j)
+    origin = int(rng.integers(0, 2))
+    terminal = origin if label else 1 - origin
+    markers = [snakes[origin].tip, snakes[terminal].end]
+    paddles = [pd for s in snakes for pd in s.paddles]
+    img = _render(R, paddles, p["paddle_thickness"] / 2, markers, p["marker_radius"])
+    image = np.rint(img * (255.0 / img.max())).astype(np.uint8)
+    return {"image": image, "label": label, "contours": canvas.mask(),
+            "markers": np.rint(np.array(markers)).astype(np.int64), "margin": margin}
+
+
+def metadata_line(batch, j, label, resolution, contour_length, margin):
+    """One metadata line in the release format (no newline)."""
+    p = PARAMS[resolution]
+    fields = [f"imgs/{batch}", f"sample_{j}.png", j, label, float(p["continuity"]), contour_length,
+              contour_length // 3, p["paddle_length"], p["paddle_thickness"], margin, len(p["paddle_contrast"])]
+    return " ".join(str(f) for f in fields)
+
+
+def _batch_job(args):
+    root, batch, start, stop, seed, resolution, contour_length, batch_size = args
+    from PIL import Image
+
+    os.makedirs(os.path.join(root, "imgs", str(batch)), exist_ok=True)
+    lines = []
+    for i in range(start, stop):
+        s = make_sample(np.random.default_rng([seed, resolution, contour_length, i]), resolution, contour_length)
+        j = i - batch * batch_size
+        Image.fromarray(s["image"], mode="L").save(os.path.join(root, "imgs", str(batch), f"sample_{j}.png"))
+        lines.append(metadata_line(batch, j, s["label"], resolution, contour_length, s["margin"]) + "\n")
+
+    def write(tmp):
+        with open(tmp, "w") as f:
+            f.writelines(lines)
+    data.atomic_write(os.path.join(root, "metadata", f"{batch}.npy"), write)
+    return stop - start
+
+
+def generate(out_dir, num, resolution=32, difficulty=DEFAULT_DIFFICULTY, seed=0, workers=1,
+             batch_size=1000, progress=True):
+    """Write ``num`` images in the release layout to ``out_dir/<difficulty>/``.
+
+    Everything is written under ``<difficulty>.tmp.<pid>`` and renamed at the end, so the folder
+    appears complete or not at all.
+
+    Args:
+        workers (int): processes (``multiprocessing.Pool`` over batches); 1 = this process.
+            The output does not depend on it.
+
+    Raises:
+        ValueError: unknown difficulty / resolution, num < 1 or batch_size < 1.
+        FileExistsError: ``out_dir/<difficulty>`` exists already.
+    """
+    from tqdm import tqdm
+
+    if difficulty not in DIFFICULTIES:
+        raise ValueError(f"unknown difficulty {difficulty!r}; available: {', '.join(DIFFICULTIES)}")
+    if resolution not in PARAMS:
+        raise ValueError(f"resolution {resolution} not in {sorted(PARAMS)}")
+    if num < 1 or batch_size < 1:
+        raise ValueError(f"num ({num}) and batch_size ({batch_size}) must be positive")
+    final = os.path.join(out_dir, difficulty)
+    if os.path.exists(final):
+        raise FileExistsError(f"{final} exists; delete it to generate it again")
+    tmp = f"{final}.tmp.{os.getpid()}"
+    os.makedirs(os.path.join(tmp, "metadata"), exist_ok=True)
+    cl = DIFFICULTIES[difficulty]
+    jobs = [(tmp, b, b * batch_size, min(num, (b + 1) * batch_size), seed, resolution, cl, batch_size)
+            for b in range(-(-num // batch_size))]
+    try:
+        with tqdm(total=num, unit="img", desc=f"pathfinder{resolution}/{difficulty}", disable=not progress) as bar:
+            if workers > 1:
+                with Pool(workers) as pool:
+                    for n in pool.imap_unordered(_batch_job, jobs):
+                        bar.update(n)
+            else:
+                for job in jobs:
+                    bar.update(_batch_job(job))
+        os.replace(tmp, final)
+    finally:
+        if os.path.exists(tmp):
+            shutil.rmtree(tmp)
+
+
+def ensure(lra_dir, resolution=32, difficulty=DEFAULT_DIFFICULTY, num=200000, seed=0, workers=None,
+           batch_size=1000):
+    """Make ``lra_dir/pathfinder{resolution}/{difficulty}/`` exist: nothing to do when its
+    ``metadata/`` holds a file (the release or an earlier run), else generate ``num`` images
+    (LRA: 200,000 per difficulty, 160k / 20k / 20k after the split).
+
+    Args:
+        workers (int or None): processes; None = ``os.cpu_count()``.
+
+    Raises:
+        FileExistsError: the folder exists without metadata (an interrupted copy); delete it.
+    """
+    d = folder(lra_dir, resolution, difficulty)
+    meta = os.path.join(d, "metadata")
+    if os.path.isdir(meta) and any(f.endswith(".npy") for f in os.listdir(meta)):
+        return
+    generate(os.path.dirname(d), num, resolution, difficulty, seed, workers or os.cpu_count() or 1, batch_size)
+
+
+# ---------------------------------------------------------------- loader
+
+def read_metadata(root):
+    """All metadata lines of a difficulty folder, in order.
+
+    Returns:
+        list of (metadata file, line number, image path, label int), files in numeric batch
+        order (``0.npy, 1.npy, ..., 10.npy``), lines in file order.
+
+    Raises:
+        FileNotFoundError: no ``metadata/*.npy``.
+        ValueError: a line with fewer than 4 fields or a label not 0 / 1, naming file and line.
+    """
+    meta = os.path.join(root, "metadata")
+    names = [f for f in os.listdir(meta) if f.endswith(".npy")] if os.path.isdir(meta) else []
+    if not names:
+        raise FileNotFoundError(f"no metadata/*.npy under {root}; data.lra.pathfinder.ensure generates it "
+                                f"(or put the LRA release's pathfinder folder there)")
+    names.sort(key=lambda f: (0, int(f[:-4])) if f[:-4].isdigit() else (1, f))
+    rows = []
+    for name in names:
+        file = os.path.join(meta, name)
+        with open(file, encoding="utf-8") as f:
+            for line, text in enumerate(f, start=1):
+                fields = text.rstrip("\n").split(" ")
+                if len(fields) < 4:
+                    raise ValueError(f"{file}, line {line}: expected at least 4 space-separated fields "
+                                     f"(subdir, file, index, label, ...), got {len(fields)}")
+                if fields[3] not in ("0", "1"):
+                    raise ValueError(f"{file}, line {line}: label {fields[3]!r} is not 0 or 1")
+                rows.append((file, line, os.path.join(root, fields[0], fields[1]), int(fields[3])))
+    return rows
+
+
+def load(lra_dir, split, max_len=MAX_LEN, resolution=32, difficulty=DEFAULT_DIFFICULTY):
+    """Read one split of ``lra_dir/pathfinder{resolution}/{difficulty}/``.
+
+    Args:
+        split: "train" (first 80% of the metadata lines), "val" (next 10%), "test" (last 10%).
+        max_len (int): pixel sequences (row-major) truncated / right-padded (PAD = 0) to it.
+
+    Returns:
+        dict with ``tokens`` int64 (N, max_len) (pixel value + 1), ``lengths`` int64 (N,)
+        (min(resolution**2, max_len)), ``labels`` int64 (N,) in {0, 1}.
+
+    Raises:
+        FileNotFoundError: no metadata (``ensure`` generates it).
+        ValueError: bad split, malformed metadata line, an image that is missing, unreadable,
+            not 8-bit grayscale or not resolution x resolution (naming the metadata file and line).
+    """
+    from PIL import Image
+
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; available: {', '.join(SPLITS)}")
+    rows = read_metadata(folder(lra_dir, resolution, difficulty))
+    n = len(rows)
+    a, b = {"train": (0, n * 8 // 10), "val": (n * 8 // 10, n * 9 // 10), "test": (n * 9 // 10, n)}[split]
+    rows = [r for r in rows[a:b] if not (os.path.exists(r[2]) and os.path.getsize(r[2]) == 0)]  # LRA drops empty images
+    length = min(resolution * resolution, max_len)
+    tokens = np.zeros((len(rows), max_len), dtype=np.int64)
+    labels = np.empty(len(rows), dtype=np.int64)
+    for i, (file, line, img_path, label) in enumerate(rows):
+        try:
+            with Image.open(img_path) as im:
+                if im.mode != "L" or im.size != (resolution, resolution):
+                    raise ValueError(f"mode {im.mode} size {im.size}, expected L (8-bit grayscale) "
+                                     f"{resolution}x{resolution}")
+                pix = np.asarray(im, dtype=np.int64).reshape(-1)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{file}, line {line}: image {img_path}: {e}") from None
+        tokens[i, :length] = pix[:length] + 1
+        labels[i] = label
+    return {"tokens": tokens, "lengths": np.full(len(rows), length, dtype=np.int64), "labels": labels}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out_dir", required=True, help="e.g. $LRA_DIR/pathfinder32; images go to OUT_DIR/<difficulty>/")
+    ap.add_argument("--resolution", type=int, default=32, choices=sorted(PARAMS))
+    ap.add_argument("--difficulty", default=DEFAULT_DIFFICULTY, choices=list(DIFFICULTIES))
+    ap.add_argument("--num", type=int, default=200000, help="images (LRA: 200,000 per difficulty)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes (output does not depend on it)")
+    ap.add_argument("--batch_size", type=int, default=1000, help="images per imgs/<batch>/ folder and metadata file")
+    a = ap.parse_args(argv)
+    t0 = time.time()
+    generate(a.out_dir, a.num, a.resolution, a.difficulty, a.seed, a.workers, a.batch_size)
+    dt = time.time() - t0
+    print(f"wrote {a.num:,} images to {os.path.join(a.out_dir, a.difficulty)} in {dt:.1f} s "
+          f"({a.num / dt:.1f} images/s, {a.workers} worker(s))")
+
+
+if __name__ == "__main__":
+    main()

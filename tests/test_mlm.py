@@ -282,3 +282,38 @@ def test_configs_have_equal_budgets():
         sizes[name] = sum(p.numel() for n, p in model.named_parameters() if ".h." in n)
     ratio = sizes["mlm/wikitext2_danet_mini.py"] / sizes["mlm/wikitext2_bert_mini.py"]
     assert 0.9 < ratio < 1.0, sizes  # block parameters within 10%
+
+
+def test_context_free_baseline_equals_brute_force_bayes():
+    """scripts/mlm_context_free_baseline.py against an explicit enumeration of the joint of
+    (original token, input token) under the 80/10/10 rule on a 6-token vocabulary."""
+    import importlib
+    baseline = importlib.import_module("scripts.mlm_context_free_baseline").context_free_baseline
+    rng = np.random.default_rng(0)
+    ordinary = np.array([2, 3, 4, 5, 6, 7])
+    train = rng.choice(ordinary, size=500, p=[0.4, 0.25, 0.15, 0.1, 0.07, 0.03])
+    evals = np.concatenate([rng.choice(ordinary, size=200), [0, 1]])  # 0, 1: special ids, never chosen
+    m, r = 0.8, 0.1
+    k = 1 - m - r
+    counts = np.array([1.0 + (train == t).sum() for t in ordinary])
+    p = counts / counts.sum()
+    MASK = -1
+    inputs = [MASK] + list(ordinary)
+    # joint P(original = a, input = x) for a chosen position
+    joint = np.zeros((len(ordinary), len(inputs)))
+    for i in range(len(ordinary)):
+        joint[i, 0] += m * p[i]
+        joint[i, 1 + i] += k * p[i]
+        joint[i, 1:] += r * p[i] / len(ordinary)
+    posterior = joint / joint.sum(0, keepdims=True)
+    loss = acc = 0.0
+    chosen = [t for t in evals if t in ordinary]
+    for t in chosen:
+        i = int(np.where(ordinary == t)[0][0])
+        cond = joint[i] / joint[i].sum()  # P(input | original = t)
+        loss += sum(cond[j] * -np.log(posterior[i, j]) for j in range(len(inputs)))
+        acc += sum(cond[j] * (posterior[:, j].argmax() == i) for j in range(len(inputs)))
+    result = baseline(train, evals, ordinary, mask_frac=m, random_frac=r)
+    assert result["eval_tokens"] == len(chosen)
+    assert result["loss"] == pytest.approx(loss / len(chosen), rel=1e-9)
+    assert result["accuracy"] == pytest.approx(acc / len(chosen), rel=1e-9)

@@ -10,10 +10,13 @@
 # characters (about one pass over the train split), an evaluation (8 batches per split) every 25
 # iterations. Measured (5 iterations, 1 thread, while another 2-thread job shared the 2 cores):
 # softmax 0.73 s per iteration, Fastmax p = 2 2.8 s per iteration (its chunked causal path; the
-# attention is 2.2 s of it). Estimate with --num_threads=2 on an otherwise idle 2-core CPU (about
-# 2x faster: 1.3x without the other job, 1.5x from the second thread): softmax about 0.37 s per
+# attention is 2.2 s of it), 4.3 s in a second measurement under heavier load; attention dropout
+# (any variant) costs about the same. Estimate with --num_threads=2 on an otherwise idle 2-core
+# CPU (about 2x faster: 1.3x without the other job, 1.5x from the second thread; not measured, the
+# cores were busy): softmax about 0.37 s per
 # iteration, so about 2 minutes per run; Fastmax p = 2 about 1.45 s per iteration plus about 8 s
 # per evaluation, so about 7-8 minutes per run (the runs the 6-8 minute budget was sized for).
+# If the machine is busy, shorten a run with --max_iters=N --lr_decay_iters=N (same for both models).
 out_dir = "out/shakespeare_char_gpt"
 task = "lm"
 dataset = "shakespeare_char"

@@ -4,9 +4,10 @@
 # of the paper's Figure 4, and the model of the Figure 2 dropout grid
 # (scripts/shakespeare_dropout.sh adds --attention.dropout=... --attention.dropout_variant=...).
 #   python train.py configs/shakespeare_char_gpt_fastmax2.py --num_threads=2
-# Time (see configs/shakespeare_char_gpt.py): measured 2.8 s per iteration on 1 thread of a shared
-# CPU; estimated about 1.45 s per iteration with --num_threads=2 on an idle 2-core CPU, so about
-# 7-8 minutes for the 250 iterations and 10 evaluations.
+# Time (see configs/shakespeare_char_gpt.py): measured 2.8-4.3 s per iteration on 1 thread of a
+# shared CPU (the same with attention dropout); estimated about 1.45 s per iteration with
+# --num_threads=2 on an idle 2-core CPU, so about 7-8 minutes for the 250 iterations and 10
+# evaluations (up to about twice that if the cores are shared with another job).
 out_dir = "out/shakespeare_char_gpt_fastmax2"
 task = "lm"
 dataset = "shakespeare_char"

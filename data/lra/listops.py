@@ -32,6 +32,7 @@ model trained from scratch. A sequence has 501-1999 tokens, so MAX_LEN = 2000 ne
 """
 import argparse
 import csv
+import math
 import os
 import random
 import sys
@@ -134,12 +135,16 @@ def evaluate(source):
 
 # ---------------------------------------------------------------- generator
 
-def generate_tree(rng, depth=1, max_depth=MAX_DEPTH, max_args=MAX_ARGS):
+def generate_tree(rng, depth=1, max_depth=MAX_DEPTH, max_args=MAX_ARGS, limit=math.inf):
     """One random tree with the spec's generator (random calls in the spec's order).
+
+    ``limit`` stops the draw as soon as the tree has ``limit`` or more symbols (it would be
+    rejected anyway; the trees that are kept consume exactly the same random numbers, so the
+    distribution of the kept trees does not change, and rejected trees cost less).
 
     Returns:
         (tree, length): a leaf is an int 0-9; a node is ``(op, [children])``; length counts
-        operators, leaves and closing brackets.
+        operators, leaves and closing brackets. (None, n >= limit) for a stopped draw.
     """
     r = rng.random() if depth < max_depth else 1.0
     if r > VALUE_P:
@@ -147,9 +152,11 @@ def generate_tree(rng, depth=1, max_depth=MAX_DEPTH, max_args=MAX_ARGS):
     length = 2
     children = []
     for _ in range(rng.randint(2, max_args)):
-        child, n = generate_tree(rng, depth + 1, max_depth, max_args)
-        children.append(child)
+        child, n = generate_tree(rng, depth + 1, max_depth, max_args, limit - length)
         length += n
+        if child is None or length >= limit:
+            return None, length
+        children.append(child)
     return (rng.choice(OPERATORS), children), length
 
 
@@ -192,7 +199,7 @@ def generate_chunk(seed, k, n=CHUNK, min_length=MIN_LENGTH, max_length=MAX_LENGT
     rng = random.Random(int(seed) * 2 ** 32 + int(k))
     out = []
     while len(out) < n:
-        tree, length = generate_tree(rng)
+        tree, length = generate_tree(rng, limit=max_length)
         if min_length < length < max_length:
             out.append((to_string(tree), tree_value(tree)))
     return out
@@ -202,7 +209,8 @@ def _chunk_job(args):
     return generate_chunk(*args)
 
 
-def generate(num_train=96000, num_val=2000, num_test=2000, seed=0, workers=1, progress=True):
+def generate(num_train=96000, num_val=2000, num_test=2000, seed=0, workers=1, progress=True,
+             min_length=MIN_LENGTH, max_length=MAX_LENGTH):
     """Generate the three splits.
 
     Chunks 0, 1, 2, ... (``generate_chunk``) are concatenated in order and deduplicated (first
@@ -211,6 +219,7 @@ def generate(num_train=96000, num_val=2000, num_test=2000, seed=0, workers=1, pr
 
     Args:
         workers (int): processes (``multiprocessing.Pool``); 1 runs in this process.
+        min_length, max_length (int): kept iff min_length < length < max_length (LRA: 500, 2000).
 
     Returns:
         dict split -> list of (source str, target int).
@@ -225,7 +234,7 @@ def generate(num_train=96000, num_val=2000, num_test=2000, seed=0, workers=1, pr
     try:
         while len(kept) < total:
             n_chunks = -(-(total - len(kept)) // CHUNK)
-            jobs = [(seed, k + i) for i in range(n_chunks)]
+            jobs = [(seed, k + i, CHUNK, min_length, max_length) for i in range(n_chunks)]
             k += n_chunks
             results = pool.imap(_chunk_job, jobs) if pool else map(_chunk_job, jobs)
             for chunk in results:

@@ -9,7 +9,8 @@ Input: each directory's ``log.jsonl`` as train.py writes it, one JSON object per
 ``{"iter", "eval": {"train_loss", "val_loss", ...}, "elapsed_s"}`` at every evaluation and
 ``{"iter", "loss", "lr", ...}`` every ``log_interval`` steps.
 
-Curves (left panel training loss, right panel validation loss; one colour per run):
+Curves (left panels training loss, right panels validation loss; one colour per run; a second row
+shows the second half of the runs, ``--zoom``):
 - validation: ``eval.val_loss`` of every evaluation;
 - training, ``--train_loss=eval`` (default): ``eval.train_loss``, measured like the validation
   loss (evaluation mode, so without dropout, on the same fixed batches at every evaluation), so the
@@ -114,27 +115,44 @@ def write_csv(path, runs, train_loss):
                     writer.writerow([label, out_dir, curve, source, it, repr(float(loss))])
 
 
-def plot(path, runs, train_loss, title=None):
-    """Two panels (training, validation loss) against iteration, one colour per run; the legend
-    gives each run's lowest validation loss."""
+def plot(path, runs, train_loss, title=None, zoom=0.5):
+    """Training and validation loss against iteration, one colour per run; the legend gives each
+    run's lowest validation loss. Top row: the whole runs. Bottom row (``zoom`` > 0): the same
+    curves from iteration zoom x (last iteration) on, with the y axis fitted to that part, where
+    runs that differ by a few hundredths of a nat can be told apart."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax_train, ax_val) = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
-    for n, (label, _, run) in enumerate(runs):
-        color = f"C{n % 10}"
-        ax_train.plot(*run["train"], color=color, marker="." if train_loss == "eval" else None, label=label)
-        best = min(run["val"][1])
-        ax_val.plot(*run["val"], color=color, marker=".", label=f"{label} (lowest {best:.4f})")
-    ax_train.set_title("training loss" + (" (evaluation mode, fixed batches)" if train_loss == "eval"
-                                          else " (training steps)"), fontsize=10)
-    ax_val.set_title("validation loss", fontsize=10)
-    for ax in (ax_train, ax_val):
-        ax.set_xlabel("iteration")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    ax_train.set_ylabel("cross-entropy (nats per token)")
+    rows = 2 if zoom > 0 else 1
+    fig, axes = plt.subplots(rows, 2, figsize=(11, 4.2 * rows), squeeze=False)
+    last = max(max(run[curve][0][-1] for curve in ("train", "val") if run[curve][0]) for _, _, run in runs)
+    for row in range(rows):
+        start = zoom * last if row == 1 else -1
+        ax_train, ax_val = axes[row]
+        for n, (label, _, run) in enumerate(runs):
+            color = f"C{n % 10}"
+            for ax, curve, text in ((ax_train, "train", label),
+                                    (ax_val, "val", f"{label} (lowest {min(run['val'][1]):.4f})")):
+                points = [(i, v) for i, v in zip(*run[curve]) if i >= start]
+                if points:
+                    marker = "." if curve == "val" or train_loss == "eval" else None
+                    ax.plot(*zip(*points), color=color, marker=marker, label=text)
+        where = "" if row == 0 else f", from iteration {start:g}"
+        ax_train.set_title("training loss" + (" (evaluation mode, fixed batches" if train_loss == "eval"
+                                              else " (training steps") + where + ")", fontsize=10)
+        ax_val.set_title(f"validation loss{' (' + where[2:] + ')' if where else ''}", fontsize=10)
+        for ax in (ax_train, ax_val):
+            ax.set_xlabel("iteration")
+            ax.grid(alpha=0.3)
+        ax_train.set_ylabel("cross-entropy (nats per token)")
+        if row == 0:
+            ax_train.legend(fontsize=8)
+            ax_val.legend(fontsize=8)
+            low = min(ax.get_ylim()[0] for ax in (ax_train, ax_val))
+            high = max(ax.get_ylim()[1] for ax in (ax_train, ax_val))
+            for ax in (ax_train, ax_val):
+                ax.set_ylim(low, high)
     if title:
         fig.suptitle(title, fontsize=11)
     fig.tight_layout()
@@ -150,6 +168,8 @@ def main(argv=None):
     ap.add_argument("--train_loss", default="eval", choices=TRAIN_SOURCES,
                     help="eval: train_loss of each evaluation; step: the logged training-step loss")
     ap.add_argument("--title", default="", help="figure title")
+    ap.add_argument("--zoom", type=float, default=0.5,
+                    help="second row from this fraction of the last iteration on (0 = no second row)")
     args = ap.parse_args(argv)
     labels = args.labels.split(",") if args.labels else [os.path.basename(os.path.normpath(d)) for d in args.out_dirs]
     if len(labels) != len(args.out_dirs):
@@ -161,7 +181,9 @@ def main(argv=None):
         sys.exit(f"error: {e}")
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     write_csv(f"{args.out}.csv", runs, args.train_loss)
-    plot(f"{args.out}.png", runs, args.train_loss, args.title or None)
+    if not 0 <= args.zoom < 1:
+        ap.error(f"--zoom must be in [0, 1); got {args.zoom}")
+    plot(f"{args.out}.png", runs, args.train_loss, args.title or None, args.zoom)
     for label, _, run in runs:
         (its, val), last_train = run["val"], run["train"][1][-1] if run["train"][1] else float("nan")
         print(f"{label}: last train {last_train:.4f}, last val {val[-1]:.4f} (iter {its[-1]}), lowest val {min(val):.4f}")

@@ -163,6 +163,10 @@ def test_listops_deterministic(listops_dir, tmp_path):
              "--workers=2"])
     assert files(same) == files(listops_dir) == files(two)
     assert all(a != b for a, b in zip(files(other), files(listops_dir)))
+    # many small chunks, so that two workers really share the work
+    one = lo.generate(num_train=40, num_val=10, num_test=10, seed=2, workers=1, progress=False, chunk=7)
+    assert lo.generate(num_train=40, num_val=10, num_test=10, seed=2, workers=2, progress=False, chunk=7) == one
+    assert lo.generate(num_train=40, num_val=10, num_test=10, seed=2, workers=1, progress=False) != one
 
 
 def test_listops_load_round_trip(listops_dir):

@@ -214,7 +214,7 @@ def _chunk_job(args):
 
 
 def generate(num_train=96000, num_val=2000, num_test=2000, seed=0, workers=1, progress=True,
-             min_length=MIN_LENGTH, max_length=MAX_LENGTH):
+             min_length=MIN_LENGTH, max_length=MAX_LENGTH, chunk=CHUNK):
     """Generate the three splits.
 
     Chunks 0, 1, 2, ... (``generate_chunk``) are concatenated in order and deduplicated (first
@@ -224,6 +224,7 @@ def generate(num_train=96000, num_val=2000, num_test=2000, seed=0, workers=1, pr
     Args:
         workers (int): processes (``multiprocessing.Pool``); 1 runs in this process.
         min_length, max_length (int): kept iff min_length < length < max_length (LRA: 500, 2000).
+        chunk (int): kept trees per seeded chunk; the output depends on it (default CHUNK = 500).
 
     Returns:
         dict split -> list of (source str, target int).
@@ -237,12 +238,12 @@ def generate(num_train=96000, num_val=2000, num_test=2000, seed=0, workers=1, pr
     pool = Pool(workers) if workers > 1 else None
     try:
         while len(kept) < total:
-            n_chunks = -(-(total - len(kept)) // CHUNK)
-            jobs = [(seed, k + i, CHUNK, min_length, max_length) for i in range(n_chunks)]
+            n_chunks = -(-(total - len(kept)) // chunk)
+            jobs = [(seed, k + i, chunk, min_length, max_length) for i in range(n_chunks)]
             k += n_chunks
             results = pool.imap(_chunk_job, jobs) if pool else map(_chunk_job, jobs)
-            for chunk in results:
-                for src, tgt in chunk:
+            for rows in results:
+                for src, tgt in rows:
                     if len(kept) < total and src not in kept:
                         kept[src] = tgt
                         bar.update(1)

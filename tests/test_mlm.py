@@ -317,3 +317,17 @@ def test_context_free_baseline_equals_brute_force_bayes():
     assert result["eval_tokens"] == len(chosen)
     assert result["loss"] == pytest.approx(loss / len(chosen), rel=1e-9)
     assert result["accuracy"] == pytest.approx(acc / len(chosen), rel=1e-9)
+
+
+def test_copy_probe_stream_and_smoke(tmp_path):
+    import importlib
+    probe = importlib.import_module("scripts.mlm_copy_probe")
+    stream = probe.make_stream(period=6, repeats=4, n_patterns=10, seed=0)
+    blocks = stream.reshape(10, 4, 6)
+    assert (blocks == blocks[:, :1]).all() and stream.min() >= 5 and stream.max() <= 47  # repeated patterns
+    out = str(tmp_path / "probe")
+    rows = probe.main(["--runs", "danet:cosine_relpe", "--seeds", "0", "--steps", "4", "--eval_every", "2",
+                       "--out", out])
+    assert [r["step"] for r in rows] == [2, 4] and all(0 <= r["mask_accuracy"] <= 1 for r in rows)
+    for ext in (".csv", ".json", ".png"):
+        assert os.path.getsize(out + ext) > 0

@@ -20,6 +20,14 @@ checkpoint stopped: the batch of iteration i depends only on (seed, rank, i), ea
 own generator states back, and evaluation runs on a forked generator so it never shifts the
 training stream. A resumed run must use the same task and keeps the checkpoint's model keys.
 
+Tasks with a ``final_evaluate`` (e.g. "classify") also keep ``out_dir/best.pt`` (``model``,
+``model_args``, ``iter_num``, ``best_metric``), written whenever the task's BEST_METRIC improves.
+After the loop, rank 0 loads its weights (the final weights if there is none), calls
+``final_evaluate`` (e.g. test accuracy), prints the result and writes ``out_dir/final_metrics.json``
+(atomically): the metrics, ``best_iter``, ``best_metric``, ``iters``, ``train_time_s`` and
+``steps_per_s`` (optimizer steps of this process per second of training, evaluation excluded) and
+the run's ``config``.
+
 Per optimizer step: the micro-batch losses are summed, all-reduced over DDP ranks (so every rank
 sees the same value and a non-finite loss on any rank stops all of them), gradients clipped,
 the optimizer steps, then the model's ``after_optimizer_step()`` runs if it defines one (e.g.
@@ -338,6 +346,8 @@ def _train(cfg, task, dist):
 
     data = prepare_and_load_data(task, cfg, dist)
     ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
+    best_path = os.path.join(cfg["out_dir"], "best.pt")
+    final_evaluate = getattr(task, "final_evaluate", None)
     best_name, best_mode = task.BEST_METRIC
     ckpt = None
     if cfg["init_from"] == "resume":
@@ -372,6 +382,9 @@ def _train(cfg, task, dist):
 
     if dist.master:
         os.makedirs(cfg["out_dir"], exist_ok=True)
+        if final_evaluate is not None and cfg["init_from"] == "scratch" and not cfg["eval_only"] \
+                and os.path.exists(best_path):
+            os.remove(best_path)  # a previous run's best weights must not be evaluated as this run's
         print(f"task {cfg['task']}: {type(raw_model).__name__} with {raw_model.num_params() / 1e6:.2f}M parameters "
               f"(non-embedding), attention={cfg['attention']} {cfg['attention_params']}")
     wandb_run = None
@@ -430,7 +443,7 @@ def _train(cfg, task, dist):
         print(f"tokens per iteration: {tokens_per_iter:,}")
     start_iter, metrics = iter_num, None
     t_start = t_last = time.time()
-    tokens_since = 0
+    tokens_since, eval_time = 0, 0.0
     while True:
         lr = get_lr(iter_num, cfg)
         for group in optimizer.param_groups:
@@ -450,7 +463,12 @@ def _train(cfg, task, dist):
                     if improved or cfg["always_save_checkpoint"]:
                         save_checkpoint(rng_states)
                         print(f"saved checkpoint to {ckpt_path}")
+                    if improved and final_evaluate is not None:
+                        atomic_save({"model": raw_model.state_dict(), "model_args": config_dict(raw_model.config),
+                                     "iter_num": iter_num, "best_metric": {"name": best_name, "value": best}},
+                                    best_path)
             t_last += time.time() - t_eval  # tokens/s counts training time only
+            eval_time += time.time() - t_eval
         if cfg["eval_only"] or at_end:
             break
 
@@ -503,6 +521,30 @@ def _train(cfg, task, dist):
                                **{f"train/{k}": v for k, v in extra.items()}})
             t_last, tokens_since = now, 0
 
+    if final_evaluate is not None and dist.master:
+        train_time = time.time() - t_start - eval_time
+        summary = {"iters": iter_num, "train_time_s": train_time,
+                   "steps_per_s": (iter_num - start_iter) / train_time if iter_num > start_iter else None}
+        if os.path.exists(best_path):
+            best_ckpt = torch.load(best_path, map_location="cpu", weights_only=False)
+            raw_model.load_state_dict(best_ckpt["model"])
+            summary.update(best_iter=best_ckpt["iter_num"], best_metric=best_ckpt["best_metric"])
+        else:
+            summary.update(best_iter=iter_num, best_metric=None)
+        raw_model.eval()
+        with torch.no_grad(), autocast:
+            final = tasks.to_float(final_evaluate(raw_model, data, cfg, device))
+        print(f"final (weights of step {summary['best_iter']}): " + ", ".join(f"{k} {v:.4f}" for k, v in final.items()),
+              flush=True)
+        final_path = os.path.join(cfg["out_dir"], "final_metrics.json")
+
+        def write_final(tmp):
+            with open(tmp, "w") as f:
+                json.dump({**final, **summary, "config": cfg}, f, indent=1)
+        data_lib.atomic_write(final_path, write_final)
+        log({"final": final, **summary})
+        if wandb_run:
+            wandb_run.log({f"final/{k}": v for k, v in final.items()})
     if wandb_run:
         wandb_run.finish()
     return metrics

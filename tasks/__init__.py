@@ -29,6 +29,16 @@ A task module defines:
     batch_tokens(cfg) -> int
                             tokens in one batch (for tokens/s)
 
+and may define (optional):
+
+    final_evaluate(model, data, cfg, device) -> dict name -> float
+                            metrics reported once after training (e.g. test accuracy). train.py
+                            calls it on rank 0 after the loop, on the unwrapped model with the
+                            weights of the best BEST_METRIC (``out_dir/best.pt``, written whenever
+                            the metric improves; the final weights if there is none), in eval mode,
+                            under torch.no_grad, and writes the result with the run's summary to
+                            ``out_dir/final_metrics.json`` (see train.py)
+
 Config keys. train.py's DEFAULTS = its own keys + the DEFAULTS of every registered task
 (``merge_defaults``), so ``python train.py --help`` lists all of them, each task key's meaning
 prefixed with the tasks that use it. Two tasks may declare the same key (e.g. WikiText-2's
@@ -47,6 +57,7 @@ from configurator import ConfigError
 REGISTRY = {
     "lm": "tasks.lm",
     "mlm": "tasks.mlm",
+    "classify": "tasks.classify",
 }
 
 REQUIRED = ("DEFAULTS", "HELP", "MODEL_KEYS", "BEST_METRIC", "prepare_data", "load_data", "build_model",

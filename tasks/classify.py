@@ -1,0 +1,365 @@
+"""Task "classify": sequence classification on the Long Range Arena tasks (Tay et al., 2021,
+"Long Range Arena: A Benchmark for Efficient Transformers", section 3) with the bidirectional
+encoder of ``model.py`` (``BertEncoder``; transformer or DANet blocks, any registered attention).
+
+Data: ``data/lra/<lra_task>.py`` (interface in ``data/lra/__init__.py``), read from ``lra_dir``
+(default: env ``LRA_DIR``, else ``data/lra/files``). ``prepare_data`` calls the module's
+``ensure(lra_dir, **options)``; ``load_data`` its ``load(lra_dir, split, max_len, **options)``
+for train, val and test. ``lra_options`` (a dict) holds the module's own options (e.g. ListOps
+``{"num_train": 96000, "workers": 1}``, Pathfinder ``{"resolution": 32, "difficulty":
+"curv_contour_length_14"}``, Text ``{"imdb_source": "...", "val": "holdout"}``); each key goes to
+``ensure`` and / or ``load``, whichever accepts it by name, and a key neither accepts is a
+ConfigError.
+
+Model: ``LRAClassifier``, a ``BertEncoder`` without the MLM head whose ``forward`` returns class
+logits; classification head = ``BertEncoder.classifier`` (Linear(F, C) - GELU - Linear(C,
+n_classes)), F = C, or 4C in the two-tower mode (Retrieval, LRA section 3.3: the same encoder on
+both documents, features [u, v, u * v, u - v]). ``n_classes`` = the module's ``NUM_CLASSES``.
+
+Pooling (``pooling``):
+- "cls": a CLS token is prepended to every sequence (to each document in the two-tower mode) and
+  its final hidden state is the sequence's feature. The vocabulary is extended by one id: CLS =
+  the module's ``VOCAB_SIZE`` (data ids stay in [0, VOCAB_SIZE), PAD = 0), so the model has
+  ``VOCAB_SIZE + 1`` embeddings and sequences of ``max_len + 1`` positions.
+- "mean": the mean of the final hidden states over the real tokens (``attention_mask``); no extra
+  token, vocabulary ``VOCAB_SIZE``, ``max_len`` positions.
+
+Batches: ``idx`` (B, T) int64, ``attention_mask`` (B, T) bool (True = real token, passed to every
+attention layer), ``labels`` (B,) int64; two-tower batches add ``idx2``, ``attention_mask2``.
+T = max_len (+ 1 with CLS); with ``trim_padding`` the batch is cut after its longest sequence
+(exact for every attention that honours the mask; LRA pads to the full length, so the default is
+off and steps per second are those of full-length batches). Training batches are ``batch_size``
+examples drawn uniformly with replacement, a pure function of the batch seed.
+
+Loss: mean cross-entropy (nats per example); metrics loss and accuracy. ``evaluate`` runs on the
+whole val split (or its first ``eval_max_batches`` batches) in order; ``final_evaluate`` on the
+whole test split (train.py calls it after training with the best-val-accuracy weights and writes
+``out_dir/final_metrics.json``). BEST_METRIC = ("val_accuracy", "max").
+
+``block_size`` and ``dataset`` (train.py keys) are not used: the length comes from ``max_len``.
+The interface is described in ``tasks/__init__.py``.
+"""
+import inspect
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import data as data_lib
+import data.lra as lra
+from configurator import ConfigError, check_attention_params
+from model import ARCHITECTURE_DEFAULTS, ARCHITECTURE_HELP, BertEncoder, ModelConfig, architecture_args
+
+DEFAULTS = dict(
+    lra_task="text",
+    lra_dir="",
+    max_len=0,
+    pooling="cls",
+    lra_options={},
+    trim_padding=False,
+    eval_max_batches=0,
+    **ARCHITECTURE_DEFAULTS,
+)
+HELP = dict(
+    lra_task=f"LRA task: {' | '.join(lra.TASKS)} (data/lra/<task>.py)",
+    lra_dir="root of the LRA files ('' = env LRA_DIR, else data/lra/files)",
+    max_len="tokens per sequence (per document for retrieval); 0 = the task's LRA length (MAX_LEN)",
+    pooling="cls (prepend a CLS token, its final state) | mean (mean over real tokens)",
+    lra_options="options of the task module's ensure()/load() as a dict, e.g. {'workers': 1}",
+    trim_padding="cut each batch after its longest sequence (exact with masking; LRA pads to max_len)",
+    eval_max_batches="batches of the val split per evaluation; 0 = the whole split",
+    **ARCHITECTURE_HELP,
+)
+MODEL_KEYS = ("n_layer", "n_head", "n_embd", "bias", "attention", "attention_params", "lra_task", "max_len",
+              "pooling", *ARCHITECTURE_DEFAULTS)
+BEST_METRIC = ("val_accuracy", "max")
+SPLITS = ("train", "val", "test")
+POOLINGS = ("cls", "mean")
+
+
+class LRAClassifier(BertEncoder):
+    """``BertEncoder`` used as a classifier: the MLM head is removed (it would get no gradient,
+    which DDP rejects) and ``forward`` returns logits, so DDP and torch.compile wrap the whole
+    computation.
+
+    ``forward(idx (B, T) int64, attention_mask (B, T) bool or None, idx2 (B, T2) int64 or None,
+    attention_mask2 (B, T2) bool or None)`` -> logits (B, n_classes) float; the same values as
+    ``BertEncoder.classify``. ``attention_mask`` True = real token (None = all real).
+
+    Raises:
+        ValueError: ``config.n_classes`` is 0, or two-tower without ``idx2``.
+    """
+
+    def __init__(self, config):
+        if not config.n_classes:
+            raise ValueError("LRAClassifier needs n_classes > 0")
+        super().__init__(config)
+        self.mlm_dense = None
+        self.mlm_ln = None
+        self.mlm_bias = None
+
+    def features(self, idx, attention_mask=None):
+        """Pooled features (B, C) of one sequence batch."""
+        return self.pool(self.transformer(idx, attention_mask), attention_mask)
+
+    def forward(self, idx, attention_mask=None, idx2=None, attention_mask2=None):
+        u = self.features(idx, attention_mask)
+        if self.config.two_tower:
+            if idx2 is None:
+                raise ValueError("two_tower=True needs the second sequence idx2")
+            v = self.features(idx2, attention_mask2)
+            u = torch.cat([u, v, u * v, u - v], dim=-1)
+        return self.classifier(u)
+
+
+def _module(cfg):
+    try:
+        return lra.get(cfg["lra_task"])
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def lra_dir(cfg):
+    """``cfg["lra_dir"]`` or, when empty, ``data.lra.default_lra_dir()``."""
+    return cfg["lra_dir"] or lra.default_lra_dir()
+
+
+def max_len(cfg, module=None):
+    """The sequence length of the data (per document): ``cfg["max_len"]`` or the module's MAX_LEN."""
+    module = module or _module(cfg)
+    return cfg["max_len"] or module.MAX_LEN
+
+
+def seq_len(cfg, module=None):
+    """Model positions per sequence: max_len, plus one for the CLS token with pooling="cls"."""
+    return max_len(cfg, module) + (1 if cfg["pooling"] == "cls" else 0)
+
+
+def split_options(module, options):
+    """Split ``options`` into the keyword arguments of ``module.ensure`` and ``module.load``
+    (a key goes to each function that has a parameter of that name).
+
+    Returns:
+        (ensure_kwargs, load_kwargs): two dicts.
+
+    Raises:
+        ConfigError: a key neither function accepts (the message lists the accepted ones).
+    """
+    names = {}
+    for fn in ("ensure", "load"):
+        params = inspect.signature(getattr(module, fn)).parameters
+        names[fn] = [p for p in params if p not in ("lra_dir", "split", "max_len")]
+    unknown = [k for k in options if k not in names["ensure"] and k not in names["load"]]
+    if unknown:
+        accepted = sorted(set(names["ensure"]) | set(names["load"]))
+        raise ConfigError(f"lra_options {unknown} not accepted by {module.__name__}.ensure/load; "
+                          f"accepted: {', '.join(accepted) or '(none)'}")
+    return ({k: v for k, v in options.items() if k in names["ensure"]},
+            {k: v for k, v in options.items() if k in names["load"]})
+
+
+def _check(cfg):
+    module = _module(cfg)
+    if cfg["pooling"] not in POOLINGS:
+        raise ConfigError(f"pooling must be one of {', '.join(POOLINGS)}; got {cfg['pooling']!r}")
+    if cfg["max_len"] < 0:
+        raise ConfigError(f"max_len must be >= 0 (0 = the task's {module.MAX_LEN}); got {cfg['max_len']}")
+    if cfg["eval_max_batches"] < 0:
+        raise ConfigError(f"eval_max_batches must be >= 0 (0 = whole split); got {cfg['eval_max_batches']}")
+    if not isinstance(cfg["lra_options"], dict):
+        raise ConfigError(f"lra_options must be a dict; got {cfg['lra_options']!r}")
+    split_options(module, cfg["lra_options"])
+    return module
+
+
+def prepare_data(cfg):
+    """``ensure(lra_dir, **options)`` of the task's module: the release files are there, or they
+    are generated / converted now.
+
+    Raises:
+        ConfigError: unknown lra_task, pooling or lra_options key.
+        data.DataUnavailable: the module cannot find or build its files (its message, which
+            names the missing file).
+    """
+    module = _check(cfg)
+    ensure_kwargs, _ = split_options(module, cfg["lra_options"])
+    try:
+        module.ensure(lra_dir(cfg), **ensure_kwargs)
+    except FileNotFoundError as e:
+        raise data_lib.DataUnavailable(f"LRA {cfg['lra_task']}: {e}") from None
+
+
+def load_data(cfg):
+    """dict: "train", "val", "test" -> the module's ``load`` dicts (``tokens`` (N, max_len) ids,
+    ``lengths``, ``labels``; ``tokens2``/``lengths2`` for two-tower), tokens stored as the
+    smallest unsigned dtype that holds the vocabulary; "module" -> the data module.
+
+    Raises:
+        data.DataUnavailable: a file is missing. ValueError (from the module): malformed file.
+    """
+    module = _check(cfg)
+    _, load_kwargs = split_options(module, cfg["lra_options"])
+    out = {"module": module}
+    dtype = np.uint8 if module.VOCAB_SIZE <= 256 else (np.uint16 if module.VOCAB_SIZE <= 65536 else np.int64)
+    for split in SPLITS:
+        try:
+            d = module.load(lra_dir(cfg), split, max_len(cfg, module), **load_kwargs)
+        except FileNotFoundError as e:
+            raise data_lib.DataUnavailable(f"LRA {cfg['lra_task']}: {e}") from None
+        for key in ("tokens", "tokens2"):
+            if key in d:
+                d[key] = d[key].astype(dtype)
+        if len(d["labels"]) == 0:
+            raise ValueError(f"LRA {cfg['lra_task']}: split {split!r} is empty")
+        out[split] = d
+    return out
+
+
+def model_config(cfg, module):
+    """The ``ModelConfig`` of ``cfg`` for data module ``module`` (vocabulary + 1 for CLS).
+
+    Raises:
+        ConfigError: unknown attention or parameter, or an invalid architecture combination.
+    """
+    check_attention_params(cfg["attention"], cfg["attention_params"])
+    vocab = module.VOCAB_SIZE + (1 if cfg["pooling"] == "cls" else 0)
+    try:
+        return ModelConfig(block_size=seq_len(cfg, module), vocab_size=vocab, n_layer=cfg["n_layer"],
+                           n_head=cfg["n_head"], n_embd=cfg["n_embd"], dropout=cfg["dropout"], bias=cfg["bias"],
+                           attention=cfg["attention"], attention_params=dict(cfg["attention_params"]),
+                           n_classes=module.NUM_CLASSES, pooling=cfg["pooling"], two_tower=module.TWO_TOWER,
+                           pad_token_id=0, **architecture_args(cfg))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def build_model(cfg, data, model_args=None):
+    """An ``LRAClassifier`` from ``cfg`` and the data module, or exactly the model of a
+    checkpoint's ``model_args`` (resume).
+
+    Raises:
+        ConfigError: see ``model_config``.
+    """
+    if model_args is not None:
+        return LRAClassifier(ModelConfig(**model_args))
+    module = data["module"] if isinstance(data, dict) and "module" in data else _module(cfg)
+    return LRAClassifier(model_config(cfg, module))
+
+
+def encode(tokens, lengths, cls_id, trim, device):
+    """Rows of a split as model input.
+
+    Args:
+        tokens: (B, L) integer array, right-padded with 0; lengths: (B,) real tokens per row.
+        cls_id (int or None): prepend this id to every row (CLS pooling), None = no CLS.
+        trim (bool): cut the columns after the longest row.
+
+    Returns:
+        (idx (B, T) int64, attention_mask (B, T) bool) on ``device``; T = L or max(lengths),
+        plus one with CLS; the mask is True on the CLS token and the first lengths[i] tokens.
+    """
+    tokens = np.asarray(tokens)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if trim:
+        tokens = tokens[:, :max(int(lengths.max()), 1)]
+    idx = torch.from_numpy(tokens.astype(np.int64))
+    mask = torch.arange(idx.shape[1])[None, :] < torch.from_numpy(np.minimum(lengths, idx.shape[1]))[:, None]
+    if cls_id is not None:
+        idx = torch.cat([torch.full((idx.shape[0], 1), cls_id, dtype=torch.int64), idx], dim=1)
+        mask = torch.cat([torch.ones(idx.shape[0], 1, dtype=torch.bool), mask], dim=1)
+    return idx.to(device), mask.to(device)
+
+
+def make_batch(split_data, rows, cfg, module, device):
+    """The batch of example indices ``rows`` (array of ints) of one split (see the module
+    docstring for the keys)."""
+    cls_id = module.VOCAB_SIZE if cfg["pooling"] == "cls" else None
+    idx, mask = encode(split_data["tokens"][rows], split_data["lengths"][rows], cls_id, cfg["trim_padding"], device)
+    batch = {"idx": idx, "attention_mask": mask,
+             "labels": torch.from_numpy(np.asarray(split_data["labels"][rows], dtype=np.int64)).to(device)}
+    if module.TWO_TOWER:
+        batch["idx2"], batch["attention_mask2"] = encode(split_data["tokens2"][rows], split_data["lengths2"][rows],
+                                                         cls_id, cfg["trim_padding"], device)
+    return batch
+
+
+def get_batch(data, split, cfg, seed, device):
+    """``batch_size`` examples of ``split`` drawn uniformly with replacement by
+    ``numpy.random.default_rng(seed)``, a pure function of ``seed``."""
+    n = len(data[split]["labels"])
+    rows = np.random.default_rng(seed).integers(0, n, size=cfg["batch_size"])
+    return make_batch(data[split], rows, cfg, data["module"], device)
+
+
+def _logits(model, batch):
+    return model(batch["idx"], batch["attention_mask"], batch.get("idx2"), batch.get("attention_mask2"))
+
+
+def loss(model, batch):
+    """Mean cross-entropy over the batch (nats per example); metrics {"loss", "accuracy"}."""
+    logits = _logits(model, batch).float()
+    value = F.cross_entropy(logits, batch["labels"])
+    accuracy = (logits.argmax(-1) == batch["labels"]).float().mean()
+    return value, {"loss": value.detach(), "accuracy": accuracy.detach()}
+
+
+def split_metrics(model, data, split, cfg, device, max_batches=0):
+    """Loss and accuracy over ``split`` in order, in batches of ``batch_size`` (the last one
+    smaller), the first ``max_batches`` batches only when > 0.
+
+    Returns:
+        {"loss": mean cross-entropy per example, "accuracy": fraction correct, "n": examples}.
+    """
+    from tqdm import tqdm
+
+    d, module = data[split], data["module"]
+    n = len(d["labels"])
+    starts = list(range(0, n, cfg["batch_size"]))
+    if max_batches:
+        starts = starts[:max_batches]
+    loss_sum, correct, count = 0.0, 0, 0
+    for start in tqdm(starts, desc=f"eval {split}", unit="batch", disable=None, leave=False):
+        rows = np.arange(start, min(start + cfg["batch_size"], n))
+        batch = make_batch(d, rows, cfg, module, device)
+        logits = _logits(model, batch).float()
+        loss_sum += F.cross_entropy(logits, batch["labels"], reduction="sum").item()
+        correct += int((logits.argmax(-1) == batch["labels"]).sum())
+        count += len(rows)
+    return {"loss": loss_sum / max(count, 1), "accuracy": correct / max(count, 1), "n": count}
+
+
+def evaluate(model, data, cfg, device):
+    """Loss and accuracy on the val split (whole, or ``eval_max_batches`` batches).
+
+    Returns:
+        {"val_loss", "val_accuracy"} as floats.
+    """
+    m = split_metrics(model, data, "val", cfg, device, cfg["eval_max_batches"])
+    return {"val_loss": m["loss"], "val_accuracy": m["accuracy"]}
+
+
+def final_evaluate(model, data, cfg, device):
+    """Loss and accuracy on the whole test split and the whole val split (train.py calls it once
+    after training, with the weights of the best val accuracy).
+
+    Returns:
+        {"test_loss", "test_accuracy", "test_examples", "val_loss", "val_accuracy", "val_examples"}.
+    """
+    out = {}
+    for split in ("test", "val"):
+        m = split_metrics(model, data, split, cfg, device)
+        out[f"{split}_loss"], out[f"{split}_accuracy"], out[f"{split}_examples"] = m["loss"], m["accuracy"], m["n"]
+    return out
+
+
+def batch_tokens(cfg):
+    """Input positions in one full-length batch: batch_size x seq_len (x 2 documents for two-tower)."""
+    module = _module(cfg)
+    return cfg["batch_size"] * seq_len(cfg, module) * (2 if module.TWO_TOWER else 1)
+
+
+def majority_rate(labels):
+    """Accuracy of always predicting the most frequent label of ``labels`` (a reference line)."""
+    labels = np.asarray(labels)
+    return float(np.bincount(labels).max() / len(labels)) if len(labels) else math.nan

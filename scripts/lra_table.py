@@ -1,0 +1,200 @@
+"""The Long Range Arena accuracy table of our runs beside the published numbers, and the training
+steps per second per task and attention (FAST paper, Table 2).
+
+    python scripts/lra_table.py out/lra [more run dirs or final_metrics.json files] [--out=results/lra]
+
+Reads every ``final_metrics.json`` under the given paths (written by train.py for task
+"classify": ``test_accuracy``, ``steps_per_s``, ``config``). A run's column comes from its
+``lra_task`` (Pathfinder with ``lra_options["resolution"] == 128`` is Path-X), its row from the
+attention: ``softmax``, ``fastmax<p>`` (``attention_params["p"]``, default 2), ``dense`` (DANet),
+else the registered name. When several runs fill one cell, the most recent file wins (all are
+listed in the runs table).
+
+Writes to ``--out``: ``lra_table.md`` (accuracy table in the papers' layout, rows = attention,
+columns ListOps / Text / Retrieval / Image / Pathfinder / Path-X / Avg, test accuracy in %; our
+rows "(ours)", the published rows labelled with their source; then steps per second; then every
+run), ``lra_accuracy.csv`` and ``lra_steps_per_s.csv`` (columns attention, source, the six tasks,
+avg). Our Avg is the mean over the tasks we ran (the published averages are the papers' own: FAST
+over five tasks, DenseAttention over six); our steps-per-second Avg only when the five FAST tasks
+are all there. Published numbers: ``../shared/NOTES.md`` section 4 (LRA paper Table 1 as quoted
+by DenseAttention's Table 5, FAST Tables 1 and 2, DenseAttention Table 1). Our numbers come from
+this CPU with reduced models and steps (see each run's config), the published ones from full-size
+GPU runs: compare them as reference points, not as a reproduction.
+
+Exit status 1 (SystemExit) when no final_metrics.json is found.
+"""
+import argparse
+import csv
+import io
+import json
+import os
+import sys
+
+TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
+TITLES = ("ListOps", "Text", "Retrieval", "Image", "Pathfinder", "Path-X")
+FAST_TASKS = TASKS[:5]
+ORDER = ("softmax", "fastmax1", "fastmax2", "dense")
+
+# (attention, source): (accuracies in TASKS order, None = not reported, "fail" = at chance; avg)
+PUBLISHED_ACCURACY = [
+    ("softmax", "LRA paper, Tay et al. 2021", (36.37, 64.27, 57.46, 42.44, 71.40, "fail"), 54.39),
+    ("softmax", "FAST Table 1", (38.37, 61.95, 80.69, 40.57, 65.26, None), 57.37),
+    ("fastmax1", "FAST Table 1", (37.20, 63.25, 78.21, 42.76, 66.67, None), 57.62),
+    ("fastmax2", "FAST Table 1", (37.40, 64.30, 78.11, 43.18, 66.55, None), 57.90),
+    ("dense", "DenseAttention Table 1", (50.50, 81.19, 87.51, 72.55, 87.40, 88.82), 77.99),
+]
+PUBLISHED_STEPS = [  # FAST Table 2: training steps per second on an RTX A5000, head dim 32
+    ("softmax", "FAST Table 2 (RTX A5000)", (6.4, 1.8, 1.7, 3.0, 6.1, None), 3.8),
+    ("fastmax1", "FAST Table 2 (RTX A5000)", (47.4, 26.7, 24.7, 12.8, 24.4, None), 27.2),
+    ("fastmax2", "FAST Table 2 (RTX A5000)", (11.6, 6.1, 6.9, 3.0, 6.8, None), 6.9),
+]
+
+
+def find_runs(paths):
+    """Every final_metrics.json file under ``paths`` (files or directories, searched recursively)."""
+    files = []
+    for p in paths:
+        if os.path.isfile(p):
+            files.append(p)
+        for root, _, names in os.walk(p):
+            files += [os.path.join(root, n) for n in names if n == "final_metrics.json"]
+    return sorted(set(files))
+
+
+def attention_label(cfg):
+    """Row label of a run's config: softmax, fastmax<p>, dense, or the attention name."""
+    name = cfg.get("attention", "softmax")
+    if name == "fastmax":
+        return f"fastmax{cfg.get('attention_params', {}).get('p', 2)}"
+    return name
+
+
+def task_column(cfg):
+    """Column of a run's config (one of TASKS)."""
+    task = cfg.get("lra_task", "")
+    if task == "pathfinder" and (cfg.get("lra_options") or {}).get("resolution", 32) == 128:
+        return "pathx"
+    return task
+
+
+def read_runs(files):
+    """One record per file: path, label, column, test/val accuracy, steps_per_s, iters, mtime."""
+    runs = []
+    for f in files:
+        with open(f) as fh:
+            m = json.load(fh)
+        cfg = m.get("config", {})
+        if cfg.get("task", "classify") != "classify" or "test_accuracy" not in m:
+            print(f"skipping {f}: not an LRA classification run", file=sys.stderr)
+            continue
+        runs.append({"file": f, "label": attention_label(cfg), "task": task_column(cfg),
+                     "test_accuracy": m["test_accuracy"], "val_accuracy": m.get("val_accuracy"),
+                     "steps_per_s": m.get("steps_per_s"), "iters": m.get("iters"), "best_iter": m.get("best_iter"),
+                     "max_len": cfg.get("max_len"), "mtime": os.path.getmtime(f)})
+    return runs
+
+
+def _fmt(v):
+    if v is None:
+        return ""
+    return v if isinstance(v, str) else f"{v:.2f}"
+
+
+def build_tables(runs):
+    """(accuracy rows, steps rows, chosen runs): rows are (attention, source, values in TASKS
+    order, avg) with accuracies in %; ``chosen`` maps (label, task) -> run."""
+    chosen = {}
+    for r in sorted(runs, key=lambda r: r["mtime"]):
+        chosen[(r["label"], r["task"])] = r  # the most recent wins
+    labels = [a for a in ORDER if any(k[0] == a for k in chosen)]
+    labels += sorted({k[0] for k in chosen} - set(ORDER))
+    published_labels = [p[0] for p in PUBLISHED_ACCURACY]
+    acc_rows, steps_rows = [], []
+    for label in list(dict.fromkeys(labels + [a for a in ORDER if a in published_labels])):
+        if label in labels:
+            vals = [100 * chosen[(label, t)]["test_accuracy"] if (label, t) in chosen else None for t in TASKS]
+            present = [v for v in vals if v is not None]
+            acc_rows.append((label, "ours", vals, sum(present) / len(present) if present else None))
+            steps = [chosen[(label, t)]["steps_per_s"] if (label, t) in chosen else None for t in TASKS]
+            five = steps[:5]
+            avg = sum(five) / 5 if all(s is not None for s in five) else None
+            steps_rows.append((label, "ours", steps, avg))
+        for a, source, vals, avg in PUBLISHED_ACCURACY:
+            if a == label:
+                acc_rows.append((a, f"published: {source}", list(vals), avg))
+        for a, source, vals, avg in PUBLISHED_STEPS:
+            if a == label:
+                steps_rows.append((a, f"published: {source}", list(vals), avg))
+    return acc_rows, steps_rows, chosen
+
+
+def markdown(rows, title):
+    """A markdown table of ``rows`` (see ``build_tables``); '-' for an empty cell."""
+    lines = [f"| {title} | " + " | ".join(TITLES) + " | Avg |", "|---" * (len(TITLES) + 2) + "|"]
+    for label, source, vals, avg in rows:
+        name = f"{label} (ours)" if source == "ours" else f"{label} ({source})"
+        cells = [_fmt(v) or "-" for v in vals] + [_fmt(avg) or "-"]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def to_csv(rows):
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["attention", "source", *TASKS, "avg"])
+    for label, source, vals, avg in rows:
+        w.writerow([label, source, *[_fmt(v) for v in vals], _fmt(avg)])
+    return buf.getvalue()
+
+
+def runs_markdown(runs, chosen):
+    used = {id(r) for r in chosen.values()}
+    lines = ["| run | task | attention | max_len | test acc % | val acc % | best iter / iters | steps/s | in table |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(runs, key=lambda r: (r["task"], r["label"], r["file"])):
+        val = "-" if r["val_accuracy"] is None else f"{100 * r['val_accuracy']:.2f}"
+        steps = "-" if r["steps_per_s"] is None else f"{r['steps_per_s']:.3f}"
+        lines.append(f"| {os.path.dirname(r['file'])} | {r['task']} | {r['label']} | {r['max_len'] or 'default'} | "
+                     f"{100 * r['test_accuracy']:.2f} | {val} | {r['best_iter']} / {r['iters']} | {steps} | "
+                     f"{'yes' if id(r) in used else 'no (older)'} |")
+    return "\n".join(lines)
+
+
+def _write(path, text):
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("paths", nargs="+", help="run directories (searched recursively) or final_metrics.json files")
+    p.add_argument("--out", default="results/lra", help="output directory")
+    args = p.parse_args(argv)
+    runs = read_runs(find_runs(args.paths))
+    if not runs:
+        raise SystemExit(f"error: no final_metrics.json of an LRA run under {', '.join(args.paths)}")
+    acc_rows, steps_rows, chosen = build_tables(runs)
+    md = "\n\n".join([
+        "## LRA test accuracy (%)",
+        markdown(acc_rows, "attention"),
+        "Ours: this machine's reduced runs (Avg over the tasks run); published: full-size GPU runs, the papers' "
+        "own averages. 'fail' = at chance.",
+        "## Training steps per second",
+        markdown(steps_rows, "attention"),
+        "Ours: optimizer steps per second of training (evaluation excluded) with each run's batch and model; "
+        "published: FAST Table 2 (RTX A5000, the LRA models).",
+        "## Runs",
+        runs_markdown(runs, chosen),
+    ]) + "\n"
+    os.makedirs(args.out, exist_ok=True)
+    _write(os.path.join(args.out, "lra_table.md"), md)
+    _write(os.path.join(args.out, "lra_accuracy.csv"), to_csv(acc_rows))
+    _write(os.path.join(args.out, "lra_steps_per_s.csv"), to_csv(steps_rows))
+    print(md)
+    print(f"wrote {args.out}/lra_table.md, lra_accuracy.csv, lra_steps_per_s.csv")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,294 @@
+"""Task "classify" (tasks/classify.py), train.py's final_evaluate / final_metrics.json, and
+scripts/lra_table.py; on a stub LRA data module registered by the tests (monkeypatch)."""
+import json
+import os
+import sys
+import types
+
+import numpy as np
+import pytest
+import torch
+
+import data.lra as lra
+import tasks
+import train
+from configurator import ConfigError
+from model import BertEncoder
+from tasks import classify
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
+VOCAB = 12
+STUB_LEN = 24
+
+
+def make_split(n, seed, two_tower=False):
+    """Learnable stub data: class c's tokens are drawn from ids {1 + 5c, ..., 5 + 5c} (c = 0, 1),
+    lengths 4-24, right-padded with 0."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 2, size=n)
+    out = {"labels": labels.astype(np.int64)}
+    for key in ("", "2") if two_tower else ("",):
+        lengths = rng.integers(4, STUB_LEN + 1, size=n)
+        tokens = np.zeros((n, STUB_LEN), dtype=np.int64)
+        for i in range(n):
+            tokens[i, :lengths[i]] = 1 + 5 * labels[i] + rng.integers(0, 5, size=lengths[i])
+        out["tokens" + key], out["lengths" + key] = tokens, lengths.astype(np.int64)
+    return out
+
+
+def stub_module(two_tower=False, name="stubtask"):
+    m = types.ModuleType(f"data.lra.{name}")
+    m.NUM_CLASSES, m.VOCAB_SIZE, m.MAX_LEN, m.TWO_TOWER = 2, VOCAB, STUB_LEN, two_tower
+    m.calls = []
+
+    def ensure(lra_dir, size=64):
+        m.calls.append(("ensure", lra_dir, size))
+
+    def load(lra_dir, split, max_len=STUB_LEN, flavour="plain"):
+        m.calls.append(("load", split, max_len, flavour))
+        d = make_split({"train": 256, "val": 64, "test": 96}[split], {"train": 0, "val": 1, "test": 2}[split],
+                       two_tower)
+        for key in [k for k in d if k.startswith("tokens")]:
+            t = np.zeros((len(d[key]), max_len), dtype=np.int64)
+            w = min(max_len, STUB_LEN)
+            t[:, :w] = d[key][:, :w]
+            d[key] = t
+        for key in [k for k in d if k.startswith("lengths")]:
+            d[key] = np.minimum(d[key], max_len)
+        return d
+
+    m.ensure, m.load = ensure, load
+    return m
+
+
+@pytest.fixture
+def stub(monkeypatch):
+    """Register stub LRA modules "stubtask" (one tower) and "stubpair" (two towers)."""
+    mods = {"stubtask": stub_module(False, "stubtask"), "stubpair": stub_module(True, "stubpair")}
+    monkeypatch.setattr(lra, "TASKS", lra.TASKS + tuple(mods))
+    for name, m in mods.items():
+        monkeypatch.setitem(sys.modules, f"data.lra.{name}", m)
+    return mods
+
+
+def cfg_for(**over):
+    cfg = dict(train.DEFAULTS)
+    cfg.update(task="classify", lra_task="stubtask", n_layer=2, n_head=2, n_embd=16, batch_size=8, lra_dir="/nowhere")
+    cfg.update(over)
+    return cfg
+
+
+def build(cfg):
+    d = classify.load_data(cfg)
+    torch.manual_seed(0)
+    return classify.build_model(cfg, d).eval(), d
+
+
+# ---------------------------------------------------------------- model and batches
+
+
+def test_cls_token_extends_vocabulary_and_sequence(stub):
+    cfg = cfg_for(pooling="cls")
+    model, d = build(cfg)
+    assert model.config.vocab_size == VOCAB + 1 and model.config.block_size == STUB_LEN + 1
+    batch = classify.get_batch(d, "train", cfg, [1, 2], "cpu")
+    assert batch["idx"].shape == (8, STUB_LEN + 1) and (batch["idx"][:, 0] == VOCAB).all()
+    assert batch["attention_mask"][:, 0].all()
+    lengths = batch["attention_mask"].sum(1) - 1
+    assert ((batch["idx"][:, 1:] != 0).sum(1) == lengths).all()  # the mask marks exactly the real tokens
+    again = classify.get_batch(d, "train", cfg, [1, 2], "cpu")
+    assert torch.equal(again["idx"], batch["idx"])  # a pure function of the seed
+    cfg_mean = cfg_for(pooling="mean")
+    model_mean, _ = build(cfg_mean)
+    assert model_mean.config.vocab_size == VOCAB and model_mean.config.block_size == STUB_LEN
+    assert classify.get_batch(d, "train", cfg_mean, [1, 2], "cpu")["idx"].shape == (8, STUB_LEN)
+    assert not hasattr(model, "mlm_dense") or model.mlm_dense is None  # no MLM head (DDP: unused parameters)
+
+
+ATTENTIONS = [
+    dict(),
+    dict(attention="fastmax", attention_params={"p": 1}),
+    dict(attention="fastmax", attention_params={"p": 2}),
+    dict(block="danet", attention="dense", pos_emb="cosine_relpe", layer_scheme="LSG", window=4, n_layer=3),
+]
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+@pytest.mark.parametrize("arch", ATTENTIONS, ids=["softmax", "fastmax1", "fastmax2", "danet"])
+def test_padding_is_ignored(stub, pooling, arch):
+    """Appending padding changes neither the hidden states of the real tokens nor the logits."""
+    cfg = cfg_for(pooling=pooling, max_len=STUB_LEN + 8, **arch)
+    model, d = build(cfg)
+    rows = np.arange(6)
+    trimmed = classify.make_batch(d["val"], rows, dict(cfg, trim_padding=True), d["module"], "cpu")
+    full = classify.make_batch(d["val"], rows, cfg, d["module"], "cpu")
+    assert full["idx"].shape[1] > trimmed["idx"].shape[1]
+    with torch.no_grad():
+        h_trim = model.transformer(trimmed["idx"], trimmed["attention_mask"])
+        h_full = model.transformer(full["idx"], full["attention_mask"])
+        T = h_trim.shape[1]
+        real = trimmed["attention_mask"][..., None]
+        torch.testing.assert_close(h_full[:, :T] * real, h_trim * real, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(classify._logits(model, full), classify._logits(model, trimmed),
+                                   atol=1e-5, rtol=1e-4)
+        # and the padding really is padding: changing a real token changes the logits
+        poked = dict(full, idx=full["idx"].clone())
+        pos = 1 if pooling == "cls" else 0
+        poked["idx"][:, pos] = torch.where(poked["idx"][:, pos] == 3, 4, 3)
+        assert not torch.allclose(classify._logits(model, poked), classify._logits(model, full))
+
+
+def test_mean_pooling_is_the_mean_over_real_tokens(stub):
+    cfg = cfg_for(pooling="mean")
+    model, d = build(cfg)
+    batch = classify.make_batch(d["val"], np.arange(4), cfg, d["module"], "cpu")
+    with torch.no_grad():
+        h = model.transformer(batch["idx"], batch["attention_mask"])
+        for i in range(4):
+            n = int(batch["attention_mask"][i].sum())
+            torch.testing.assert_close(model.features(batch["idx"], batch["attention_mask"])[i], h[i, :n].mean(0))
+
+
+def test_two_tower_shapes_and_features(stub):
+    cfg = cfg_for(lra_task="stubpair", pooling="cls")
+    model, d = build(cfg)
+    assert model.config.two_tower and model.classifier[0].in_features == 4 * 16
+    batch = classify.get_batch(d, "train", cfg, [3], "cpu")
+    assert batch["idx"].shape == batch["idx2"].shape == (8, STUB_LEN + 1)
+    assert batch["attention_mask2"].shape == (8, STUB_LEN + 1)
+    with torch.no_grad():
+        logits = classify._logits(model, batch)
+        assert logits.shape == (8, 2)
+        u = model.features(batch["idx"], batch["attention_mask"])
+        v = model.features(batch["idx2"], batch["attention_mask2"])
+        assert u.shape == v.shape == (8, 16)
+        torch.testing.assert_close(logits, model.classifier(torch.cat([u, v, u * v, u - v], -1)))
+        # the same values as model.py's BertEncoder.classify with the same weights
+        plain = BertEncoder(model.config).eval()
+        missing, unexpected = plain.load_state_dict(model.state_dict(), strict=False)
+        assert sorted(missing) == ["mlm_bias", "mlm_dense.bias", "mlm_dense.weight", "mlm_ln.bias", "mlm_ln.weight"]
+        assert not unexpected
+        torch.testing.assert_close(logits, plain.classify(batch["idx"], batch["attention_mask"], batch["idx2"],
+                                                          batch["attention_mask2"]))
+        swapped = model(batch["idx2"], batch["attention_mask2"], batch["idx"], batch["attention_mask"])
+        assert not torch.allclose(swapped, logits)  # u - v is not symmetric: the order matters
+    with pytest.raises(ValueError, match="idx2"):
+        model(batch["idx"], batch["attention_mask"])
+    assert classify.batch_tokens(cfg) == 8 * (STUB_LEN + 1) * 2
+
+
+def test_options_are_routed_by_name(stub):
+    m = stub["stubtask"]
+    cfg = cfg_for(lra_options={"size": 7, "flavour": "x"}, max_len=10)
+    classify.prepare_data(cfg)
+    classify.load_data(cfg)
+    assert ("ensure", "/nowhere", 7) in m.calls and ("load", "val", 10, "x") in m.calls
+    with pytest.raises(ConfigError, match="bogus.*accepted: flavour, size"):
+        classify.prepare_data(cfg_for(lra_options={"bogus": 1}))
+    with pytest.raises(ConfigError, match="unknown LRA task"):
+        classify.prepare_data(cfg_for(lra_task="nope"))
+    with pytest.raises(ConfigError, match="pooling"):
+        classify.prepare_data(cfg_for(pooling="max"))
+
+
+def test_evaluate_covers_the_whole_split(stub):
+    cfg = cfg_for(batch_size=10)  # 64 val examples: 7 batches, the last of 4
+    model, d = build(cfg)
+    with torch.no_grad():
+        m = classify.split_metrics(model, d, "val", cfg, "cpu")
+        assert m["n"] == 64
+        logits = model(*classify.encode(d["val"]["tokens"], d["val"]["lengths"], VOCAB, False, "cpu"))
+        labels = torch.from_numpy(d["val"]["labels"])
+        assert m["accuracy"] == pytest.approx(float((logits.argmax(-1) == labels).float().mean()))
+        assert m["loss"] == pytest.approx(float(torch.nn.functional.cross_entropy(logits, labels)), rel=1e-5)
+        assert classify.split_metrics(model, d, "val", cfg, "cpu", max_batches=2)["n"] == 20
+        final = classify.final_evaluate(model, d, cfg, "cpu")
+        assert final["test_examples"] == 96 and final["val_accuracy"] == pytest.approx(m["accuracy"])
+
+
+# ---------------------------------------------------------------- through train.py
+
+
+def test_training_run_learns_and_reports_test_accuracy(stub, tmp_path):
+    out = tmp_path / "run"
+    common = ["--task=classify", "--lra_task=stubtask", "--lra_dir=/nowhere", f"--out_dir={out}", "--num_threads=1",
+              "--n_layer=1", "--n_head=2", "--n_embd=16", "--batch_size=16", "--max_iters=40", "--eval_interval=10",
+              "--log_interval=1", "--warmup_iters=0", "--learning_rate=3e-3", "--lr_schedule=constant",
+              "--pooling=mean"]
+    train.main(common)
+    log = [json.loads(line) for line in open(out / "log.jsonl")]
+    losses = [r["loss"] for r in log if "loss" in r]
+    assert np.mean(losses[-5:]) < 0.6 * np.mean(losses[:5])  # starts at ln 2 = 0.69
+    final = json.load(open(out / "final_metrics.json"))
+    evals = {r["iter"]: r["eval"]["val_accuracy"] for r in log if "eval" in r}
+    best_iter = max(evals, key=lambda it: (evals[it], -it))  # the first of the best
+    assert final["best_iter"] == best_iter and final["best_metric"]["value"] == evals[best_iter]
+    # final_evaluate ran on the best weights: its full-split val accuracy is the best one
+    assert final["val_accuracy"] == pytest.approx(evals[best_iter])
+    assert final["test_accuracy"] > 0.8 and final["test_examples"] == 96
+    assert final["iters"] == 40 and final["steps_per_s"] > 0
+    assert final["config"]["lra_task"] == "stubtask" and final["config"]["attention"] == "softmax"
+    best = torch.load(out / "best.pt", weights_only=False)
+    assert best["iter_num"] == best_iter
+    # a new run from scratch in the same out_dir does not inherit the old best.pt
+    train.main(common + ["--max_iters=2", "--eval_interval=100", "--learning_rate=0.0"])
+    final2 = json.load(open(out / "final_metrics.json"))
+    assert final2["iters"] == 2 and final2["best_iter"] == 2
+
+
+def test_missing_data_stops_with_the_file_name(tmp_path):
+    with pytest.raises(SystemExit, match="new_aan_pairs.train.tsv"):
+        train.main(["--task=classify", "--lra_task=retrieval", f"--lra_dir={tmp_path}", f"--out_dir={tmp_path}/o"])
+
+
+def test_tasks_without_final_evaluate_are_unchanged():
+    assert not hasattr(tasks.get("lm"), "final_evaluate")
+    assert tasks.get("classify").BEST_METRIC == ("val_accuracy", "max")
+
+
+# ---------------------------------------------------------------- scripts/lra_table.py
+
+
+def write_run(root, name, lra_task, attention, acc, steps, params=None, **cfg_extra):
+    d = root / name
+    d.mkdir(parents=True)
+    cfg = {"task": "classify", "lra_task": lra_task, "attention": attention, "attention_params": params or {},
+           "block": "danet" if attention == "dense" else "transformer", "max_len": 0, "lra_options": {}, **cfg_extra}
+    (d / "final_metrics.json").write_text(json.dumps({"test_accuracy": acc, "val_accuracy": acc + 0.01,
+                                                      "steps_per_s": steps, "iters": 100, "best_iter": 50,
+                                                      "config": cfg}))
+    return d
+
+
+def test_lra_table(tmp_path):
+    import lra_table
+
+    runs = tmp_path / "runs"
+    write_run(runs, "a", "listops", "softmax", 0.3125, 2.0)
+    write_run(runs, "b", "text", "softmax", 0.625, 1.5)
+    write_run(runs, "c", "listops", "fastmax", 0.25, 4.0, {"p": 1})
+    write_run(runs, "d", "pathfinder", "dense", 0.5, 3.0, lra_options={"resolution": 128})
+    write_run(runs, "e", "image", "fastmax", 0.4, 5.0, {"p": 2})
+    out = tmp_path / "table"
+    lra_table.main([str(runs), f"--out={out}"])
+    md = (out / "lra_table.md").read_text()
+    accuracy_md = md.split("## Training steps per second")[0]
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in accuracy_md.splitlines() if line.startswith("| ")}
+    # ours: percent, in the paper's column order; Avg over the tasks we ran
+    assert rows["softmax (ours)"][:2] == ["31.25", "62.50"] and rows["softmax (ours)"][-1] == "46.88"
+    assert rows["fastmax1 (ours)"][0] == "25.00" and rows["fastmax2 (ours)"][3] == "40.00"
+    assert rows["dense (ours)"][5] == "50.00" and rows["dense (ours)"][4] == "-"  # resolution 128 = Path-X
+    # the published numbers beside ours, labelled by their source
+    assert rows["softmax (published: LRA paper, Tay et al. 2021)"][:2] == ["36.37", "64.27"]
+    assert rows["fastmax2 (published: FAST Table 1)"][0] == "37.40"
+    assert rows["dense (published: DenseAttention Table 1)"][-1] == "77.99"
+    csv = (out / "lra_accuracy.csv").read_text().splitlines()
+    assert csv[0] == "attention,source,listops,text,retrieval,image,pathfinder,pathx,avg"
+    assert "softmax,ours,31.25,62.50,,,,,46.88" in csv
+    steps = (out / "lra_steps_per_s.csv").read_text().splitlines()
+    assert "fastmax1,ours,4.00,,,,,," in steps and any(s.startswith("fastmax1,published: FAST Table 2") for s in steps)
+    with pytest.raises(SystemExit):
+        lra_table.main([str(tmp_path / "empty"), f"--out={out}"])

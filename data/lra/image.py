@@ -176,14 +176,15 @@ def ensure(lra_dir, cifar10_source=""):
         train = [read_batch(os.path.join(path, b)) for b in TRAIN_BATCHES]
         parts["train"] = (np.concatenate([t[0] for t in train]), np.concatenate([t[1] for t in train]))
         parts["test"] = read_batch(os.path.join(path, TEST_BATCH))
-    os.makedirs(os.path.join(lra_dir, FOLDER), exist_ok=True)
-    for part, (images, labels) in parts.items():
+    for part, (images, labels) in parts.items():  # check both parts before writing either
         if len(labels) and (labels.min() < 0 or labels.max() >= NUM_CLASSES):
             raise ValueError(f"{path}: {part} labels outside [0, {NUM_CLASSES})")
         counts = np.bincount(labels, minlength=NUM_CLASSES)
         if (counts == 0).any():
             raise ValueError(f"{path}: {part} has no image of class(es) {np.flatnonzero(counts == 0).tolist()}")
         print(f"CIFAR-10 {part}: {len(labels)} images, per class {counts.tolist()}", flush=True)
+    os.makedirs(os.path.join(lra_dir, FOLDER), exist_ok=True)
+    for part, (images, labels) in parts.items():
         gray = to_gray(images)
 
         def write(tmp, gray=gray, labels=labels):

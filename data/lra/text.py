@@ -204,9 +204,10 @@ def ensure(lra_dir, imdb_source=""):
                 f"Face datasets 'imdb' is unavailable (offline?). Set {ENV} to the aclImdb_v1.tar.gz tarball or its "
                 f"extracted aclImdb/ directory (https://ai.stanford.edu/~amaas/data/sentiment/)")
     os.makedirs(os.path.join(lra_dir, FOLDER), exist_ok=True)
-    for split, file in zip(SOURCE_SPLITS, files):
+    for split in SOURCE_SPLITS:  # check both splits before writing either
         counts = _check_rows(rows[split], split, source)
         print(f"IMDB {split}: {counts[0]} neg, {counts[1]} pos", flush=True)
+    for split, file in zip(SOURCE_SPLITS, files):
         _write_cache(file, rows[split], source)
 
 

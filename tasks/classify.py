@@ -32,9 +32,10 @@ off and steps per second are those of full-length batches). Training batches are
 examples drawn uniformly with replacement, a pure function of the batch seed.
 
 Loss: mean cross-entropy (nats per example); metrics loss and accuracy. ``evaluate`` runs on the
-whole val split (or its first ``eval_max_batches`` batches) in order; ``final_evaluate`` on the
-whole test split (train.py calls it after training with the best-val-accuracy weights and writes
-``out_dir/final_metrics.json``). BEST_METRIC = ("val_accuracy", "max").
+whole val split (or a fixed random subset of ``eval_max_batches`` batches); ``final_evaluate`` on
+the whole test split (or ``test_max_batches`` batches); train.py calls it after training with
+the best-val-accuracy weights and writes ``out_dir/final_metrics.json``. BEST_METRIC =
+("val_accuracy", "max").
 
 ``block_size`` and ``dataset`` (train.py keys) are not used: the length comes from ``max_len``.
 The interface is described in ``tasks/__init__.py``.
@@ -59,6 +60,7 @@ DEFAULTS = dict(
     lra_options={},
     trim_padding=False,
     eval_max_batches=0,
+    test_max_batches=0,
     **ARCHITECTURE_DEFAULTS,
 )
 HELP = dict(
@@ -68,7 +70,8 @@ HELP = dict(
     pooling="cls (prepend a CLS token, its final state) | mean (mean over real tokens)",
     lra_options="options of the task module's ensure()/load() as a dict, e.g. {'workers': 1}",
     trim_padding="cut each batch after its longest sequence (exact with masking; LRA pads to max_len)",
-    eval_max_batches="batches of the val split per evaluation; 0 = the whole split",
+    eval_max_batches="batches of the val split per evaluation (a fixed random subset); 0 = the whole split",
+    test_max_batches="batches of the test split in the final evaluation (a fixed random subset); 0 = all",
     **ARCHITECTURE_HELP,
 )
 MODEL_KEYS = ("n_layer", "n_head", "n_embd", "bias", "attention", "attention_params", "lra_task", "max_len",
@@ -165,8 +168,9 @@ def _check(cfg):
         raise ConfigError(f"pooling must be one of {', '.join(POOLINGS)}; got {cfg['pooling']!r}")
     if cfg["max_len"] < 0:
         raise ConfigError(f"max_len must be >= 0 (0 = the task's {module.MAX_LEN}); got {cfg['max_len']}")
-    if cfg["eval_max_batches"] < 0:
-        raise ConfigError(f"eval_max_batches must be >= 0 (0 = whole split); got {cfg['eval_max_batches']}")
+    for key in ("eval_max_batches", "test_max_batches"):
+        if cfg[key] < 0:
+            raise ConfigError(f"{key} must be >= 0 (0 = whole split); got {cfg[key]}")
     if not isinstance(cfg["lra_options"], dict):
         raise ConfigError(f"lra_options must be a dict; got {cfg['lra_options']!r}")
     split_options(module, cfg["lra_options"])
@@ -304,9 +308,18 @@ def loss(model, batch):
     return value, {"loss": value.detach(), "accuracy": accuracy.detach()}
 
 
+def eval_rows(n, batch_size, max_batches=0):
+    """Example indices an evaluation covers: all n in order, or with ``max_batches`` > 0 a fixed
+    random subset of max_batches x batch_size examples (``default_rng(0)``, sorted; a prefix would
+    be one class in the class-sorted splits, e.g. IMDB)."""
+    if not max_batches or max_batches * batch_size >= n:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(0).permutation(n)[:max_batches * batch_size])
+
+
 def split_metrics(model, data, split, cfg, device, max_batches=0):
-    """Loss and accuracy over ``split`` in order, in batches of ``batch_size`` (the last one
-    smaller), the first ``max_batches`` batches only when > 0.
+    """Loss and accuracy over ``split`` (``eval_rows``: the whole split, or a fixed random
+    subset of ``max_batches`` batches), in batches of ``batch_size`` (the last one smaller).
 
     Returns:
         {"loss": mean cross-entropy per example, "accuracy": fraction correct, "n": examples}.
@@ -314,13 +327,10 @@ def split_metrics(model, data, split, cfg, device, max_batches=0):
     from tqdm import tqdm
 
     d, module = data[split], data["module"]
-    n = len(d["labels"])
-    starts = list(range(0, n, cfg["batch_size"]))
-    if max_batches:
-        starts = starts[:max_batches]
+    order = eval_rows(len(d["labels"]), cfg["batch_size"], max_batches)
+    batches = [order[i:i + cfg["batch_size"]] for i in range(0, len(order), cfg["batch_size"])]
     loss_sum, correct, count = 0.0, 0, 0
-    for start in tqdm(starts, desc=f"eval {split}", unit="batch", disable=None, leave=False):
-        rows = np.arange(start, min(start + cfg["batch_size"], n))
+    for rows in tqdm(batches, desc=f"eval {split}", unit="batch", disable=None, leave=False):
         batch = make_batch(d, rows, cfg, module, device)
         logits = _logits(model, batch).float()
         loss_sum += F.cross_entropy(logits, batch["labels"], reduction="sum").item()
@@ -340,15 +350,16 @@ def evaluate(model, data, cfg, device):
 
 
 def final_evaluate(model, data, cfg, device):
-    """Loss and accuracy on the whole test split and the whole val split (train.py calls it once
-    after training, with the weights of the best val accuracy).
+    """Loss and accuracy on the test split (whole, or ``test_max_batches`` batches) and on the
+    val examples ``evaluate`` uses (train.py calls it once after training, with the weights of the
+    best val accuracy, so val_accuracy repeats the best value).
 
     Returns:
         {"test_loss", "test_accuracy", "test_examples", "val_loss", "val_accuracy", "val_examples"}.
     """
     out = {}
-    for split in ("test", "val"):
-        m = split_metrics(model, data, split, cfg, device)
+    for split, max_batches in (("test", cfg["test_max_batches"]), ("val", cfg["eval_max_batches"])):
+        m = split_metrics(model, data, split, cfg, device, max_batches)
         out[f"{split}_loss"], out[f"{split}_accuracy"], out[f"{split}_examples"] = m["loss"], m["accuracy"], m["n"]
     return out
 

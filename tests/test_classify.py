@@ -204,8 +204,14 @@ def test_evaluate_covers_the_whole_split(stub):
         assert m["accuracy"] == pytest.approx(float((logits.argmax(-1) == labels).float().mean()))
         assert m["loss"] == pytest.approx(float(torch.nn.functional.cross_entropy(logits, labels)), rel=1e-5)
         assert classify.split_metrics(model, d, "val", cfg, "cpu", max_batches=2)["n"] == 20
+        # a limited evaluation takes a fixed random subset, not a prefix (splits may be sorted by class)
+        rows = classify.eval_rows(64, 10, 2)
+        assert len(rows) == 20 and rows.max() > 20 and np.array_equal(rows, classify.eval_rows(64, 10, 2))
+        assert np.array_equal(classify.eval_rows(64, 10, 7), np.arange(64))
         final = classify.final_evaluate(model, d, cfg, "cpu")
         assert final["test_examples"] == 96 and final["val_accuracy"] == pytest.approx(m["accuracy"])
+        limited = classify.final_evaluate(model, d, dict(cfg, test_max_batches=3, eval_max_batches=2), "cpu")
+        assert limited["test_examples"] == 30 and limited["val_examples"] == 20
 
 
 # ---------------------------------------------------------------- through train.py

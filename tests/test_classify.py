@@ -298,3 +298,73 @@ def test_lra_table(tmp_path):
     assert "fastmax1,ours,4.00,,,,,," in steps and any(s.startswith("fastmax1,published: FAST Table 2") for s in steps)
     with pytest.raises(SystemExit):
         lra_table.main([str(tmp_path / "empty"), f"--out={out}"])
+
+
+# ---------------------------------------------------------------- configs/lra
+
+
+CONFIGS = os.path.join(ROOT, "configs", "lra")
+
+
+def test_lra_configs_parse_and_build():
+    import configurator
+    from make_lra_configs import ATTENTIONS, TASKS
+
+    names = sorted(f for f in os.listdir(CONFIGS) if f.endswith(".py"))
+    assert names == sorted(f"{t}_{a}{s}.py" for t in TASKS for a in ATTENTIONS for s in ("", "_cpu"))
+    for name in names:
+        cfg = configurator.parse(train.DEFAULTS, [os.path.join(CONFIGS, name), "--device=cpu"])
+        task, attention = name[:-3].replace("_cpu", "").split("_")
+        assert cfg["task"] == "classify" and cfg["lra_task"] == task, name
+        assert cfg["out_dir"] == f"out/lra/{name[:-3]}"
+        tasks.check_task_keys(cfg, train.DEFAULTS, "classify")
+        train.check_config(cfg)
+        module = lra.get(task)
+        assert cfg["max_len"] == module.MAX_LEN or (task == "text" and cfg["max_len"] == 4000), name
+        classify.split_options(module, cfg["lra_options"])  # every option is accepted by the module
+        mc = classify.model_config(cfg, module)
+        assert (mc.block, mc.attention) == (("danet", "dense") if attention == "dense" else ("transformer", "fastmax"
+                                            if attention.startswith("fastmax") else "softmax"))
+        if attention.startswith("fastmax"):
+            assert mc.attention_params == {"p": int(attention[-1])}
+        if name.endswith("_cpu.py"):
+            classify.LRAClassifier(mc)  # small enough to build here
+    same = ("batch_size", "max_iters", "learning_rate", "max_len", "pooling", "n_embd")
+    for t in TASKS:  # within a task every attention gets the same budget
+        runs = [configurator.parse(train.DEFAULTS, [os.path.join(CONFIGS, f"{t}_{a}_cpu.py")]) for a in ATTENTIONS]
+        assert all(all(r[k] == runs[0][k] for k in same) for r in runs), t
+
+
+@pytest.mark.skipif(not os.path.isdir(os.path.join(os.path.dirname(ROOT), "shared", "data", "cifar10-subset")),
+                    reason="CIFAR-10 subset not found")
+def test_cpu_config_runs_on_real_data(tmp_path, monkeypatch):
+    """Two steps of the DANet Image config on the real CIFAR-10 subset, through train.py."""
+    monkeypatch.delenv("CIFAR10_DIR", raising=False)
+    out = tmp_path / "run"
+    train.main([os.path.join(CONFIGS, "image_dense_cpu.py"), f"--out_dir={out}", f"--lra_dir={tmp_path / 'lra'}",
+                "--num_threads=1", "--batch_size=4", "--max_iters=2", "--eval_interval=2", "--eval_max_batches=2",
+                "--test_max_batches=2"])
+    final = json.load(open(out / "final_metrics.json"))
+    assert final["test_examples"] == 8 and final["val_examples"] == 8 and 0 <= final["test_accuracy"] <= 1
+    assert final["config"]["block"] == "danet" and final["best_iter"] == 2
+
+
+@pytest.mark.skipif(not os.path.isdir(os.path.join(os.path.dirname(ROOT), "shared", "data", "cifar10-subset")),
+                    reason="CIFAR-10 subset not found")
+def test_sweep_script(tmp_path):
+    """scripts/sweep_lra.sh: runs the grid, skips finished cells, reports a missing config, writes the table."""
+    import subprocess
+
+    env = dict(os.environ, TASKS="image", ATTENTIONS="softmax bogus", OUT_ROOT=str(tmp_path / "runs"),
+               TABLE_OUT=str(tmp_path / "table"), LRA_DIR=str(tmp_path / "lra"), THREADS="1", PYTHONPATH=ROOT)
+    env.pop("CIFAR10_DIR", None)
+    args = ["bash", os.path.join(ROOT, "scripts", "sweep_lra.sh"), "--max_iters=1", "--batch_size=2",
+            "--eval_max_batches=1", "--test_max_batches=1", "--eval_interval=1"]
+    r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "no configs/lra/image_bogus_cpu.py" in r.stderr, r.stderr[-2000:]
+    final = json.load(open(tmp_path / "runs" / "image_softmax_cpu" / "final_metrics.json"))
+    assert final["iters"] == 1 and final["config"]["num_threads"] == 1
+    assert "softmax (ours)" in (tmp_path / "table" / "lra_table.md").read_text()
+    env["ATTENTIONS"] = "softmax"
+    r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "final_metrics.json exists, skipped" in r.stdout

@@ -90,6 +90,7 @@ def read_runs(files):
         runs.append({"file": f, "label": attention_label(cfg), "task": task_column(cfg),
                      "test_accuracy": m["test_accuracy"], "val_accuracy": m.get("val_accuracy"),
                      "steps_per_s": m.get("steps_per_s"), "iters": m.get("iters"), "best_iter": m.get("best_iter"),
+                     "majority": m.get("test_majority"),
                      "max_len": cfg.get("max_len"), "mtime": os.path.getmtime(f)})
     return runs
 
@@ -106,12 +107,11 @@ def build_tables(runs):
     chosen = {}
     for r in sorted(runs, key=lambda r: r["mtime"]):
         chosen[(r["label"], r["task"])] = r  # the most recent wins
-    labels = [a for a in ORDER if any(k[0] == a for k in chosen)]
-    labels += sorted({k[0] for k in chosen} - set(ORDER))
-    published_labels = [p[0] for p in PUBLISHED_ACCURACY]
+    ours = {k[0] for k in chosen}
+    every = ours | {p[0] for p in PUBLISHED_ACCURACY}
     acc_rows, steps_rows = [], []
-    for label in list(dict.fromkeys(labels + [a for a in ORDER if a in published_labels])):
-        if label in labels:
+    for label in [a for a in ORDER if a in every] + sorted(every - set(ORDER)):
+        if label in ours:
             vals = [100 * chosen[(label, t)]["test_accuracy"] if (label, t) in chosen else None for t in TASKS]
             present = [v for v in vals if v is not None]
             acc_rows.append((label, "ours", vals, sum(present) / len(present) if present else None))
@@ -149,13 +149,14 @@ def to_csv(rows):
 
 def runs_markdown(runs, chosen):
     used = {id(r) for r in chosen.values()}
-    lines = ["| run | task | attention | max_len | test acc % | val acc % | best iter / iters | steps/s | in table |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| run | task | attention | max_len | test acc % | majority class % | val acc % | best iter / iters | "
+             "steps/s | in table |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(runs, key=lambda r: (r["task"], r["label"], r["file"])):
         val = "-" if r["val_accuracy"] is None else f"{100 * r['val_accuracy']:.2f}"
         steps = "-" if r["steps_per_s"] is None else f"{r['steps_per_s']:.3f}"
+        majority = "-" if r["majority"] is None else f"{100 * r['majority']:.2f}"
         lines.append(f"| {os.path.dirname(r['file'])} | {r['task']} | {r['label']} | {r['max_len'] or 'default'} | "
-                     f"{100 * r['test_accuracy']:.2f} | {val} | {r['best_iter']} / {r['iters']} | {steps} | "
+                     f"{100 * r['test_accuracy']:.2f} | {majority} | {val} | {r['best_iter']} / {r['iters']} | {steps} | "
                      f"{'yes' if id(r) in used else 'no (older)'} |")
     return "\n".join(lines)
 
@@ -192,7 +193,10 @@ def main(argv=None):
     _write(os.path.join(args.out, "lra_table.md"), md)
     _write(os.path.join(args.out, "lra_accuracy.csv"), to_csv(acc_rows))
     _write(os.path.join(args.out, "lra_steps_per_s.csv"), to_csv(steps_rows))
-    print(md)
+    try:
+        print(md)
+    except BrokenPipeError:  # `| head`: the reader left
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     print(f"wrote {args.out}/lra_table.md, lra_accuracy.csv, lra_steps_per_s.csv")
 
 

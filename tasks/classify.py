@@ -355,12 +355,15 @@ def final_evaluate(model, data, cfg, device):
     best val accuracy, so val_accuracy repeats the best value).
 
     Returns:
-        {"test_loss", "test_accuracy", "test_examples", "val_loss", "val_accuracy", "val_examples"}.
+        {"test_loss", "test_accuracy", "test_examples", "val_loss", "val_accuracy", "val_examples",
+        "test_majority"} (the accuracy of always predicting the most frequent test label, a reference line).
     """
     out = {}
     for split, max_batches in (("test", cfg["test_max_batches"]), ("val", cfg["eval_max_batches"])):
         m = split_metrics(model, data, split, cfg, device, max_batches)
         out[f"{split}_loss"], out[f"{split}_accuracy"], out[f"{split}_examples"] = m["loss"], m["accuracy"], m["n"]
+    rows = eval_rows(len(data["test"]["labels"]), cfg["batch_size"], cfg["test_max_batches"])
+    out["test_majority"] = majority_rate(data["test"]["labels"][rows])
     return out
 
 

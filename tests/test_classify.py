@@ -212,6 +212,7 @@ def test_evaluate_covers_the_whole_split(stub):
         assert final["test_examples"] == 96 and final["val_accuracy"] == pytest.approx(m["accuracy"])
         limited = classify.final_evaluate(model, d, dict(cfg, test_max_batches=3, eval_max_batches=2), "cpu")
         assert limited["test_examples"] == 30 and limited["val_examples"] == 20
+        assert final["test_majority"] == pytest.approx(np.bincount(d["test"]["labels"]).max() / 96)
 
 
 # ---------------------------------------------------------------- through train.py
@@ -291,6 +292,10 @@ def test_lra_table(tmp_path):
     assert rows["softmax (published: LRA paper, Tay et al. 2021)"][:2] == ["36.37", "64.27"]
     assert rows["fastmax2 (published: FAST Table 1)"][0] == "37.40"
     assert rows["dense (published: DenseAttention Table 1)"][-1] == "77.99"
+    order = [name for name in rows if name != "attention"]
+    assert order[:3] == ["softmax (ours)", "softmax (published: LRA paper, Tay et al. 2021)",
+                         "softmax (published: FAST Table 1)"]
+    assert order.index("fastmax2 (published: FAST Table 1)") < order.index("dense (ours)")
     csv = (out / "lra_accuracy.csv").read_text().splitlines()
     assert csv[0] == "attention,source,listops,text,retrieval,image,pathfinder,pathx,avg"
     assert "softmax,ours,31.25,62.50,,,,,46.88" in csv

@@ -156,7 +156,8 @@ def runs_markdown(runs, chosen):
         steps = "-" if r["steps_per_s"] is None else f"{r['steps_per_s']:.3f}"
         majority = "-" if r["majority"] is None else f"{100 * r['majority']:.2f}"
         lines.append(f"| {os.path.dirname(r['file'])} | {r['task']} | {r['label']} | {r['max_len'] or 'default'} | "
-                     f"{100 * r['test_accuracy']:.2f} | {majority} | {val} | {r['best_iter']} / {r['iters']} | {steps} | "
+                     f"{100 * r['test_accuracy']:.2f} | {majority} | {val} | {r['best_iter']} / {r['iters']} | "
+                     f"{steps} | "
                      f"{'yes' if id(r) in used else 'no (older)'} |")
     return "\n".join(lines)
 

@@ -202,7 +202,8 @@ def paper_config(task, attention):
         model.update(ATTENTION_KEYS[attention])
     peak, final = spec["lr"]
     keys.update(model)
-    keys.update(learning_rate=peak, lr_schedule="cosine", lr_decay_iters=model.get("lr_decay_iters", model["max_iters"]),
+    decay = model.get("lr_decay_iters", model["max_iters"])
+    keys.update(learning_rate=peak, lr_schedule="cosine", lr_decay_iters=decay,
                 min_lr=final if final is not None else peak, grad_clip=1.0, log_interval=50, **spec["eval"])
     if task in DATA_OPTIONS and "lra_options" not in keys:
         keys["lra_options"] = DATA_OPTIONS[task]

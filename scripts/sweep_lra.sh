@@ -4,7 +4,7 @@
 #
 #   scripts/sweep_lra.sh                                   # the default grid below
 #   TASKS="listops text" ATTENTIONS="softmax dense" scripts/sweep_lra.sh
-#   SUFFIX="" OUT_ROOT=out/lra_gpu scripts/sweep_lra.sh --device=cuda   # the papers' sizes (configs/lra/<task>_<attention>.py)
+#   SUFFIX="" OUT_ROOT=out/lra_gpu scripts/sweep_lra.sh    # the papers' sizes (configs/lra/<task>_<attention>.py, GPU)
 #
 # Environment (defaults in brackets):
 #   TASKS       ["listops text image pathfinder"]  retrieval needs the LRA release's tsv_data/ under LRA_DIR

@@ -116,24 +116,31 @@ def synchronize(device):
         torch.cuda.synchronize()
 
 
-def time_call(method, mode, causal, T, D, heads, device, repeats, long_call):
-    call = make_call(method, causal)
-    q, k, v = make_inputs(T, D, heads, device, mode == "forward_backward")
-    grad_out = torch.randn(1, heads, T, D, generator=torch.Generator().manual_seed(1)).to(device)
-    synchronize(device)
+def median_seconds(once, repeats, long_call, sync=lambda: None):
+    """(median wall time of ``repeats`` calls of ``once`` after a warm-up call, repeats); a
+    warm-up longer than ``long_call`` seconds is the only timing (repeats = 1)."""
+    sync()
     start = time.perf_counter()
-    run_once(call, q, k, v, mode, grad_out)  # warm-up (and the first timing)
-    synchronize(device)
+    once()
+    sync()
     first = time.perf_counter() - start
     if first > long_call:
         return first, 1
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        run_once(call, q, k, v, mode, grad_out)
-        synchronize(device)
+        once()
+        sync()
         times.append(time.perf_counter() - start)
     return statistics.median(times), repeats
+
+
+def time_call(method, mode, causal, T, D, heads, device, repeats, long_call):
+    call = make_call(method, causal)
+    q, k, v = make_inputs(T, D, heads, device, mode == "forward_backward")
+    grad_out = torch.randn(1, heads, T, D, generator=torch.Generator().manual_seed(1)).to(device)
+    return median_seconds(lambda: run_once(call, q, k, v, mode, grad_out), repeats, long_call,
+                          lambda: synchronize(device))
 
 
 def _status_kb(field):
@@ -313,17 +320,7 @@ def time_layer(layer, mode, T, batch, D, repeats, long_call):
             x.grad = None
             layer.zero_grad(set_to_none=True)
 
-    start = time.perf_counter()
-    once()
-    first = time.perf_counter() - start
-    if first > long_call:
-        return first, 1
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        once()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), repeats
+    return median_seconds(once, repeats, long_call)
 
 
 def layer_targets(rows):

@@ -110,7 +110,8 @@ COMMON_HELP = dict(
     wandb_run_name="wandb run name",
     wandb_mode="wandb mode: online | offline | disabled",
     task=f"what to train: {' | '.join(tasks.available())} (modules in tasks/)",
-    dataset="data set name; allowed values depend on the task (lm: wikitext2 | shakespeare_char; mlm: wikitext2 | hf:<path>[:<config>]; classify: see lra_task)",
+    dataset="data set name; allowed values depend on the task (lm: wikitext2 | shakespeare_char; "
+            "mlm: wikitext2 | hf:<path>[:<config>]; classify: see lra_task)",
     batch_size="sequences per micro-batch per process",
     block_size="tokens per training sequence = the model's maximum sequence length",
     gradient_accumulation_steps="micro-batches per optimizer step, summed over all DDP processes",

@@ -146,7 +146,8 @@ def output_gradients(grad_out, out, den, rho, causal):
 def finish_output(num, den, rho, causal):
     """num / den, zero on rows without an allowed key (N, T, Dv)."""
     has_key = row_counts(rho, causal) > 0
-    return torch.where(has_key[..., None], num / torch.where(has_key, den, torch.ones_like(den))[..., None], 0.0)
+    scale = torch.where(has_key, den.reciprocal(), 0.0)  # (N, T): one pass over num instead of three
+    return num * scale.unsqueeze(-1)
 
 
 def _outer(a, b):
@@ -193,6 +194,8 @@ class _PyTorchBackend:
 
     @staticmethod
     def forward(q, k, v, kl, ka, kb, rho, causal, coeffs, chunk):
+        if kl is None and ka is None and kb is None:
+            return _forward_shared_keys(q, k, v, rho, causal, coeffs, chunk)
         ch = _Chunks(q, k, v, kl, ka, kb, rho, chunk, quad=coeffs[2] != 0.0)
         num = q.new_zeros(ch.N, ch.n_chunks, ch.C, ch.Dv)
         den = q.new_zeros(ch.N, ch.n_chunks, ch.C)
@@ -232,6 +235,68 @@ class _PyTorchBackend:
                 add(g0, g1, _key_grads(ch, g0, g1, after, coeffs))
         full = {name: ch.unchunk(value) for name, value in grads.items()}
         return full["q"], full["k"], full["v"], full.get("kl"), full.get("ka"), full.get("kb")
+
+
+def _forward_shared_keys(q, k, v, rho, causal, coeffs, chunk):
+    """Forward pass when the numerator keys are k itself (no dropout): (out (N, T, Dv), den (N, T)).
+
+    The denominator is the numerator of one more value column, rho: k and v are zero at padded
+    keys, so sum_j w_ij [v_j, rho_j] = [numerator_i, denominator_i] (the c0 term included). Every
+    product then yields both at once, and the coefficients are applied in place, which halves
+    the passes over (T, Dv)-sized tensors compared with the general path (``_Chunks``).
+    """
+    c0, c1, c2 = coeffs
+    quad = c2 != 0.0
+    N, T, D = q.shape
+    Dv = v.shape[-1]
+    va = torch.cat([v, rho.unsqueeze(-1)], dim=-1)  # (N, T, Dv + 1)
+    feature = D * D if quad else D
+    if not causal:
+        n = torch.baddbmm(va.sum(1, keepdim=True), q, k.transpose(1, 2) @ va, beta=c0, alpha=c1)
+        if quad:  # x3 = sum_j (k_j (x) k_j) (x) va_j, by slices of positions to bound the features' memory
+            rows = max(1, STATE_BUDGET // max(1, 2 * N * feature))
+            x3 = q.new_zeros(N, feature, Dv + 1)
+            for t0 in range(0, T, rows):
+                kt = k[:, t0:t0 + rows]
+                x3.baddbmm_(_outer(kt, kt).transpose(1, 2), va[:, t0:t0 + rows])
+            for t0 in range(0, T, rows):
+                qt = q[:, t0:t0 + rows]
+                n[:, t0:t0 + rows].baddbmm_(_outer(qt, qt), x3, alpha=c2)
+    else:
+        C = int(chunk)
+        n_chunks = max(1, -(-T // C))
+        pad = n_chunks * C - T
+        if pad:  # padded positions have k = va = 0: they add nothing; their rows are cut below
+            q, k, va = (torch.nn.functional.pad(t, (0, 0, 0, pad)) for t in (q, k, va))
+        q, k, va = (t.reshape(N, n_chunks, C, t.shape[-1]) for t in (q, k, va))
+        per_chunk = N * (4 * C * feature + 2 * feature * (Dv + 1) + 2 * C * C + C * (Dv + 1))
+        group = max(1, min(n_chunks, STATE_BUDGET // max(1, per_chunk)))
+        future = torch.ones(C, C, dtype=torch.bool, device=q.device).triu(1)
+        n = q.new_empty(N, n_chunks, C, Dv + 1)
+        carry = None  # sums over the keys of all earlier groups: x1 (N, Dv+1), x2 (N, D, Dv+1), x3
+        for g0 in range(0, n_chunks, group):
+            g1 = min(n_chunks, g0 + group)
+            qg, kg, vg = q[:, g0:g1], k[:, g0:g1], va[:, g0:g1]
+            states = [vg.sum(-2), kg.transpose(-1, -2) @ vg]  # per-chunk sums (Eq. 34-35)
+            if quad:
+                states.append(_outer(kg, kg).transpose(-1, -2) @ vg)
+            before = []  # exclusive prefix sums: the state before each chunk
+            for i, x in enumerate(states):
+                b = x.cumsum(1).sub_(x)
+                if carry is not None:
+                    b.add_(carry[i].unsqueeze(1))
+                before.append(b)
+            carry = [b[:, -1] + x[:, -1] for b, x in zip(before, states)]
+            out = (qg @ before[1]).mul_(c1).add_(before[0].unsqueeze(-2), alpha=c0)  # earlier chunks
+            if quad:
+                out.add_(_outer(qg, qg) @ before[2], alpha=c2)
+            s = qg @ kg.transpose(-1, -2)  # own chunk: explicit C x C weights, causal mask
+            w = s.mul(c2).add_(c1).mul_(s).add_(c0) if quad else s.mul_(c1).add_(c0)
+            out += w.masked_fill_(future, 0.0) @ vg
+            n[:, g0:g1] = out
+        n = n.reshape(N, n_chunks * C, Dv + 1)[:, :T]
+    den = n[..., Dv].contiguous()
+    return finish_output(n[..., :Dv], den, rho, causal), den
 
 
 class _Chunks:

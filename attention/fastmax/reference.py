@@ -90,7 +90,7 @@ def _max_normalize(x, lim, causal, attention_mask):
     else:
         largest = real_norms.amax(dim=-1, keepdim=True).expand_as(norms)
     largest = torch.maximum(largest, norms)  # only changes padded tokens (real ones are in their M)
-    return lim * x / largest.clamp_min(MAX_NORM_EPS).unsqueeze(-1)
+    return x * (lim / largest.clamp_min(MAX_NORM_EPS)).unsqueeze(-1)  # one pass over x
 
 
 def kernel(s, p, a0, a1, a2):

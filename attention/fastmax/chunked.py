@@ -214,6 +214,8 @@ class _PyTorchBackend:
     @staticmethod
     def backward(grad_out, q, k, v, kl, ka, kb, rho, out, den, causal, coeffs, chunk):
         g, delta = output_gradients(grad_out, out, den, rho, causal)
+        if kl is None and ka is None and kb is None:
+            return _backward_shared_keys(q, k, v, rho, g, delta, causal, coeffs, chunk)
         ch = _Chunks(q, k, v, kl, ka, kb, rho, chunk, quad=coeffs[2] != 0.0, g=g, delta=delta)
         grads = {name: q.new_zeros(ch.N, ch.n_chunks, ch.C, ch.width(name)) for name in ("q",) + ch.key_names}
 
@@ -297,6 +299,110 @@ def _forward_shared_keys(q, k, v, rho, causal, coeffs, chunk):
         n = n.reshape(N, n_chunks * C, Dv + 1)[:, :T]
     den = n[..., Dv].contiguous()
     return finish_output(n[..., :Dv], den, rho, causal), den
+
+
+def _position_sums(x, y, quad):
+    """Sums over positions (dim -2) of y, x (x) y and, for p = 2, (x (x) x) (x) y: [(.., Y),
+    (.., D, Y), (.., D*D, Y)]. With x = k, y = [v, rho] these are the key states of Eq. 34-35;
+    with x = q, y = the output gradients they are the query states of the key gradients."""
+    sums = [y.sum(-2), x.transpose(-1, -2) @ y]
+    if quad:
+        sums.append(_outer(x, x).transpose(-1, -2) @ y)
+    return sums
+
+
+def _grad_through_sums(x, y, sums, coeffs, with_constant):
+    """Gradients of positions (x_i, y_i) whose outputs are n_i = sum_j w(x_i . x'_j) y'_j with
+    the sums of the other side (``_position_sums(x', y')``), w(s) = c0 + c1 s + c2 s^2, for the
+    upstream gradient y_i of n_i: dL/dx_i = sum_j w'(s_ij) (y_i . y'_j) x'_j, and with
+    ``with_constant`` also sum_j w(s_ij) y'_j (the gradient of the values; y, x swap roles).
+    Shapes: x (.., L, D), y (.., L, Y); returns dx (.., L, D) and the second result or None."""
+    c0, c1, c2 = coeffs
+    D = x.shape[-1]
+    dx = (y @ sums[1].transpose(-1, -2)).mul_(c1)
+    other = (x @ sums[1]).mul_(c1).add_(sums[0].unsqueeze(-2), alpha=c0) if with_constant else None
+    if len(sums) == 3:
+        m = (y @ sums[2].transpose(-1, -2)).unflatten(-1, (D, D))  # sum_j x'_j (x) x'_j (y_i . y'_j)
+        dx.add_((m @ x.unsqueeze(-1)).squeeze(-1), alpha=2 * c2)
+        if with_constant:
+            other.add_(_outer(x, x) @ sums[2], alpha=c2)
+    return dx, other
+
+
+def _backward_shared_keys(q, k, v, rho, g, delta, causal, coeffs, chunk):
+    """Gradients (dq, dk, dv, None, None, None) of ``_forward_shared_keys`` from g, delta
+    (``output_gradients``): the upstream gradient of [numerator_i, denominator_i] is
+    ga_i = [g_i, -delta_i], against the values va_j = [v_j, rho_j]. For every allowed pair,
+    with P_ij = ga_i . va_j and w(s) = c0 + c1 s + c2 s^2:
+        dq_i = sum_j w'(s_ij) P_ij k_j,  dk_j = sum_i w'(s_ij) P_ij q_i,  dva_j = sum_i w(s_ij) ga_i,
+    factorized over the key states (queries) and the query states (keys), section 2.5: the states
+    are recomputed here, per chunk, instead of being stored by the forward pass."""
+    c0, c1, c2 = coeffs
+    quad = c2 != 0.0
+    N, T, D = q.shape
+    Dv = v.shape[-1]
+    va = torch.cat([v, rho.unsqueeze(-1)], dim=-1)
+    ga = torch.cat([g, -delta.unsqueeze(-1)], dim=-1)
+    feature = D * D if quad else D
+    if not causal:
+        rows = max(1, STATE_BUDGET // max(1, 3 * N * feature))
+        slices = [(t0, min(T, t0 + rows)) for t0 in range(0, T, rows)]
+        key_sums = query_sums = None
+        for t0, t1 in slices:
+            ks, qs = _position_sums(k[:, t0:t1], va[:, t0:t1], quad), _position_sums(q[:, t0:t1], ga[:, t0:t1], quad)
+            key_sums = ks if key_sums is None else [a + b for a, b in zip(key_sums, ks)]
+            query_sums = qs if query_sums is None else [a + b for a, b in zip(query_sums, qs)]
+        dq, dk, dva = torch.empty_like(q), torch.empty_like(k), torch.empty_like(va)
+        for t0, t1 in slices:
+            dq[:, t0:t1] = _grad_through_sums(q[:, t0:t1], ga[:, t0:t1], key_sums, coeffs, False)[0]
+            dk[:, t0:t1], dva[:, t0:t1] = _grad_through_sums(k[:, t0:t1], va[:, t0:t1], query_sums, coeffs, True)
+        return dq, dk, dva[..., :Dv], None, None, None
+
+    C = int(chunk)
+    n_chunks = max(1, -(-T // C))
+    pad = n_chunks * C - T
+    if pad:  # padded positions: k = va = 0 and ga = 0; their gradient rows are cut below
+        q, k, va, ga = (torch.nn.functional.pad(t, (0, 0, 0, pad)) for t in (q, k, va, ga))
+    q, k, va, ga = (t.reshape(N, n_chunks, C, t.shape[-1]) for t in (q, k, va, ga))
+    per_chunk = N * (6 * C * feature + 3 * feature * (Dv + 1) + 4 * C * C + 2 * C * (Dv + 1))
+    group = max(1, min(n_chunks, STATE_BUDGET // max(1, per_chunk)))
+    groups = [(g0, min(n_chunks, g0 + group)) for g0 in range(0, n_chunks, group)]
+    future = torch.ones(C, C, dtype=torch.bool, device=q.device).triu(1)
+    dq, dk, dva = torch.empty_like(q), torch.empty_like(k), torch.empty_like(va)
+
+    def exclusive(sums, carry, reverse):
+        """State before (after, when reverse) each chunk of a group, plus the new carry."""
+        states = []
+        for i, x in enumerate(sums):
+            b = (x.flip(1).cumsum(1).flip(1) if reverse else x.cumsum(1)).sub_(x)
+            if carry is not None:
+                b.add_(carry[i].unsqueeze(1))
+            states.append(b)
+        edge = 0 if reverse else -1
+        return states, [b[:, edge] + x[:, edge] for b, x in zip(states, sums)]
+
+    carry = None  # queries against the keys of earlier chunks, and the chunk's own keys
+    for g0, g1 in groups:
+        qg, kg, vg, gg = q[:, g0:g1], k[:, g0:g1], va[:, g0:g1], ga[:, g0:g1]
+        before, carry = exclusive(_position_sums(kg, vg, quad), carry, reverse=False)
+        dq_g = _grad_through_sums(qg, gg, before, coeffs, False)[0]
+        s = qg @ kg.transpose(-1, -2)
+        w = s.mul(c2).add_(c1).mul_(s).add_(c0) if quad else s.mul(c1).add_(c0)
+        w.masked_fill_(future, 0.0)
+        ds = (gg @ vg.transpose(-1, -2)).masked_fill_(future, 0.0)  # P_ij
+        ds.mul_(s.mul_(2 * c2).add_(c1)) if quad else ds.mul_(c1)  # w'(s_ij) P_ij
+        dq[:, g0:g1] = dq_g.add_(ds @ kg)
+        dk[:, g0:g1] = ds.transpose(-1, -2) @ qg
+        dva[:, g0:g1] = w.transpose(-1, -2) @ gg
+    carry = None  # keys against the queries of later chunks
+    for g0, g1 in reversed(groups):
+        qg, kg, vg, gg = q[:, g0:g1], k[:, g0:g1], va[:, g0:g1], ga[:, g0:g1]
+        after, carry = exclusive(_position_sums(qg, gg, quad), carry, reverse=True)
+        dk_g, dva_g = _grad_through_sums(kg, vg, after, coeffs, True)
+        dk[:, g0:g1] += dk_g
+        dva[:, g0:g1] += dva_g
+    unchunk = lambda t: t.reshape(N, n_chunks * C, t.shape[-1])[:, :T]  # noqa: E731
+    return unchunk(dq), unchunk(dk), unchunk(dva)[..., :Dv], None, None, None
 
 
 class _Chunks:

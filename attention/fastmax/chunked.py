@@ -24,6 +24,12 @@ boundaries), and the keys of its own chunk are handled with explicit C x C score
 mask. Chunks are processed in groups (vectorized inside a group, sequential across groups) so
 that the per-chunk states of a group stay within a fixed memory budget.
 
+Two code paths compute this. Without dropout (kl = ka = kb = k, the common case) the denominator
+is the numerator of one more value column, rho, so ``_forward_shared_keys`` and
+``_backward_shared_keys`` get numerator and denominator (and their gradients) from the same
+products. With dropout the numerator keys differ from k and ``_Chunks`` keeps the two apart. Both
+follow the chunking and grouping described above and are tested against the reference.
+
 Memory: the Function saves q, k, v (and the numerator keys under dropout), the output and the
 denominator: O(T D) per head, i.e. O(T D^(p-1)) for p = 2, plus transient states of
 O(D^p D_v) per chunk of a group. Backward recomputes the states (section 2.5) instead of storing

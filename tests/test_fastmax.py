@@ -115,13 +115,19 @@ def test_pytorch_path_sequence_lengths(T, chunk, p):
             _assert_close(a, b, rtol=1e-8, atol=1e-10)
 
 
-def test_groups_of_chunks_carry_state(monkeypatch):
-    # a budget of one chunk per group exercises the carry between groups
+@pytest.mark.parametrize("p", [1, 2])
+@pytest.mark.parametrize("dropout", [False, True])
+def test_groups_of_chunks_carry_state(monkeypatch, p, dropout):
+    # budgets of one chunk per group (one position per slice) exercise the carry between groups
     q, k, v = _qkv(T=70, grad=True)
+    masks = draw_dropout_masks("standard", 0.3, p, tuple(k.shape), k.device,
+                               torch.Generator().manual_seed(0)) if dropout else None
+    params = dict(p=p, dropout_variant="standard", dropout_rate=0.3 if dropout else 0.0, dropout_masks=masks)
     for causal in (False, True):
-        ref = reference_forward(q, k, v, causal, p=2)
+        ref = reference_forward(q, k, v, causal, **params)
         monkeypatch.setattr(chunked, "STATE_BUDGET", 1)
-        fast = fast_forward(q, k, v, causal, p=2, chunk_size=16)
+        monkeypatch.setattr(chunked, "CACHE_BUDGET", 1)
+        fast = fast_forward(q, k, v, causal, **params, chunk_size=16)
         g_fast = torch.autograd.grad(fast.sum(), (q, k, v))
         monkeypatch.undo()
         _assert_close(fast, ref)

@@ -38,6 +38,7 @@ per-position ones. Accumulation is in float32 or wider (the caller casts).
 import torch
 
 STATE_BUDGET = 1 << 23  # elements per group of chunks for features and states (32 MB in fp32)
+CACHE_BUDGET = 1 << 20  # elements per block of the forward pass without dropout (4 MB in fp32: in L2 / L3)
 
 
 def coefficients(p, a0, a1, a2, temperature):
@@ -250,61 +251,80 @@ def _forward_shared_keys(q, k, v, rho, causal, coeffs, chunk):
 
     The denominator is the numerator of one more value column, rho: k and v are zero at padded
     keys, so sum_j w_ij [v_j, rho_j] = [numerator_i, denominator_i] (the c0 term included). Every
-    product then yields both at once, and the coefficients are applied in place, which halves
-    the passes over (T, Dv)-sized tensors compared with the general path (``_Chunks``).
+    product then yields both at once. The queries are processed in blocks of about
+    CACHE_BUDGET elements (non-causal: slices of positions; causal: groups of chunks) that go from
+    the inputs to the finished output block, so the intermediates stay in the CPU cache and the
+    time per token does not grow once the sequence no longer fits in it.
     """
     c0, c1, c2 = coeffs
     quad = c2 != 0.0
     N, T, D = q.shape
     Dv = v.shape[-1]
-    va = torch.cat([v, rho.unsqueeze(-1)], dim=-1)  # (N, T, Dv + 1)
     feature = D * D if quad else D
+    has_key = row_counts(rho, causal) > 0
     if not causal:
-        n = torch.baddbmm(va.sum(1, keepdim=True), q, k.transpose(1, 2) @ va, beta=c0, alpha=c1)
-        if quad:  # x3 = sum_j (k_j (x) k_j) (x) va_j, by slices of positions to bound the features' memory
-            rows = max(1, STATE_BUDGET // max(1, 2 * N * feature))
+        out, den = q.new_empty(N, T, Dv), q.new_empty(N, T)
+        x1 = torch.cat([v.sum(1), rho.sum(1, keepdim=True)], dim=-1).unsqueeze(1)  # (N, 1, Dv + 1)
+        x2 = torch.cat([k.transpose(1, 2) @ v, (rho.unsqueeze(1) @ k).transpose(1, 2)], dim=-1)  # (N, D, Dv + 1)
+        rows = max(1, CACHE_BUDGET // max(1, N * (2 * feature + 2 * (Dv + 1))))
+        slices = [(t0, min(T, t0 + rows)) for t0 in range(0, T, rows)]
+        if quad:  # x3 = sum_j (k_j (x) k_j) (x) [v_j, rho_j], (N, D*D, Dv + 1)
             x3 = q.new_zeros(N, feature, Dv + 1)
-            for t0 in range(0, T, rows):
-                kt = k[:, t0:t0 + rows]
-                x3.baddbmm_(_outer(kt, kt).transpose(1, 2), va[:, t0:t0 + rows])
-            for t0 in range(0, T, rows):
-                qt = q[:, t0:t0 + rows]
-                n[:, t0:t0 + rows].baddbmm_(_outer(qt, qt), x3, alpha=c2)
-    else:
-        C = int(chunk)
-        n_chunks = max(1, -(-T // C))
-        pad = n_chunks * C - T
-        if pad:  # padded positions have k = va = 0: they add nothing; their rows are cut below
-            q, k, va = (torch.nn.functional.pad(t, (0, 0, 0, pad)) for t in (q, k, va))
-        q, k, va = (t.reshape(N, n_chunks, C, t.shape[-1]) for t in (q, k, va))
-        per_chunk = N * (4 * C * feature + 2 * feature * (Dv + 1) + 2 * C * C + C * (Dv + 1))
-        group = max(1, min(n_chunks, STATE_BUDGET // max(1, per_chunk)))
-        future = torch.ones(C, C, dtype=torch.bool, device=q.device).triu(1)
-        n = q.new_empty(N, n_chunks, C, Dv + 1)
-        carry = None  # sums over the keys of all earlier groups: x1 (N, Dv+1), x2 (N, D, Dv+1), x3
-        for g0 in range(0, n_chunks, group):
-            g1 = min(n_chunks, g0 + group)
-            qg, kg, vg = q[:, g0:g1], k[:, g0:g1], va[:, g0:g1]
-            states = [vg.sum(-2), kg.transpose(-1, -2) @ vg]  # per-chunk sums (Eq. 34-35)
+            for t0, t1 in slices:
+                kt = k[:, t0:t1]
+                x3.baddbmm_(_outer(kt, kt).transpose(1, 2), torch.cat([v[:, t0:t1], rho[:, t0:t1, None]], -1))
+        for t0, t1 in slices:
+            qt = q[:, t0:t1]
+            n = torch.baddbmm(x1, qt, x2, beta=c0, alpha=c1)
             if quad:
-                states.append(_outer(kg, kg).transpose(-1, -2) @ vg)
-            before = []  # exclusive prefix sums: the state before each chunk
-            for i, x in enumerate(states):
-                b = x.cumsum(1).sub_(x)
-                if carry is not None:
-                    b.add_(carry[i].unsqueeze(1))
-                before.append(b)
-            carry = [b[:, -1] + x[:, -1] for b, x in zip(before, states)]
-            out = (qg @ before[1]).mul_(c1).add_(before[0].unsqueeze(-2), alpha=c0)  # earlier chunks
-            if quad:
-                out.add_(_outer(qg, qg) @ before[2], alpha=c2)
-            s = qg @ kg.transpose(-1, -2)  # own chunk: explicit C x C weights, causal mask
-            w = s.mul(c2).add_(c1).mul_(s).add_(c0) if quad else s.mul_(c1).add_(c0)
-            out += w.masked_fill_(future, 0.0) @ vg
-            n[:, g0:g1] = out
-        n = n.reshape(N, n_chunks * C, Dv + 1)[:, :T]
-    den = n[..., Dv].contiguous()
-    return finish_output(n[..., :Dv], den, rho, causal), den
+                n.baddbmm_(_outer(qt, qt), x3, alpha=c2)
+            _finish_block(n, has_key[:, t0:t1], out[:, t0:t1], den[:, t0:t1])
+        return out, den
+
+    C = int(chunk)
+    n_chunks = max(1, -(-T // C))
+    pad = n_chunks * C - T
+    if pad:  # padded positions have k = v = rho = 0: they add nothing; their rows are cut below
+        q, k, v, rho, has_key = (torch.nn.functional.pad(t, (0, 0, 0, pad) if t.dim() == 3 else (0, pad))
+                                 for t in (q, k, v, rho, has_key))
+    q, k, v = (t.reshape(N, n_chunks, C, t.shape[-1]) for t in (q, k, v))
+    rho, has_key = rho.reshape(N, n_chunks, C), has_key.reshape(N, n_chunks, C)
+    out, den = q.new_empty(N, n_chunks, C, Dv), q.new_empty(N, n_chunks, C)
+    per_chunk = N * (3 * C * feature + 2 * feature * (Dv + 1) + 2 * C * C + 3 * C * (Dv + 1))
+    group = max(1, min(n_chunks, CACHE_BUDGET // max(1, per_chunk)))
+    future = torch.ones(C, C, dtype=torch.bool, device=q.device).triu(1)
+    carry = None  # sums over the keys of all earlier groups: x1 (N, Dv+1), x2 (N, D, Dv+1), x3
+    for g0 in range(0, n_chunks, group):
+        g1 = min(n_chunks, g0 + group)
+        qg, kg = q[:, g0:g1], k[:, g0:g1]
+        vg = torch.cat([v[:, g0:g1], rho[:, g0:g1, :, None]], dim=-1)  # (N, G, C, Dv + 1)
+        states = [vg.sum(-2), kg.transpose(-1, -2) @ vg]  # per-chunk sums (Eq. 34-35)
+        if quad:
+            states.append(_outer(kg, kg).transpose(-1, -2) @ vg)
+        before = []  # exclusive prefix sums: the state before each chunk
+        for i, x in enumerate(states):
+            b = x.cumsum(1).sub_(x)
+            if carry is not None:
+                b.add_(carry[i].unsqueeze(1))
+            before.append(b)
+        carry = [b[:, -1] + x[:, -1] for b, x in zip(before, states)]
+        n = (qg @ before[1]).mul_(c1).add_(before[0].unsqueeze(-2), alpha=c0)  # earlier chunks
+        if quad:
+            n.add_(_outer(qg, qg) @ before[2], alpha=c2)
+        s = qg @ kg.transpose(-1, -2)  # own chunk: explicit C x C weights, causal mask
+        w = s.mul(c2).add_(c1).mul_(s).add_(c0) if quad else s.mul_(c1).add_(c0)
+        n += w.masked_fill_(future, 0.0) @ vg
+        _finish_block(n, has_key[:, g0:g1], out[:, g0:g1], den[:, g0:g1])
+    unchunk = lambda t: t.reshape(N, n_chunks * C, *t.shape[3:])[:, :T]  # noqa: E731
+    return unchunk(out), unchunk(den)
+
+
+def _finish_block(n, has_key, out, den):
+    """Split [numerator, denominator] n (..., Dv + 1) into the views out (..., Dv) = numerator /
+    denominator (zero on rows without an allowed key) and den (...)."""
+    den.copy_(n[..., -1])
+    scale = torch.where(has_key, den.reciprocal(), 0.0)
+    torch.mul(n[..., :-1], scale.unsqueeze(-1), out=out)
 
 
 def _position_sums(x, y, quad):

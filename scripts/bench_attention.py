@@ -10,8 +10,8 @@ Measures, in one run, on the same random (1, H, T, D) float32 inputs (B*H = --he
 for every T in --T, D in --D, causal and not, in two modes: ``forward`` (under torch.no_grad) and
 ``forward_backward`` (forward with autograd, then backward of a random output gradient).
 
-Time: median of --repeats calls after one warm-up call (one call when a call takes over --long
-seconds), torch threads = --threads (stated in every row). A configuration is skipped (row with a
+Time: median of --repeats samples after one warm-up call (one call when a call takes over --long
+seconds); a sample of a call shorter than 0.1 s is the mean over a loop of calls lasting ~0.1 s, torch threads = --threads (stated in every row). A configuration is skipped (row with a
 note) when the same method at the previous T took longer than --budget seconds, or when its
 estimated memory exceeds --max_gb.
 Peak memory (--memory subprocess, the default on CPU): every (method, T, D, causal, mode) is run
@@ -116,9 +116,14 @@ def synchronize(device):
         torch.cuda.synchronize()
 
 
+MIN_SAMPLE_SECONDS = 0.1  # a sample of a short call times this long a loop of calls (timer and scheduler noise)
+
+
 def median_seconds(once, repeats, long_call, sync=lambda: None):
-    """(median wall time of ``repeats`` calls of ``once`` after a warm-up call, repeats); a
-    warm-up longer than ``long_call`` seconds is the only timing (repeats = 1)."""
+    """(median over ``repeats`` samples of the wall time per call of ``once``, repeats), after a
+    warm-up call. A sample is one call, or for calls shorter than MIN_SAMPLE_SECONDS the mean of
+    a loop of calls lasting about that long. A warm-up longer than ``long_call`` seconds is the
+    only timing (repeats = 1)."""
     sync()
     start = time.perf_counter()
     once()
@@ -126,12 +131,14 @@ def median_seconds(once, repeats, long_call, sync=lambda: None):
     first = time.perf_counter() - start
     if first > long_call:
         return first, 1
+    calls = max(1, math.ceil(MIN_SAMPLE_SECONDS / max(first, 1e-9)))
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        once()
+        for _ in range(calls):
+            once()
         sync()
-        times.append(time.perf_counter() - start)
+        times.append((time.perf_counter() - start) / calls)
     return statistics.median(times), repeats
 
 

@@ -157,6 +157,33 @@ def test_gradcheck_custom_function(p, causal, dropout):
     assert torch.autograd.gradcheck(fn, inputs, eps=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("p", [1, 2])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gradcheck_custom_function_with_scales(p, causal):
+    # q_scale / k_scale (max_norm applied inside the fast path): gradients to q, k, v and the scales
+    B, H, T, D = 1, 2, 11, 3
+    g = torch.Generator().manual_seed(6)
+    q, k, v = [(torch.randn(B, H, T, D, generator=g, dtype=torch.float64) * 0.5).requires_grad_() for _ in range(3)]
+    q_scale, k_scale = [(torch.rand(B, H, T, generator=g, dtype=torch.float64) + 0.5).requires_grad_()
+                        for _ in range(2)]
+    key_weight = torch.ones(B, T, dtype=torch.float64)
+    key_weight[0, 4] = 0.0
+    coeffs = coefficients(p, 1.0, 0.8, 0.3, 1.5)
+
+    def fn(q, k, v, q_scale, k_scale):
+        return FastmaxFunction.apply(q, k, v * key_weight[:, None, :, None], None, None, None, key_weight, causal,
+                                     coeffs, 4, "pytorch", q_scale, k_scale * key_weight[:, None, :])
+
+    assert torch.autograd.gradcheck(fn, (q, k, v, q_scale, k_scale), eps=1e-6, atol=1e-7)
+    # the same as scaling outside
+    ref = FastmaxFunction.apply(q * q_scale[..., None], k * (k_scale * key_weight[:, None, :])[..., None],
+                                v * key_weight[:, None, :, None], None, None, None, key_weight, causal, coeffs, 4,
+                                "pytorch")
+    _assert_close(fn(q, k, v, q_scale, k_scale), ref)
+    with pytest.raises(ValueError, match="q_scale"):
+        FastmaxFunction.apply(q, k, v, k * 2, None, None, key_weight, causal, coeffs, 4, "pytorch", q_scale, k_scale)
+
+
 def test_memory_saved_for_backward_is_linear_in_T():
     # section 2.5: no per-position states are stored, only O(T D) tensors
     B, H, T, D = 1, 2, 64, 8

@@ -18,8 +18,8 @@ import torch
 from attention import Attention, check_qkv, register
 from attention.fastmax.chunked import coefficients, fastmax_factorized
 from attention.fastmax.dropout import DROPOUT_VARIANTS, draw_dropout_masks, numerator_keys
-from attention.fastmax.reference import (NORMALIZATIONS, kernel_minimum, normalize_qk, reference_forward,
-                                         score_bound)
+from attention.fastmax.reference import (NORMALIZATIONS, kernel_minimum, max_norm_scale, normalize_qk,
+                                         reference_forward, score_bound)
 
 IMPLEMENTATIONS = ("auto", "pytorch", "triton", "reference")
 TRITON_HEAD_DIMS = (16, 32, 64, 128)
@@ -172,18 +172,28 @@ def fast_forward(q, k, v, causal, attention_mask=None, p=2, a0=1.0, a1=1.0, a2=0
     work = torch.promote_types(q.dtype, torch.float32)
     if backend == "triton":
         work = torch.float32  # the kernels accumulate in float32
-    q_hat, k_hat = normalize_qk(q.to(work), k.to(work), normalization, lim, causal, attention_mask)
+    q_scale = k_scale = None
+    if normalization == "max_norm" and backend == "pytorch" and dropout_masks is None:
+        # a per-position scaling: the fast path applies it block by block (no scaled copies)
+        q_hat, k_hat = q.to(work), k.to(work)
+        q_scale, k_scale = (max_norm_scale(x, lim, causal, attention_mask) for x in (q_hat, k_hat))
+    else:
+        q_hat, k_hat = normalize_qk(q.to(work), k.to(work), normalization, lim, causal, attention_mask)
     values = v.to(work)
     key_weight = None
     if attention_mask is not None:
         key_weight = attention_mask.to(work)
-        k_hat = k_hat * key_weight[:, None, :, None]  # padded keys: no linear / quadratic term
+        if k_scale is not None:  # padded keys: no linear / quadratic term
+            k_scale = k_scale * key_weight[:, None, :]
+        else:
+            k_hat = k_hat * key_weight[:, None, :, None]
         values = values * key_weight[:, None, :, None]
     keys = (None, None, None)
     if dropout_masks is not None:
         keys = numerator_keys(k_hat, dropout_masks, dropout_variant, dropout_rate, p)
     coeffs = coefficients(p, a0, a1, a2, temperature)
-    out = fastmax_factorized(q_hat, k_hat, values, causal, coeffs, key_weight, keys, chunk_size, backend)
+    out = fastmax_factorized(q_hat, k_hat, values, causal, coeffs, key_weight, keys, chunk_size, backend,
+                             q_scale, k_scale)
     return out.to(v.dtype)
 
 

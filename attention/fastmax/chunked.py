@@ -62,48 +62,66 @@ class FastmaxFunction(torch.autograd.Function):
         coeffs: (c0, c1, c2) from ``coefficients``.
         chunk_size: positions per chunk (power of two >= 16 for the Triton backend).
         backend: "pytorch" (this file) or "triton" (``triton_kernels.py``).
+        q_scale, k_scale: optional (B, H, T) per-position factors; the attention then uses
+            q * q_scale and k * k_scale (max_norm's normalization, padded keys' k_scale = 0) without
+            materialising them in the forward pass. Only with backend "pytorch" and no dropout.
 
     Returns:
         (B, H, T, Dv) output in the working dtype; rows with no allowed key are zero.
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, k_linear, k_quad_a, k_quad_b, key_weight, causal, coeffs, chunk_size, backend):
+    def forward(ctx, q, k, v, k_linear, k_quad_a, k_quad_b, key_weight, causal, coeffs, chunk_size, backend,
+                q_scale=None, k_scale=None):
         B, H, T, D = q.shape
         flat = _Flat(B, H, T)
         # a numerator key that is k itself is passed as None: its gradient is merged into k's
         k_linear, k_quad_a, k_quad_b = [None if t is k else t for t in (k_linear, k_quad_a, k_quad_b)]
         if coeffs[2] == 0.0:
             k_quad_a = k_quad_b = None
-        impl = _backend(backend)
+        scaled = q_scale is not None
+        if scaled and (backend != "pytorch" or any(t is not None for t in (k_linear, k_quad_a, k_quad_b))):
+            raise ValueError("q_scale / k_scale need backend='pytorch' and no separate numerator keys (dropout)")
         rho = flat.weights(key_weight, q)
-        out, den = impl.forward(*[flat.x(t) for t in (q, k, v, k_linear, k_quad_a, k_quad_b)], rho, causal,
-                                coeffs, chunk_size)
-        ctx.save_for_backward(q, k, v, k_linear, k_quad_a, k_quad_b, key_weight, out, den)
+        if scaled:  # the scales are applied block by block inside (no scaled copies of q and k)
+            out, den = _forward_shared_keys(flat.x(q), flat.x(k), flat.x(v), rho, causal, coeffs, chunk_size,
+                                            flat.s(q_scale), flat.s(k_scale))
+        else:
+            out, den = _backend(backend).forward(*[flat.x(t) for t in (q, k, v, k_linear, k_quad_a, k_quad_b)],
+                                                 rho, causal, coeffs, chunk_size)
+        ctx.save_for_backward(q, k, v, k_linear, k_quad_a, k_quad_b, key_weight, q_scale, k_scale, out, den)
         ctx.causal, ctx.coeffs, ctx.chunk_size, ctx.backend = causal, coeffs, chunk_size, backend
         return flat.unflat(out)
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, k_linear, k_quad_a, k_quad_b, key_weight, out, den = ctx.saved_tensors
+        q, k, v, k_linear, k_quad_a, k_quad_b, key_weight, q_scale, k_scale, out, den = ctx.saved_tensors
         B, H, T, D = q.shape
         flat = _Flat(B, H, T)
         rho = flat.weights(key_weight, q)
+        q_raw, k_raw = q, k
+        if q_scale is not None:
+            q, k = q * q_scale.unsqueeze(-1), k * k_scale.unsqueeze(-1)
         with torch.autocast(device_type=q.device.type, enabled=False):
             grads = _backend(ctx.backend).backward(
                 flat.x(grad_out.to(out.dtype).contiguous()), *[flat.x(t) for t in (q, k, v, k_linear, k_quad_a, k_quad_b)],
                 rho, out, den, ctx.causal, ctx.coeffs, ctx.chunk_size)
         # gradients of numerator keys passed as None are already part of dk
         grads = [None if g is None else flat.unflat(g) for g in grads]
-        return (*grads, None, None, None, None, None)
+        scale_grads = [None, None]
+        if q_scale is not None:  # q_hat = q * q_scale: chain rule to q and to the scale
+            for i, (raw, scale) in enumerate(((q_raw, q_scale), (k_raw, k_scale))):
+                scale_grads[i] = torch.linalg.vecdot(grads[i], raw)
+                grads[i] = grads[i].mul_(scale.unsqueeze(-1))
+        return (*grads, None, None, None, None, None, *scale_grads)
 
 
 def fastmax_factorized(q, k, v, causal, coeffs, key_weight=None, numerator_keys=(None, None, None),
-                       chunk_size=64, backend="pytorch"):
+                       chunk_size=64, backend="pytorch", q_scale=None, k_scale=None):
     """Apply ``FastmaxFunction`` (see there for shapes); the entry point of the fast paths."""
     k_linear, k_quad_a, k_quad_b = numerator_keys
     return FastmaxFunction.apply(q, k, v, k_linear, k_quad_a, k_quad_b, key_weight, bool(causal),
-                                 tuple(coeffs), int(chunk_size), backend)
+                                 tuple(coeffs), int(chunk_size), backend, q_scale, k_scale)
 
 
 class _Flat:
@@ -114,6 +132,10 @@ class _Flat:
 
     def x(self, t):
         return None if t is None else t.reshape(self.B * self.H, self.T, t.shape[-1])
+
+    def s(self, t):
+        """(B, H, T) -> (B*H, T)."""
+        return None if t is None else t.reshape(self.B * self.H, self.T)
 
     def unflat(self, t):
         return t.reshape(self.B, self.H, self.T, t.shape[-1])
@@ -246,15 +268,17 @@ class _PyTorchBackend:
         return full["q"], full["k"], full["v"], full.get("kl"), full.get("ka"), full.get("kb")
 
 
-def _forward_shared_keys(q, k, v, rho, causal, coeffs, chunk):
+def _forward_shared_keys(q, k, v, rho, causal, coeffs, chunk, q_scale=None, k_scale=None):
     """Forward pass when the numerator keys are k itself (no dropout): (out (N, T, Dv), den (N, T)).
 
     The denominator is the numerator of one more value column, rho: k and v are zero at padded
     keys, so sum_j w_ij [v_j, rho_j] = [numerator_i, denominator_i] (the c0 term included). Every
     product then yields both at once. The queries are processed in blocks of about
-    CACHE_BUDGET elements (non-causal: slices of positions; causal: groups of chunks) that go from
-    the inputs to the finished output block, so the intermediates stay in the CPU cache and the
-    time per token does not grow once the sequence no longer fits in it.
+    CACHE_BUDGET elements for p = 1 (non-causal: slices of positions; causal: groups of chunks) that
+    go from the inputs to the finished output block, so the intermediates stay in the CPU cache
+    and the time per token does not grow once the sequence no longer fits in it (p = 2: blocks of
+    STATE_BUDGET, whose D^2 features exceed the cache anyway). Optional per-position scales
+    q_scale, k_scale (N, T) are applied inside the blocks (q_hat = q * q_scale, k_hat = k * k_scale).
     """
     c0, c1, c2 = coeffs
     quad = c2 != 0.0
@@ -264,17 +288,18 @@ def _forward_shared_keys(q, k, v, rho, causal, coeffs, chunk):
     has_key = row_counts(rho, causal) > 0
     if not causal:
         out, den = q.new_empty(N, T, Dv), q.new_empty(N, T)
-        x1 = torch.cat([v.sum(1), rho.sum(1, keepdim=True)], dim=-1).unsqueeze(1)  # (N, 1, Dv + 1)
-        x2 = torch.cat([k.transpose(1, 2) @ v, (rho.unsqueeze(1) @ k).transpose(1, 2)], dim=-1)  # (N, D, Dv + 1)
-        rows = max(1, CACHE_BUDGET // max(1, N * (2 * feature + 2 * (Dv + 1))))
+        rows = max(1, (STATE_BUDGET if quad else CACHE_BUDGET) // max(1, N * (2 * feature + 2 * (Dv + 1))))
         slices = [(t0, min(T, t0 + rows)) for t0 in range(0, T, rows)]
-        if quad:  # x3 = sum_j (k_j (x) k_j) (x) [v_j, rho_j], (N, D*D, Dv + 1)
-            x3 = q.new_zeros(N, feature, Dv + 1)
-            for t0, t1 in slices:
-                kt = k[:, t0:t1]
-                x3.baddbmm_(_outer(kt, kt).transpose(1, 2), torch.cat([v[:, t0:t1], rho[:, t0:t1, None]], -1))
+        x1 = torch.cat([v.sum(1), rho.sum(1, keepdim=True)], dim=-1).unsqueeze(1)  # (N, 1, Dv + 1)
+        x2 = q.new_zeros(N, D, Dv + 1)  # sum_j k_j (x) [v_j, rho_j]
+        x3 = q.new_zeros(N, feature, Dv + 1) if quad else None  # sum_j (k_j (x) k_j) (x) [v_j, rho_j]
         for t0, t1 in slices:
-            qt = q[:, t0:t1]
+            kt, vt = _scaled(k, k_scale, t0, t1), torch.cat([v[:, t0:t1], rho[:, t0:t1, None]], -1)
+            x2.baddbmm_(kt.transpose(1, 2), vt)
+            if quad:
+                x3.baddbmm_(_outer(kt, kt).transpose(1, 2), vt)
+        for t0, t1 in slices:
+            qt = _scaled(q, q_scale, t0, t1)
             n = torch.baddbmm(x1, qt, x2, beta=c0, alpha=c1)
             if quad:
                 n.baddbmm_(_outer(qt, qt), x3, alpha=c2)
@@ -284,19 +309,23 @@ def _forward_shared_keys(q, k, v, rho, causal, coeffs, chunk):
     C = int(chunk)
     n_chunks = max(1, -(-T // C))
     pad = n_chunks * C - T
+    q_scale = torch.ones_like(rho) if q_scale is None else q_scale
+    k_scale = torch.ones_like(rho) if k_scale is None else k_scale
     if pad:  # padded positions have k = v = rho = 0: they add nothing; their rows are cut below
-        q, k, v, rho, has_key = (torch.nn.functional.pad(t, (0, 0, 0, pad) if t.dim() == 3 else (0, pad))
-                                 for t in (q, k, v, rho, has_key))
+        q, k, v, rho, has_key, q_scale, k_scale = (
+            torch.nn.functional.pad(t, (0, 0, 0, pad) if t.dim() == 3 else (0, pad))
+            for t in (q, k, v, rho, has_key, q_scale, k_scale))
     q, k, v = (t.reshape(N, n_chunks, C, t.shape[-1]) for t in (q, k, v))
-    rho, has_key = rho.reshape(N, n_chunks, C), has_key.reshape(N, n_chunks, C)
+    rho, has_key, q_scale, k_scale = (t.reshape(N, n_chunks, C) for t in (rho, has_key, q_scale, k_scale))
     out, den = q.new_empty(N, n_chunks, C, Dv), q.new_empty(N, n_chunks, C)
     per_chunk = N * (3 * C * feature + 2 * feature * (Dv + 1) + 2 * C * C + 3 * C * (Dv + 1))
-    group = max(1, min(n_chunks, CACHE_BUDGET // max(1, per_chunk)))
+    # p = 2's D^2 features of a chunk do not fit in the cache anyway: fewer, larger groups
+    group = max(1, min(n_chunks, (STATE_BUDGET if quad else CACHE_BUDGET) // max(1, per_chunk)))
     future = torch.ones(C, C, dtype=torch.bool, device=q.device).triu(1)
     carry = None  # sums over the keys of all earlier groups: x1 (N, Dv+1), x2 (N, D, Dv+1), x3
     for g0 in range(0, n_chunks, group):
         g1 = min(n_chunks, g0 + group)
-        qg, kg = q[:, g0:g1], k[:, g0:g1]
+        qg, kg = _scaled(q, q_scale, g0, g1), _scaled(k, k_scale, g0, g1)
         vg = torch.cat([v[:, g0:g1], rho[:, g0:g1, :, None]], dim=-1)  # (N, G, C, Dv + 1)
         states = [vg.sum(-2), kg.transpose(-1, -2) @ vg]  # per-chunk sums (Eq. 34-35)
         if quad:
@@ -317,6 +346,11 @@ def _forward_shared_keys(q, k, v, rho, causal, coeffs, chunk):
         _finish_block(n, has_key[:, g0:g1], out[:, g0:g1], den[:, g0:g1])
     unchunk = lambda t: t.reshape(N, n_chunks * C, *t.shape[3:])[:, :T]  # noqa: E731
     return unchunk(out), unchunk(den)
+
+
+def _scaled(x, scale, i0, i1):
+    """x[:, i0:i1] times scale[:, i0:i1] broadcast over the last dim (a view when scale is None)."""
+    return x[:, i0:i1] if scale is None else x[:, i0:i1] * scale[:, i0:i1].unsqueeze(-1)
 
 
 def _finish_block(n, has_key, out, den):

@@ -81,6 +81,12 @@ def _standardize(x):
 
 
 def _max_normalize(x, lim, causal, attention_mask):
+    return x * max_norm_scale(x, lim, causal, attention_mask).unsqueeze(-1)
+
+
+def max_norm_scale(x, lim=1.0, causal=False, attention_mask=None):
+    """The per-position factor of the "max_norm" normalization, x_hat_t = scale_t x_t
+    (``normalize_qk``): lim / M_t, (B, H, T) for x (B, H, T, D); differentiable."""
     norms = x.norm(dim=-1)  # (B, H, T)
     real_norms = norms
     if attention_mask is not None:
@@ -90,7 +96,7 @@ def _max_normalize(x, lim, causal, attention_mask):
     else:
         largest = real_norms.amax(dim=-1, keepdim=True).expand_as(norms)
     largest = torch.maximum(largest, norms)  # only changes padded tokens (real ones are in their M)
-    return x * (lim / largest.clamp_min(MAX_NORM_EPS)).unsqueeze(-1)  # one pass over x
+    return lim / largest.clamp_min(MAX_NORM_EPS)
 
 
 def kernel(s, p, a0, a1, a2):

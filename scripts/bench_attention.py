@@ -62,6 +62,19 @@ FIELDS = ["method", "mode", "causal", "T", "D", "heads", "threads", "device", "s
 MODES = ("forward", "forward_backward")
 
 
+def git_commit():
+    """The repository's HEAD commit (with "+dirty" when tracked files differ), or "unknown"."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
 def parse_list(text, typ):
     return [typ(x) for x in text.split(",") if x.strip()]
 
@@ -414,7 +427,7 @@ def run_layer_suite(args):
         writer.writerows(rows)
     summary = layer_targets(rows)
     settings = dict(vars(args), torch=torch.__version__, machine=platform.processor() or platform.machine(),
-                    cpus=os.cpu_count())
+                    cpus=os.cpu_count(), commit=git_commit())
     settings.pop("_child", None)
     with open(args.out + ".json", "w") as f:
         json.dump({"settings": settings, "targets": summary, "rows": rows}, f, indent=1)
@@ -495,7 +508,7 @@ def main(argv=None):
         writer.writerows(rows)
     summary = targets(rows, methods)
     settings = dict(vars(args), torch=torch.__version__, threads=args.threads, machine=platform.processor() or
-                    platform.machine(), cpus=os.cpu_count(), memory_method=(
+                    platform.machine(), cpus=os.cpu_count(), commit=git_commit(), memory_method=(
                         "peak resident memory added by one call, fresh process per measurement (VmHWM - VmRSS "
                         "after clear_refs)" if args.device == "cpu" else "torch.cuda.max_memory_allocated delta"))
     settings.pop("_child", None)

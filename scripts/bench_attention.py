@@ -63,12 +63,14 @@ MODES = ("forward", "forward_backward")
 
 
 def git_commit():
-    """The repository's HEAD commit (with "+dirty" when tracked files differ), or "unknown"."""
+    """The repository's HEAD commit, "+dirty" when tracked code differs from it (changes under results/
+    and docs/ do not count), or "unknown". Called when a run starts."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
                               check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":!results", ":!docs"], cwd=root,
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -427,7 +429,7 @@ def run_layer_suite(args):
         writer.writerows(rows)
     summary = layer_targets(rows)
     settings = dict(vars(args), torch=torch.__version__, machine=platform.processor() or platform.machine(),
-                    cpus=os.cpu_count(), commit=git_commit())
+                    cpus=os.cpu_count())
     settings.pop("_child", None)
     with open(args.out + ".json", "w") as f:
         json.dump({"settings": settings, "targets": summary, "rows": rows}, f, indent=1)
@@ -463,6 +465,7 @@ def main(argv=None):
 
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
+    args.commit = git_commit()
     layer_suite = args.suite == "layer"
     args.T = args.T or ",".join(str(2 ** i) for i in (range(7, 17) if layer_suite else range(8, 16)))
     args.D = args.D or ("64" if layer_suite else "32,64")
@@ -508,7 +511,7 @@ def main(argv=None):
         writer.writerows(rows)
     summary = targets(rows, methods)
     settings = dict(vars(args), torch=torch.__version__, threads=args.threads, machine=platform.processor() or
-                    platform.machine(), cpus=os.cpu_count(), commit=git_commit(), memory_method=(
+                    platform.machine(), cpus=os.cpu_count(), memory_method=(
                         "peak resident memory added by one call, fresh process per measurement (VmHWM - VmRSS "
                         "after clear_refs)" if args.device == "cpu" else "torch.cuda.max_memory_allocated delta"))
     settings.pop("_child", None)

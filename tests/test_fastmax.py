@@ -338,6 +338,22 @@ def test_causal_outputs_ignore_later_tokens_and_padding(implementation, normaliz
     _assert_close(out2[real.expand_as(out2)], out[real.expand_as(out)])
 
 
+@pytest.mark.parametrize("p", [1, 2])
+def test_fast_path_is_exactly_causal_in_float32(p):
+    """Not even rounding leaks from later tokens: earlier outputs are bit-identical, and the gradient
+    of earlier outputs is exactly zero for later keys and values (exclusive scans are shifted sums,
+    not inclusive sums minus the chunk's own term)."""
+    q, k, v = _qkv(T=45, dtype=torch.float32)
+    module = attention.build("fastmax", p=p, implementation="pytorch", chunk_size=16)
+    out = module(q, k, v, causal=True)
+    k2, v2 = k.clone(), v.clone()
+    k2[:, :, 40:], v2[:, :, 40:] = 3 * torch.randn_like(k2[:, :, 40:]), 3 * torch.randn_like(v2[:, :, 40:])
+    assert torch.equal(module(q, k2, v2, causal=True)[:, :, :40], out[:, :, :40])
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    _, dk, dv = torch.autograd.grad(module(q, k, v, causal=True)[:, :, :40].sum(), (q, k, v))
+    assert torch.count_nonzero(dk[:, :, 40:]) == 0 and torch.count_nonzero(dv[:, :, 40:]) == 0
+
+
 def test_low_precision_inputs_accumulate_in_float32():
     q, k, v = _qkv(T=40, D=16)
     ref = reference_forward(q, k, v, True)

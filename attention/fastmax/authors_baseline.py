@@ -1,6 +1,6 @@
 """The authors' PyTorch formulation of Fastmax, re-implemented for benchmarks (not registered).
 
-Their released PyTorch path (armingerami/fastmax, fast_multihead_attention.py; also the einops
+Their released PyTorch path (armingerami/fastmax, ``fastmax_function`` in example.py; also the einops
 version in armingerami/reproducing_fastmax_results) computes the causal case by materialising
 the per-position cumulative sums of Eq. 34-35, k_j (x) v_j and k_j (x) k_j (x) v_j for every
 position (torch.cumsum over T), and differentiates with plain autograd. Memory per head is

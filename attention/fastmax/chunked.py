@@ -330,12 +330,9 @@ def _forward_shared_keys(q, k, v, rho, causal, coeffs, chunk, q_scale=None, k_sc
         states = [vg.sum(-2), kg.transpose(-1, -2) @ vg]  # per-chunk sums (Eq. 34-35)
         if quad:
             states.append(_outer(kg, kg).transpose(-1, -2) @ vg)
-        before = []  # exclusive prefix sums: the state before each chunk
-        for i, x in enumerate(states):
-            b = x.cumsum(1).sub_(x)
-            if carry is not None:
-                b.add_(carry[i].unsqueeze(1))
-            before.append(b)
+        # exclusive prefix sums, the state before each chunk (a shifted cumsum, not cumsum - x, so that
+        # no rounding of a chunk's own keys reaches its earlier queries)
+        before = [_exclusive_prefix(x, None if carry is None else carry[i]) for i, x in enumerate(states)]
         carry = [b[:, -1] + x[:, -1] for b, x in zip(before, states)]
         n = (qg @ before[1]).mul_(c1).add_(before[0].unsqueeze(-2), alpha=c0)  # earlier chunks
         if quad:
@@ -432,12 +429,8 @@ def _backward_shared_keys(q, k, v, rho, g, delta, causal, coeffs, chunk):
 
     def exclusive(sums, carry, reverse):
         """State before (after, when reverse) each chunk of a group, plus the new carry."""
-        states = []
-        for i, x in enumerate(sums):
-            b = (x.flip(1).cumsum(1).flip(1) if reverse else x.cumsum(1)).sub_(x)
-            if carry is not None:
-                b.add_(carry[i].unsqueeze(1))
-            states.append(b)
+        shift = _exclusive_suffix if reverse else _exclusive_prefix
+        states = [shift(x, None if carry is None else carry[i]) for i, x in enumerate(sums)]
         edge = 0 if reverse else -1
         return states, [b[:, edge] + x[:, edge] for b, x in zip(states, sums)]
 

@@ -145,7 +145,7 @@ def plot(path, runs, train_loss, title=None, zoom=0.5):
         for ax in (ax_train, ax_val):
             ax.set_xlabel("iteration")
             ax.grid(alpha=0.3)
-        ax_train.set_ylabel("cross-entropy (nats per token)")
+        ax_train.set_ylabel("cross-entropy (nats per prediction)")
         if row == 0:
             ax_train.legend(fontsize=8)
             ax_val.legend(fontsize=8)

@@ -173,37 +173,50 @@ def _status_kb(field):
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-def measure_peak_child(spec):
-    """In a fresh process: peak memory (MB) that one call adds on top of its inputs."""
-    torch.set_num_threads(spec["threads"])
-    device = spec["device"]
-    call = make_call(spec["method"], spec["causal"])
-    with_grad = spec["mode"] == "forward_backward"
-    small = make_inputs(min(spec["T"], 32), spec["D"], spec["heads"], device, with_grad)
-    run_once(call, *small, spec["mode"], torch.randn_like(small[0]))  # one-time initialisation, not counted
+def peak_added_mb(call, T, D, heads, device, mode):
+    """Peak memory (MB) that one call adds on top of its (1, heads, T, D) inputs, in this process,
+    which should be fresh: a small warm-up call first (one-time initialisation is not counted).
+    CPU: VmHWM - VmRSS after resetting the high-water mark; CUDA: max_memory_allocated delta."""
+    with_grad = mode == "forward_backward"
+    small = make_inputs(min(T, 32), D, heads, device, with_grad)
+    run_once(call, *small, mode, torch.randn_like(small[0]))
     del small
-    q, k, v = make_inputs(spec["T"], spec["D"], spec["heads"], device, with_grad)
+    q, k, v = make_inputs(T, D, heads, device, with_grad)
     grad_out = torch.randn_like(q)
     if device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
-        run_once(call, q, k, v, spec["mode"], grad_out)
+        run_once(call, q, k, v, mode, grad_out)
         torch.cuda.synchronize()
         return (torch.cuda.max_memory_allocated() - before) / 2 ** 20
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # reset the high-water mark VmHWM to the current RSS
     before = _status_kb("VmRSS")
-    run_once(call, q, k, v, spec["mode"], grad_out)
+    run_once(call, q, k, v, mode, grad_out)
     return (_status_kb("VmHWM") - before) / 1024
 
 
-def measure_peak(spec):
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--_child", json.dumps(spec)],
+def measure_peak_child(spec):
+    """In a fresh process: peak memory (MB) that one call adds on top of its inputs."""
+    torch.set_num_threads(spec["threads"])
+    call = make_call(spec["method"], spec["causal"])
+    return peak_added_mb(call, spec["T"], spec["D"], spec["heads"], spec["device"], spec["mode"])
+
+
+def run_child(script, spec):
+    """``python script --_child <spec as JSON>`` in a fresh process: (the last number it prints, "")
+    or (None, a note saying why it failed)."""
+    proc = subprocess.run([sys.executable, script, "--_child", json.dumps(spec)],
                           capture_output=True, text=True, cwd=ROOT)
     if proc.returncode != 0:
-        return None, f"memory child failed: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}"
+        tail = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode
+        return None, f"memory child failed: {tail}"
     return float(proc.stdout.strip().splitlines()[-1]), ""
+
+
+def measure_peak(spec):
+    return run_child(os.path.abspath(__file__), spec)
 
 
 def break_even(rows, method, sdpa, mode, causal, D):

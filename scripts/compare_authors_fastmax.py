@@ -98,7 +98,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import attention  # noqa: E402
 import attention.fastmax  # noqa: E402,F401
 from attention.fastmax.authors_baseline import authors_formulation  # noqa: E402
-from bench_attention import _status_kb, git_commit, make_inputs, median_seconds, parse_list, run_once  # noqa: E402
+from bench_attention import (git_commit, make_inputs, median_seconds, parse_list, peak_added_mb,  # noqa: E402
+                             run_child, run_once)
 
 DEFAULT_AUTHORS_DIR = "/tmp/authors_fastmax"
 CLONE_HINT = ("git clone https://github.com/armingerami/fastmax {d}/fastmax && "
@@ -441,30 +442,15 @@ def estimated_bytes(name, p, T, D, heads, causal, mode):
 
 
 def measure_peak_child(spec):
-    """In a fresh process: peak resident memory (MB) one call adds (as bench_attention.measure_peak_child)."""
+    """In a fresh process: peak resident memory (MB) one call adds (bench_attention.peak_added_mb)."""
     torch.set_num_threads(spec["threads"])
     loaded = load_authors(spec["authors_dir"]) if spec["method"] not in ("ours", "ours_reimpl") else {}
     call = time_method(spec["method"], loaded, spec["p"], spec["causal"])
-    with_grad = spec["mode"] == "forward_backward"
-    small = make_inputs(min(spec["T"], 32), spec["D"], spec["heads"], "cpu", with_grad)
-    run_once(call, *small, spec["mode"], torch.randn_like(small[0]))  # one-time initialisation, not counted
-    del small
-    q, k, v = make_inputs(spec["T"], spec["D"], spec["heads"], "cpu", with_grad)
-    grad_out = torch.randn_like(q)
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    before = _status_kb("VmRSS")
-    run_once(call, q, k, v, spec["mode"], grad_out)
-    return (_status_kb("VmHWM") - before) / 1024
+    return peak_added_mb(call, spec["T"], spec["D"], spec["heads"], "cpu", spec["mode"])
 
 
 def measure_peak(spec):
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--_child", json.dumps(spec)],
-                          capture_output=True, text=True, cwd=ROOT)
-    if proc.returncode != 0:
-        tail = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode
-        return None, f"memory child failed: {tail}"
-    return float(proc.stdout.strip().splitlines()[-1]), ""
+    return run_child(os.path.abspath(__file__), spec)
 
 
 def run_timing(args, loaded, methods, log=print):

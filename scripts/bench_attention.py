@@ -77,6 +77,14 @@ def git_commit():
     return head + ("+dirty" if dirty else "")
 
 
+def write_csv(path, rows, fields, extrasaction="raise"):
+    """Rows (dicts) as CSV with the header ``fields``; keys outside it raise unless extrasaction="ignore"."""
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction=extrasaction)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 def parse_list(text, typ):
     return [typ(x) for x in text.split(",") if x.strip()]
 
@@ -436,10 +444,7 @@ def run_layer_suite(args):
                 print(f"{method:16s} {mode:16s} T={T:6d} B={batch:4d} regime={regime:9s} "
                       f"tok/s={row['tokens_per_s'] and round(row['tokens_per_s'])} {row['note']}", flush=True)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out + ".csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=LAYER_FIELDS)
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(args.out + ".csv", rows, LAYER_FIELDS)
     summary = layer_targets(rows)
     settings = dict(vars(args), torch=torch.__version__, machine=platform.processor() or platform.machine(),
                     cpus=os.cpu_count())
@@ -518,10 +523,7 @@ def main(argv=None):
                               f"peak_mb={row['peak_mb'] if row['peak_mb'] is None else round(row['peak_mb'], 1)} "
                               f"{row['note']}", flush=True)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out + ".csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS)
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(args.out + ".csv", rows, FIELDS)
     summary = targets(rows, methods)
     settings = dict(vars(args), torch=torch.__version__, threads=args.threads, machine=platform.processor() or
                     platform.machine(), cpus=os.cpu_count(), memory_method=(

@@ -6,7 +6,6 @@ checkout or ``git archive`` of it; nothing of theirs is copied here). Used: ``sr
 auto; ``local`` / ``shifted_local`` windows; causal through their chunk-wise algorithm),
 ``src/danet_layers.py`` (``DANetLayerWithLocalAttention``, layers "l_sl_g"),
 ``src/positional_embeddings.py`` (``CosRelPE``), ``src/model_config.py`` (``ModelConfig``).
-Missing optional modules (deepspeed, flex_attention) are replaced by stubs at import time only.
 
 Ours: ``attention.build("dense", regime, window, shift, chunk_size)`` applied to q = x W^T and
 k = v = x split into heads as in ``model.DenseSelfAttention``, and ``model.DANetBlock``.
@@ -46,7 +45,6 @@ Usage (their code first: mkdir -p /tmp/authors_dense && git --git-dir=<mirror> a
            --chunk_size 32 --batch 2 --threads 1 --no_time           # correctness only, small
 """
 import argparse
-import csv
 import importlib
 import json
 import math
@@ -67,14 +65,13 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import attention  # noqa: E402
 import attention.dense  # noqa: E402,F401  (registers "dense")
 from attention.dense import reference_forward  # noqa: E402
-from bench_attention import git_commit, median_seconds  # noqa: E402
+from bench_attention import git_commit, median_seconds, write_csv  # noqa: E402
 from model import DANetBlock, ModelConfig, cosine_relpe  # noqa: E402
 
 AUTHORS_REPO = "andrewargatkiny/dense-attention"
 AUTHORS_FILES = ("src/dense_attention.py", "src/danet_layers.py", "src/positional_embeddings.py",
                  "src/model_config.py", "src/activations.py", "src/expanded_ffn.py")
 DEFAULT_AUTHORS_GIT_DIR = "/work/.mirror/andrewargatkiny+dense-attention/repo"
-STUBBABLE = ("deepspeed", "torch.nn.attention.flex_attention")
 MODES = ("forward", "forward_backward")
 
 
@@ -131,43 +128,9 @@ THEIR_LIMITS = [
 # loading their code
 
 
-def _stub_module(name):
-    mod = types.ModuleType(name)
-
-    def missing(attr):
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-
-        def unavailable(*args, **kwargs):
-            raise NotImplementedError(f"{name}.{attr} is a stub of compare_authors_dense.py (not installed here)")
-        return unavailable
-    mod.__getattr__ = missing
-    return mod
-
-
-def _import_with_stubs(name, stubs):
-    for _ in range(len(STUBBABLE) + 1):
-        try:
-            return importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            missing = next((s for s in STUBBABLE if e.name and (e.name == s or s.startswith(e.name + "."))), None)
-            if missing is None or missing in sys.modules:
-                raise
-            parts = missing.split(".")
-            for i in range(1, len(parts) + 1):
-                sub = ".".join(parts[:i])
-                if sub not in sys.modules:
-                    try:
-                        importlib.import_module(sub)
-                    except ImportError:
-                        sys.modules[sub] = _stub_module(sub)
-                        stubs.append(sub)
-    return importlib.import_module(name)
-
-
 def load_authors(authors_dir):
     """Import their ``src`` package from ``authors_dir``; a namespace with dense_attention, model_config,
-    positional_embeddings, danet_layers (None if it does not import: danet_error), stubs.
+    positional_embeddings, danet_layers (None if it does not import: danet_error).
 
     Raises:
         FileNotFoundError: ``authors_dir`` has no src/dense_attention.py (the message says how to get it).
@@ -183,15 +146,15 @@ def load_authors(authors_dir):
         del sys.modules[n]
     saved_path = list(sys.path)
     sys.path.insert(0, path)
-    ns = types.SimpleNamespace(path=path, stubs=[], danet_layers=None, danet_error=None)
+    ns = types.SimpleNamespace(path=path, danet_layers=None, danet_error=None)
     try:
         for name in ("model_config", "positional_embeddings", "dense_attention"):
-            setattr(ns, name, _import_with_stubs(f"src.{name}", ns.stubs))
+            setattr(ns, name, importlib.import_module(f"src.{name}"))
         origin = os.path.abspath(ns.dense_attention.__file__)
         if not origin.startswith(path + os.sep):
             raise ImportError(f"src.dense_attention came from {origin}, not from {path}")
         try:
-            ns.danet_layers = _import_with_stubs("src.danet_layers", ns.stubs)
+            ns.danet_layers = importlib.import_module("src.danet_layers")
         except Exception as e:  # the layer comparison is skipped, the op comparison still runs
             ns.danet_error = f"{type(e).__name__}: {e}"
     finally:
@@ -575,13 +538,6 @@ TIMING_FIELDS = ["setting", "mode", "T", "D", "heads", "batch", "window", "chunk
                  "ours_seconds", "theirs_seconds", "theirs_over_ours", "ours_repeats", "theirs_repeats", "first", "note"]
 
 
-def write_csv(path, fields, rows):
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-
-
 def summarize(correctness):
     """Largest relative difference per part (op, layer without the deliberate variants, deliberate)."""
     def worst(rows):
@@ -670,6 +626,7 @@ def main(argv=None):
     ap.add_argument("--no_time", action="store_true", help="correctness only")
     ap.add_argument("--out", default="results/authors_dense_compare")
     args = ap.parse_args(argv)
+    commit = git_commit()  # when the run starts
 
     try:
         authors = load_authors(args.authors_dir)
@@ -706,13 +663,13 @@ def main(argv=None):
                              args.repeats, args.long, args.budget, max_bytes)
 
     os.makedirs(os.path.dirname(os.path.abspath(args.out)) or ".", exist_ok=True)
-    write_csv(args.out + "_correctness.csv", CORRECTNESS_FIELDS, correctness)
+    write_csv(args.out + "_correctness.csv", correctness, CORRECTNESS_FIELDS, extrasaction="ignore")
     if timing_rows:
-        write_csv(args.out + "_timing.csv", TIMING_FIELDS, timing_rows)
-    settings = dict(vars(args), commit=git_commit(), torch=torch.__version__, torch_threads=torch.get_num_threads(),
+        write_csv(args.out + "_timing.csv", timing_rows, TIMING_FIELDS, extrasaction="ignore")
+    settings = dict(vars(args), commit=commit, torch=torch.__version__, torch_threads=torch.get_num_threads(),
                     machine=platform.processor() or platform.machine(), cpus=os.cpu_count(),
                     authors=authors_provenance(args.authors_dir, args.authors_git_dir, args.authors_commit),
-                    authors_stubs=authors.stubs, layer=layer_note or "compared")
+                    layer=layer_note or "compared")
     summary = summarize(correctness)
     with open(args.out + ".json", "w") as f:
         json.dump({"settings": settings, "mapping": MAPPING, "differences": DIFFERENCES,

@@ -77,7 +77,6 @@ Usage: python scripts/compare_authors_fastmax.py --no_time --T 64,300 --threads 
 """
 import argparse
 import ast
-import csv
 import hashlib
 import importlib.util
 import json
@@ -99,7 +98,7 @@ import attention  # noqa: E402
 import attention.fastmax  # noqa: E402,F401
 from attention.fastmax.authors_baseline import authors_formulation  # noqa: E402
 from bench_attention import (git_commit, make_inputs, median_seconds, parse_list, peak_added_mb,  # noqa: E402
-                             run_child, run_once)
+                             run_child, run_once, write_csv)
 
 DEFAULT_AUTHORS_DIR = "/tmp/authors_fastmax"
 CLONE_HINT = ("git clone https://github.com/armingerami/fastmax {d}/fastmax && "
@@ -550,13 +549,6 @@ def plot(check_rows, time_rows, path):
     plt.close(fig)
 
 
-def write_csv(path, rows, fields):
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--authors_dir", default=DEFAULT_AUTHORS_DIR,
@@ -581,6 +573,7 @@ def main(argv=None):
     ap.add_argument("--out", default="results/authors_fastmax_compare")
     ap.add_argument("--_child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    commit = git_commit()  # when the run starts
     if args._child:
         print(measure_peak_child(json.loads(args._child)))
         return None
@@ -614,7 +607,7 @@ def main(argv=None):
     authors = {name: {k: v for k, v in info.items() if k != "fn"} for name, info in loaded.items()}
     settings = dict({k: v for k, v in vars(args).items() if k != "_child"}, check_T=check_T, torch=torch.__version__,
                     torch_threads=torch.get_num_threads(), machine=platform.processor() or platform.machine(),
-                    cpus=os.cpu_count(), cuda_available=torch.cuda.is_available(), commit=git_commit(),
+                    cpus=os.cpu_count(), cuda_available=torch.cuda.is_available(), commit=commit,
                     opt_einsum=torch.backends.opt_einsum.is_available(),
                     authors=authors, timed_methods=methods if time_rows else [],
                     authors_cuda_extension="not built or run: needs a GPU and nvcc (fastmax_cuda.cpp + .cu)",

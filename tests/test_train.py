@@ -314,16 +314,10 @@ def test_training_an_inference_only_attention_is_a_clear_error(tmp_path, wikitex
 def test_training_with_tree_attention_is_a_clear_error(tmp_path, wikitext2_dir):
     import attention
     impl = "vectorized"  # the PyTorch implementation: no C++ kernel build in this test
-    try:
-        mech = attention.build("tree", context={"layer_idx": 0, "block_size": 64}, implementation=impl)
-        q = torch.randn(1, 1, 8, 4, requires_grad=True)
+    mech = attention.build("tree", context={"layer_idx": 0, "block_size": 64}, implementation=impl)
+    q = torch.randn(1, 1, 8, 4, requires_grad=True)
+    with pytest.raises(RuntimeError):  # the module refuses gradients; train.py must say so clearly
         mech(q, q, q, True)
-    except RuntimeError:
-        pass  # refuses gradients, as issue 7 section 1.6 asks: train.py must say so clearly
-    except Exception as e:  # noqa: BLE001  (the tree module is being changed by another task)
-        pytest.skip(f"tree attention not usable here: {type(e).__name__}: {e}")
-    else:
-        pytest.skip("tree attention's forward does not yet refuse gradients (issue 7, section 1.6)")
     with pytest.raises(ConfigError, match="attention='tree' cannot be trained"):
         run(tmp_path, "--attention=tree", f"--attention.implementation={impl}", "--max_iters=1")
 

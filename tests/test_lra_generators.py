@@ -189,6 +189,27 @@ def test_listops_load_round_trip(listops_dir):
     assert (short["tokens"] == full["tokens"][:, :600]).all()
 
 
+def test_listops_first_token_rule_baseline(listops_dir, tmp_path):
+    """scripts/listops_rule_baseline.py: a hand case, then the generated files, where the rule is
+    checked against the first operator and label of every test row."""
+    import importlib
+    import json
+    rule_baseline = importlib.import_module("scripts.listops_rule_baseline")
+    train = np.array([[12, 1], [12, 2], [11, 3], [11, 4], [11, 5]])
+    r = rule_baseline.first_token_rule(train, np.array([9, 9, 0, 0, 5]),
+                                       np.array([[12, 1], [11, 1], [13, 1], [11, 2]]), np.array([9, 1, 0, 0]))
+    assert r["rule"] == {11: 0, 12: 9}  # first token 13 is unseen in train: the majority (0, first of the ties)
+    assert r["first_token_accuracy"] == 0.75 and r["majority_accuracy"] == 0.5 and r["eval_examples"] == 4
+    out = tmp_path / "rule.json"
+    rule_baseline.main(["--lra_dir", listops_dir, "--split", "test", "--out", str(out)])
+    got = json.loads(out.read_text())
+    rows = read_rows(listops_dir, "test")
+    first_ops = [src.replace("(", " ").split()[0] for src, _ in rows]
+    assert set(got["rule"]) <= set(lo.OPERATORS) and set(first_ops) <= set(lo.OPERATORS)
+    hits = [got["rule"].get(op) == int(t) for op, (_, t) in zip(first_ops, rows)]
+    assert got["first_token_accuracy"] == pytest.approx(np.mean(hits)) and got["eval_examples"] == len(rows)
+
+
 @pytest.mark.parametrize("line, what", [
     ("( ( [MAX 1 ) 2 ) ] )\t12", "outside"),
     ("( ( [FOO 1 ) 2 ) ] )\t1", "unknown token"),

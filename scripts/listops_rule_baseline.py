@@ -1,0 +1,71 @@
+"""Reference lines for ListOps accuracy that need no model: the majority class, and the rule
+"predict the most frequent label of the outermost operator".
+
+In LRA's tokenization the first token of every ListOps sequence is the outermost operator
+(``[MIN``, ``[MAX``, ``[MED`` or ``[SM``; data/lra/listops.py). Its value is strongly tied to the
+label (MIN of many arguments is usually 0, MAX usually 9), so a classifier that reads only that
+one token, from a table counted on the train split, reaches an accuracy well above the majority
+rate. The published transformer results on ListOps (36-38%, ``../shared/NOTES.md`` section 4)
+lie at this rule's level; a model at it has learned to find the first token, not to evaluate the
+expression.
+
+Usage: python scripts/listops_rule_baseline.py [--lra_dir data/lra/files] [--split test]
+           [--out results/lra/listops_rule_baseline.json]
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, ROOT)
+from data.lra import default_lra_dir, listops  # noqa: E402
+
+
+def first_token_rule(train_tokens, train_labels, eval_tokens, eval_labels, num_classes=listops.NUM_CLASSES):
+    """Accuracy of the majority class and of the first-token rule, both fitted on train.
+
+    Args:
+        train_tokens, eval_tokens: int arrays (N, T) of token ids (column 0 = the first token).
+        train_labels, eval_labels: int arrays (N,) in [0, num_classes).
+
+    Returns:
+        dict: "majority_accuracy", "first_token_accuracy" (fractions of the eval examples),
+        "rule" {first token id: predicted label}, "eval_examples". A first token never seen in
+        train is predicted as the majority class.
+    """
+    counts = np.zeros((int(max(train_tokens[:, 0].max(), eval_tokens[:, 0].max())) + 1, num_classes), np.int64)
+    np.add.at(counts, (train_tokens[:, 0], train_labels), 1)
+    majority = int(np.bincount(train_labels, minlength=num_classes).argmax())
+    rule = np.where(counts.sum(1) > 0, counts.argmax(1), majority)
+    return {
+        "majority_accuracy": float(np.mean(eval_labels == majority)),
+        "first_token_accuracy": float(np.mean(rule[eval_tokens[:, 0]] == eval_labels)),
+        "rule": {int(t): int(rule[t]) for t in np.flatnonzero(counts.sum(1))},
+        "eval_examples": int(len(eval_labels)),
+    }
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--lra_dir", default=default_lra_dir())
+    ap.add_argument("--split", default="test", choices=("val", "test"))
+    ap.add_argument("--out", default="", help="write the result as JSON here")
+    args = ap.parse_args(argv)
+    train = listops.load(args.lra_dir, "train")
+    held = listops.load(args.lra_dir, args.split)
+    result = first_token_rule(train["tokens"], train["labels"], held["tokens"], held["labels"])
+    names = {i: t for t, i in listops.VOCAB.items()}
+    result["rule"] = {names[t]: y for t, y in result["rule"].items()}
+    result.update(split=args.split, lra_dir=args.lra_dir)
+    print(json.dumps(result, indent=1))
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

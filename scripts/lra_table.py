@@ -14,9 +14,10 @@ Writes to ``--out``: ``lra_table.md`` (accuracy table in the papers' layout, row
 columns ListOps / Text / Retrieval / Image / Pathfinder / Path-X / Avg, test accuracy in %; our
 rows "(ours)", the published rows labelled with their source; then steps per second; then every
 run), ``lra_accuracy.csv`` and ``lra_steps_per_s.csv`` (columns attention, source, the six tasks,
-avg). Our Avg is the mean over the tasks we ran (the published averages are the papers' own: FAST
-over five tasks, DenseAttention over six); our steps-per-second Avg only when the five FAST tasks
-are all there. Published numbers: ``../shared/NOTES.md`` section 4 (LRA paper Table 1 as quoted
+avg). Our Avg is the mean over the tasks that every one of our rows has, so that our averages
+compare with each other ('-' when no task is common to all; the published averages are the
+papers' own: FAST over five tasks, DenseAttention over six); our steps-per-second Avg only when
+the five FAST tasks are all there. Published numbers: ``../shared/NOTES.md`` section 4 (LRA paper Table 1 as quoted
 by DenseAttention's Table 5, FAST Tables 1 and 2, DenseAttention Table 1). Our numbers come from
 this CPU with reduced models and steps (see each run's config), the published ones from full-size
 GPU runs: compare them as reference points, not as a reproduction.
@@ -102,19 +103,21 @@ def _fmt(v):
 
 
 def build_tables(runs):
-    """(accuracy rows, steps rows, chosen runs): rows are (attention, source, values in TASKS
-    order, avg) with accuracies in %; ``chosen`` maps (label, task) -> run."""
+    """(accuracy rows, steps rows, chosen runs, common tasks): rows are (attention, source, values
+    in TASKS order, avg) with accuracies in %; ``chosen`` maps (label, task) -> run; our accuracy
+    avg is over ``common``, the tasks (TASKS order) that every one of our rows has."""
     chosen = {}
     for r in sorted(runs, key=lambda r: r["mtime"]):
         chosen[(r["label"], r["task"])] = r  # the most recent wins
     ours = {k[0] for k in chosen}
+    common = [t for t in TASKS if all((label, t) in chosen for label in ours)]
     every = ours | {p[0] for p in PUBLISHED_ACCURACY}
     acc_rows, steps_rows = [], []
     for label in [a for a in ORDER if a in every] + sorted(every - set(ORDER)):
         if label in ours:
             vals = [100 * chosen[(label, t)]["test_accuracy"] if (label, t) in chosen else None for t in TASKS]
-            present = [v for v in vals if v is not None]
-            acc_rows.append((label, "ours", vals, sum(present) / len(present) if present else None))
+            shared = [100 * chosen[(label, t)]["test_accuracy"] for t in common]
+            acc_rows.append((label, "ours", vals, sum(shared) / len(shared) if shared else None))
             steps = [chosen[(label, t)]["steps_per_s"] if (label, t) in chosen else None for t in TASKS]
             five = steps[:5]
             avg = sum(five) / 5 if all(s is not None for s in five) else None
@@ -125,7 +128,7 @@ def build_tables(runs):
         for a, source, vals, avg in PUBLISHED_STEPS:
             if a == label:
                 steps_rows.append((a, f"published: {source}", list(vals), avg))
-    return acc_rows, steps_rows, chosen
+    return acc_rows, steps_rows, chosen, common
 
 
 def markdown(rows, title):
@@ -177,12 +180,13 @@ def main(argv=None):
     runs = read_runs(find_runs(args.paths))
     if not runs:
         raise SystemExit(f"error: no final_metrics.json of an LRA run under {', '.join(args.paths)}")
-    acc_rows, steps_rows, chosen = build_tables(runs)
+    acc_rows, steps_rows, chosen, common = build_tables(runs)
+    common_names = ", ".join(TITLES[TASKS.index(t)] for t in common) or "none, so no Avg"
     md = "\n\n".join([
         "## LRA test accuracy (%)",
         markdown(acc_rows, "attention"),
-        "Ours: this machine's reduced runs (Avg over the tasks run); published: full-size GPU runs, the papers' "
-        "own averages. 'fail' = at chance.",
+        f"Ours: this machine's reduced runs (Avg over the tasks all our rows have: {common_names}); published: "
+        "full-size GPU runs, the papers' own averages. 'fail' = at chance.",
         "## Training steps per second",
         markdown(steps_rows, "attention"),
         "Ours: optimizer steps per second of training (evaluation excluded) with each run's batch and model; "

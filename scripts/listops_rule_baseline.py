@@ -1,5 +1,6 @@
-"""Reference lines for ListOps accuracy that need no model: the majority class, and the rule
-"predict the most frequent label of the outermost operator".
+"""Reference lines for ListOps that need no model: the majority class, the rule "predict the most
+frequent label of the outermost operator", and the loss of predicting the training set's class
+frequencies for every input (where a model that has learned nothing from its input ends up).
 
 In LRA's tokenization the first token of every ListOps sequence is the outermost operator
 (``[MIN``, ``[MAX``, ``[MED`` or ``[SM``; data/lra/listops.py). Its value is strongly tied to the
@@ -9,7 +10,7 @@ rate. The published transformer results on ListOps (36-38%, ``../shared/NOTES.md
 lie at this rule's level; a model at it has learned to find the first token, not to evaluate the
 expression.
 
-Usage: python scripts/listops_rule_baseline.py [--lra_dir data/lra/files] [--split test]
+Usage: python scripts/listops_rule_baseline.py [--lra_dir data/lra/files] [--split test|val]
            [--out results/lra/listops_rule_baseline.json]
 """
 import argparse
@@ -25,7 +26,8 @@ from data.lra import default_lra_dir, listops  # noqa: E402
 
 
 def first_token_rule(train_tokens, train_labels, eval_tokens, eval_labels, num_classes=listops.NUM_CLASSES):
-    """Accuracy of the majority class and of the first-token rule, both fitted on train.
+    """Accuracy of the majority class and of the first-token rule, both fitted on train, and the
+    cross-entropy of the train class frequencies on the eval labels.
 
     Args:
         train_tokens, eval_tokens: int arrays (N, T) of token ids (column 0 = the first token).
@@ -33,6 +35,7 @@ def first_token_rule(train_tokens, train_labels, eval_tokens, eval_labels, num_c
 
     Returns:
         dict: "majority_accuracy", "first_token_accuracy" (fractions of the eval examples),
+        "prior_loss" (nats per example; inf if an eval label never occurs in train),
         "rule" {first token id: predicted label}, "eval_examples". A first token never seen in
         train is predicted as the majority class.
     """
@@ -40,7 +43,11 @@ def first_token_rule(train_tokens, train_labels, eval_tokens, eval_labels, num_c
     np.add.at(counts, (train_tokens[:, 0], train_labels), 1)
     majority = int(np.bincount(train_labels, minlength=num_classes).argmax())
     rule = np.where(counts.sum(1) > 0, counts.argmax(1), majority)
+    prior = np.bincount(train_labels, minlength=num_classes) / len(train_labels)
+    with np.errstate(divide="ignore"):
+        prior_loss = float(-np.log(prior[eval_labels]).mean())
     return {
+        "prior_loss": prior_loss,
         "majority_accuracy": float(np.mean(eval_labels == majority)),
         "first_token_accuracy": float(np.mean(rule[eval_tokens[:, 0]] == eval_labels)),
         "rule": {int(t): int(rule[t]) for t in np.flatnonzero(counts.sum(1))},

@@ -197,9 +197,10 @@ def test_listops_first_token_rule_baseline(listops_dir, tmp_path):
     rule_baseline = importlib.import_module("scripts.listops_rule_baseline")
     train = np.array([[12, 1], [12, 2], [11, 3], [11, 4], [11, 5]])
     r = rule_baseline.first_token_rule(train, np.array([9, 9, 0, 0, 5]),
-                                       np.array([[12, 1], [11, 1], [13, 1], [11, 2]]), np.array([9, 1, 0, 0]))
+                                       np.array([[12, 1], [11, 1], [13, 1], [11, 2]]), np.array([9, 5, 0, 0]))
     assert r["rule"] == {11: 0, 12: 9}  # first token 13 is unseen in train: the majority (0, first of the ties)
     assert r["first_token_accuracy"] == 0.75 and r["majority_accuracy"] == 0.5 and r["eval_examples"] == 4
+    assert r["prior_loss"] == pytest.approx(-(3 * np.log(0.4) + np.log(0.2)) / 4)  # train frequencies .4 / .4 / .2
     out = tmp_path / "rule.json"
     rule_baseline.main(["--lra_dir", listops_dir, "--split", "test", "--out", str(out)])
     got = json.loads(out.read_text())

@@ -17,10 +17,10 @@ run), ``lra_accuracy.csv`` and ``lra_steps_per_s.csv`` (columns attention, sourc
 avg). Our Avg is the mean over the tasks that every one of our rows has, so that our averages
 compare with each other ('-' when no task is common to all; the published averages are the
 papers' own: FAST over five tasks, DenseAttention over six); our steps-per-second Avg only when
-the five FAST tasks are all there. Published numbers: ``../shared/NOTES.md`` section 4 (LRA paper Table 1 as quoted
-by DenseAttention's Table 5, FAST Tables 1 and 2, DenseAttention Table 1). Our numbers come from
-this CPU with reduced models and steps (see each run's config), the published ones from full-size
-GPU runs: compare them as reference points, not as a reproduction.
+the five FAST tasks are all there. Published numbers: ``../shared/NOTES.md`` section 4 (LRA
+paper Table 1 as quoted by DenseAttention's Table 5, FAST Tables 1 and 2, DenseAttention Table
+1). Our numbers come from this CPU with reduced models and steps (see each run's config), the
+published ones from full-size GPU runs: compare them as reference points, not as a reproduction.
 
 Exit status 1 (SystemExit) when no final_metrics.json is found.
 """

@@ -573,10 +573,10 @@ def main(argv=None):
     ap.add_argument("--out", default="results/authors_fastmax_compare")
     ap.add_argument("--_child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    commit = git_commit()  # when the run starts
     if args._child:
         print(measure_peak_child(json.loads(args._child)))
         return None
+    commit = git_commit()  # when the run starts (not in the memory children)
     try:
         loaded = load_authors(args.authors_dir)
     except FileNotFoundError as exc:

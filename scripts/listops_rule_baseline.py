@@ -41,16 +41,18 @@ def first_token_rule(train_tokens, train_labels, eval_tokens, eval_labels, num_c
     """
     counts = np.zeros((int(max(train_tokens[:, 0].max(), eval_tokens[:, 0].max())) + 1, num_classes), np.int64)
     np.add.at(counts, (train_tokens[:, 0], train_labels), 1)
-    majority = int(np.bincount(train_labels, minlength=num_classes).argmax())
-    rule = np.where(counts.sum(1) > 0, counts.argmax(1), majority)
-    prior = np.bincount(train_labels, minlength=num_classes) / len(train_labels)
+    label_counts = counts.sum(0)
+    majority = int(label_counts.argmax())
+    seen = np.flatnonzero(counts.sum(1))
+    rule = np.full(len(counts), majority)
+    rule[seen] = counts[seen].argmax(1)
     with np.errstate(divide="ignore"):
-        prior_loss = float(-np.log(prior[eval_labels]).mean())
+        prior_loss = float(-np.log(label_counts[eval_labels] / len(train_labels)).mean())
     return {
         "prior_loss": prior_loss,
         "majority_accuracy": float(np.mean(eval_labels == majority)),
         "first_token_accuracy": float(np.mean(rule[eval_tokens[:, 0]] == eval_labels)),
-        "rule": {int(t): int(rule[t]) for t in np.flatnonzero(counts.sum(1))},
+        "rule": {int(t): int(rule[t]) for t in seen},
         "eval_examples": int(len(eval_labels)),
     }
 

@@ -116,7 +116,7 @@ def build_tables(runs):
     for label in [a for a in ORDER if a in every] + sorted(every - set(ORDER)):
         if label in ours:
             vals = [100 * chosen[(label, t)]["test_accuracy"] if (label, t) in chosen else None for t in TASKS]
-            shared = [100 * chosen[(label, t)]["test_accuracy"] for t in common]
+            shared = [vals[TASKS.index(t)] for t in common]
             acc_rows.append((label, "ours", vals, sum(shared) / len(shared) if shared else None))
             steps = [chosen[(label, t)]["steps_per_s"] if (label, t) in chosen else None for t in TASKS]
             five = steps[:5]

@@ -205,7 +205,7 @@ def test_listops_first_token_rule_baseline(listops_dir, tmp_path):
     rule_baseline.main(["--lra_dir", listops_dir, "--split", "test", "--out", str(out)])
     got = json.loads(out.read_text())
     rows = read_rows(listops_dir, "test")
-    first_ops = [src.replace("(", " ").split()[0] for src, _ in rows]
+    first_ops = [lo.tokenize(src)[0] for src, _ in rows]
     assert set(got["rule"]) <= set(lo.OPERATORS) and set(first_ops) <= set(lo.OPERATORS)
     hits = [got["rule"].get(op) == int(t) for op, (_, t) in zip(first_ops, rows)]
     assert got["first_token_accuracy"] == pytest.approx(np.mean(hits)) and got["eval_examples"] == len(rows)

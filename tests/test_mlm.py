@@ -3,7 +3,6 @@
 import json
 import math
 import os
-import sys
 
 import numpy as np
 import pytest

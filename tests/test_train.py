@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-import configurator
 import model as model_lib
 import tasks
 import train

@@ -1,6 +1,8 @@
 """Reference lines for ListOps that need no model: the majority class, the rule "predict the most
 frequent label of the outermost operator", and the loss of predicting the training set's class
-frequencies for every input (where a model that has learned nothing from its input ends up).
+frequencies for every input (where a model that has learned nothing from its input ends up), and
+two linear probes: one on the bag of tokens (what attention spread evenly over the sequence can
+see), one on the bag of tokens plus the first token.
 
 In LRA's tokenization the first token of every ListOps sequence is the outermost operator
 (``[MIN``, ``[MAX``, ``[MED`` or ``[SM``; data/lra/listops.py). Its value is strongly tied to the
@@ -8,7 +10,8 @@ label (MIN of many arguments is usually 0, MAX usually 9), so a classifier that 
 one token, from a table counted on the train split, reaches an accuracy well above the majority
 rate. The published transformer results on ListOps (36-38%, ``../shared/NOTES.md`` section 4)
 lie at this rule's level; a model at it has learned to find the first token, not to evaluate the
-expression.
+expression. The bag-of-tokens probe measures how much of the label the token counts alone carry:
+a model whose attention is still uniform over the sequence sees little more than that.
 
 Usage: python scripts/listops_rule_baseline.py [--lra_dir data/lra/files] [--split test|val]
            [--out results/lra/listops_rule_baseline.json]
@@ -19,6 +22,8 @@ import os
 import sys
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
@@ -57,6 +62,57 @@ def first_token_rule(train_tokens, train_labels, eval_tokens, eval_labels, num_c
     }
 
 
+def token_features(tokens, vocab_size=listops.VOCAB_SIZE, max_len=listops.MAX_LEN, first_token=False):
+    """Per-sequence features for a linear probe: the frequency of every non-PAD token id
+    (1 .. vocab_size - 1, counts divided by the sequence length), the length / max_len, and with
+    ``first_token`` a one-hot of the first token (vocab_size columns).
+
+    Args:
+        tokens: int array (N, T), PAD (0) after the sequence.
+
+    Returns:
+        float64 tensor (N, vocab_size) or (N, 2 * vocab_size) with ``first_token``.
+    """
+    tokens = np.asarray(tokens)
+    counts = np.stack([(tokens == t).sum(1) for t in range(1, vocab_size)], 1)  # one token id at a time: (N, T) memory
+    lengths = np.maximum((tokens != listops.PAD).sum(1, keepdims=True), 1)
+    x = torch.from_numpy(np.concatenate([counts / lengths, lengths / max_len], 1)).double()
+    if first_token:
+        x = torch.cat([x, F.one_hot(torch.from_numpy(tokens[:, 0]).long(), vocab_size).double()], 1)
+    return x
+
+
+def linear_probe(train_x, train_labels, eval_x, eval_labels, num_classes=listops.NUM_CLASSES, l2=1e-4):
+    """Multinomial logistic regression fitted on train (features standardised with the train mean
+    and std, L2 penalty ``l2`` on the weights, L-BFGS in float64), scored on eval.
+
+    Args:
+        train_x, eval_x: float64 tensors (N, F). train_labels, eval_labels: int arrays (N,).
+
+    Returns:
+        dict: "accuracy" (fraction of the eval examples), "loss" (cross-entropy, nats per example).
+    """
+    mean, std = train_x.mean(0), train_x.std(0).clamp(min=1e-12)
+    a, b = (train_x - mean) / std, (eval_x - mean) / std
+    y_train = torch.as_tensor(np.asarray(train_labels), dtype=torch.int64)
+    y_eval = torch.as_tensor(np.asarray(eval_labels), dtype=torch.int64)
+    weight = torch.zeros(a.shape[1], num_classes, dtype=torch.float64, requires_grad=True)
+    bias = torch.zeros(num_classes, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([weight, bias], max_iter=500, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = F.cross_entropy(a @ weight + bias, y_train) + l2 * weight.square().sum()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    with torch.no_grad():
+        logits = b @ weight + bias
+        return {"accuracy": float((logits.argmax(1) == y_eval).double().mean()),
+                "loss": float(F.cross_entropy(logits, y_eval))}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lra_dir", default=default_lra_dir())
@@ -66,6 +122,10 @@ def main(argv=None):
     train = listops.load(args.lra_dir, "train")
     held = listops.load(args.lra_dir, args.split)
     result = first_token_rule(train["tokens"], train["labels"], held["tokens"], held["labels"])
+    for name, first in (("bag_of_tokens", False), ("bag_and_first_token", True)):
+        probe = linear_probe(token_features(train["tokens"], first_token=first), train["labels"],
+                             token_features(held["tokens"], first_token=first), held["labels"])
+        result.update({f"{name}_accuracy": probe["accuracy"], f"{name}_loss": probe["loss"]})
     names = {i: t for t, i in listops.VOCAB.items()}
     result["rule"] = {names[t]: y for t, y in result["rule"].items()}
     result.update(split=args.split, lra_dir=args.lra_dir)

@@ -11,6 +11,7 @@ from collections import deque
 
 import numpy as np
 import pytest
+import torch
 
 from data.lra import listops as lo
 from data.lra import pathfinder as pf
@@ -209,6 +210,33 @@ def test_listops_first_token_rule_baseline(listops_dir, tmp_path):
     assert set(got["rule"]) <= set(lo.OPERATORS) and set(first_ops) <= set(lo.OPERATORS)
     hits = [got["rule"].get(op) == int(t) for op, (_, t) in zip(first_ops, rows)]
     assert got["first_token_accuracy"] == pytest.approx(np.mean(hits)) and got["eval_examples"] == len(rows)
+
+    assert 0 <= got["bag_of_tokens_accuracy"] <= 1 and np.isfinite(got["bag_and_first_token_loss"])
+
+
+def test_listops_linear_probes():
+    """scripts/listops_rule_baseline.py's probes: the features of a hand case, then synthetic labels
+    that only the bag of tokens carries (token 5 more frequent than token 6) and labels that only
+    the first token carries (which of two operators opens the sequence)."""
+    import importlib
+    rule_baseline = importlib.import_module("scripts.listops_rule_baseline")
+    x = rule_baseline.token_features(np.array([[12, 1, 1, 0], [3, 0, 0, 0]]), vocab_size=16, max_len=4, first_token=True)
+    assert x.shape == (2, 32) and x.dtype == torch.float64
+    assert x[0, 0] == pytest.approx(2 / 3) and x[0, 11] == pytest.approx(1 / 3) and x[0, 15] == 0.75
+    assert x[1, 2] == 1 and x[1, 15] == 0.25 and x[0, 16 + 12] == 1 and x[1, 16 + 3] == 1
+    rng = np.random.default_rng(0)
+    # the opening operators recur in the body, so one of 400 tokens barely moves their counts
+    tokens = np.concatenate([rng.choice([11, 12], (800, 1)), rng.integers(1, 13, (800, 399))], 1)
+    by_count = ((tokens == 5).sum(1) > (tokens == 6).sum(1)).astype(np.int64)
+    by_first = (tokens[:, 0] == 12).astype(np.int64)
+
+    def probe(labels, first_token):
+        feats = rule_baseline.token_features(tokens, vocab_size=16, max_len=400, first_token=first_token)
+        return rule_baseline.linear_probe(feats[:600], labels[:600], feats[600:], labels[600:], num_classes=2)
+
+    assert probe(by_count, False)["accuracy"] > 0.9
+    assert probe(by_first, False)["accuracy"] < 0.65
+    assert probe(by_first, True)["accuracy"] == 1.0
 
 
 @pytest.mark.parametrize("line, what", [

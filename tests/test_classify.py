@@ -379,3 +379,45 @@ def test_sweep_script(tmp_path):
     env["ATTENTIONS"] = "softmax"
     r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "final_metrics.json exists, skipped" in r.stdout
+
+
+def test_lra_cls_attention(stub, tmp_path):
+    """scripts/lra_cls_attention.py: its layer-0 CLS weights equal a softmax recomputed from the
+    block's own projections; constant q and k give the uniform spread exactly; main writes the JSON."""
+    import lra_cls_attention as script
+
+    out = tmp_path / "run"
+    train.main(["--task=classify", "--lra_task=stubtask", "--lra_dir=/nowhere", f"--out_dir={out}",
+                "--num_threads=1", "--n_layer=2", "--n_head=2", "--n_embd=16", "--batch_size=8", "--max_iters=2",
+                "--eval_interval=100", "--pooling=cls"])
+    trained, init, config = script.load_run(str(out))
+    ckpt = torch.load(out / "ckpt.pt", weights_only=False)
+    assert all(torch.equal(p, ckpt["model"][k]) for k, p in trained.state_dict().items())
+    idx, mask = script.examples(config, "val", 10)
+    assert idx.shape == (10, STUB_LEN + 1) and (idx[:, 0] == VOCAB).all() and mask[:, 0].all()
+
+    with torch.no_grad():  # peaky attention, so the check is not between two near-uniform rows
+        trained.transformer.h[0].attn.c_attn.weight[:32] *= 40
+        x = trained.transformer.wte(idx) + trained.transformer.wpe(torch.arange(idx.shape[1]))
+        q, k, _ = trained.transformer.h[0].attn.c_attn(trained.transformer.h[0].ln_1(x)).split(16, dim=2)
+        q, k = (t.view(10, -1, 2, 8).transpose(1, 2).double() for t in (q, k))
+        scores = (q[:, :, :1] @ k.transpose(-1, -2) / 8 ** 0.5).masked_fill(~mask[:, None, None, :], float("-inf"))
+        expected = torch.softmax(scores, dim=-1)[:, :, 0, 3]  # (N, H) weight of CLS on position 3
+    stats = script.cls_statistics(trained, idx, mask, position=3, batch_size=4)
+    assert stats["ratio"].shape == (2, 2)
+    np.testing.assert_allclose(stats["weight_at_position"][0], expected.mean(0).numpy(), rtol=1e-6)
+    assert stats["max_weight"][0].max() > 2 * stats["uniform"][0, 0]
+
+    with torch.no_grad():
+        for block in init.transformer.h:
+            block.attn.c_attn.weight[:32] = 0  # q, k = their biases: one score for every key
+    stats = script.cls_statistics(init, idx, mask, position=1)
+    uniform = (1.0 / mask.sum(1).double()).mean().item()
+    np.testing.assert_allclose(stats["weight_at_position"], uniform, rtol=1e-12)
+    np.testing.assert_allclose(stats["ratio"], 1.0, rtol=1e-12)
+    np.testing.assert_allclose(stats["uniform"], uniform, rtol=1e-12)
+
+    script.main([str(out), "--num=6", f"--out={tmp_path / 'cls.json'}"])
+    result = json.load(open(tmp_path / "cls.json"))[str(out)]
+    assert result["examples"] == 6 and result["attention"] == "softmax"
+    assert set(result["trained"]) == set(script.METRICS) and np.shape(result["init"]["ratio"]) == (2, 2)

@@ -1,0 +1,143 @@
+"""Where the CLS token of a trained LRA classifier attends: the attention weight of the CLS query on
+each key position, averaged over examples, per layer and head, beside a freshly initialised model of
+the same configuration. Made for the ListOps question of docs/lra.md (do global attentions move
+weight onto the outermost operator, the first token after CLS?), usable on any CLS-pooled run.
+
+    python scripts/lra_cls_attention.py out/lra/listops_softmax_cpu out/lra/listops_dense_cpu \\
+        [--split=val] [--num=64] [--position=1] [--out=results/lra/listops_cls_attention.json]
+
+Each out_dir's ``ckpt.pt`` (task "classify", ``pooling="cls"``) becomes an ``LRAClassifier`` with the
+checkpoint's ``model_args`` and weights, in eval mode; the "init" model is the same configuration
+initialised with ``torch.manual_seed(seed)`` (the run's seed). Both read the first ``--num``
+examples of ``--split`` (LRA layout under the run's ``lra_dir``), whole, padding masked.
+
+Weights: softmax / fastmax through ``scripts/attention_maps.attention_weights`` (the module's own
+rule, checked against its output as there); other attentions (e.g. dense, whose weights are not a
+normalised distribution) are reported as unsupported. For query 0 (CLS), layer l, head h:
+
+- ``weight_at_position``: mean over examples of A[0, position] (position 1 = the first data token);
+- ``uniform``: mean over examples of 1 / (real tokens + 1), the weight of an even spread;
+- ``ratio``: weight_at_position / uniform;
+- ``max_weight``: mean over examples of max_j A[0, j], and ``argmax_is_position``: the fraction of
+  examples whose largest CLS weight sits at ``position``.
+
+Output: a table on stdout and, with ``--out``, JSON {run: {"trained": {...}, "init": {...}}}, each
+a dict of lists indexed [layer][head].
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from scripts.attention_maps import attention_weights, capture  # noqa: E402
+from tasks import classify  # noqa: E402
+
+METRICS = ("weight_at_position", "uniform", "ratio", "max_weight", "argmax_is_position")
+
+
+def load_run(out_dir):
+    """(trained model, init model, config) of ``out_dir/ckpt.pt``, both models in eval mode.
+
+    Raises:
+        FileNotFoundError: no checkpoint. ValueError: not a CLS-pooled classification run.
+    """
+    path = os.path.join(out_dir, "ckpt.pt")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    config = ckpt["config"]
+    if config.get("task") != "classify" or config.get("pooling") != "cls":
+        raise ValueError(f"{path}: needs a task='classify', pooling='cls' run; got task={config.get('task')!r}, "
+                         f"pooling={config.get('pooling')!r}")
+    trained = classify.build_model(config, None, ckpt["model_args"])
+    trained.load_state_dict(ckpt["model"])
+    torch.manual_seed(config.get("seed", 1337))
+    init = classify.build_model(config, None, ckpt["model_args"])
+    return trained.eval(), init.eval(), config
+
+
+def examples(config, split, num):
+    """(idx (N, T) int64, attention_mask (N, T) bool) of the first ``num`` examples of ``split``,
+    CLS prepended, as the run's batches are made."""
+    module = classify._module(config)
+    _, load_kwargs = classify.split_options(module, config.get("lra_options", {}))
+    d = module.load(classify.lra_dir(config), split, classify.max_len(config, module), **load_kwargs)
+    if module.TWO_TOWER:
+        raise ValueError(f"{config['lra_task']} is two-tower; this script reads one-sequence tasks")
+    n = min(num, len(d["labels"]))
+    return classify.encode(d["tokens"][:n], d["lengths"][:n], module.VOCAB_SIZE, False, "cpu")
+
+
+def cls_statistics(model, idx, attention_mask, position=1, batch_size=8):
+    """The METRICS of the CLS query's attention, per layer and head.
+
+    Args:
+        model: an ``LRAClassifier`` with CLS pooling (softmax or fastmax attention).
+        idx: (N, T) int64 with CLS at column 0; attention_mask: (N, T) bool, True = real token.
+        position: the key position reported (1 = the first data token).
+
+    Returns:
+        dict metric -> (L, H) float64 array.
+
+    Raises:
+        ValueError: an attention without normalised weights (from ``attention_weights``).
+    """
+    rows = []  # per batch: (L, B, H, T) CLS-row weights
+    for start in range(0, len(idx), batch_size):
+        b_idx, b_mask = idx[start:start + batch_size], attention_mask[start:start + batch_size]
+        records = capture(model, b_idx)
+        rows.append(torch.stack([attention_weights(r["mechanism"], r["q"], r["k"], r["causal"],
+                                                   r["attention_mask"])[:, :, 0, :] for r in records]))
+    cls_rows = torch.cat(rows, dim=1)  # (L, N, H, T)
+    uniform = 1.0 / attention_mask.sum(1).double()  # (N,)
+    at = cls_rows[..., position]  # (L, N, H)
+    stats = {
+        "weight_at_position": at.mean(1),
+        "uniform": uniform.mean().expand(at.shape[0], at.shape[2]),
+        "ratio": (at / uniform[None, :, None]).mean(1),
+        "max_weight": cls_rows.max(-1).values.mean(1),
+        "argmax_is_position": (cls_rows.argmax(-1) == position).double().mean(1),
+    }
+    return {k: v.numpy() for k, v in stats.items()}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out_dirs", nargs="+")
+    ap.add_argument("--split", default="val", choices=classify.SPLITS)
+    ap.add_argument("--num", type=int, default=64, help="examples (the first ones of the split)")
+    ap.add_argument("--position", type=int, default=1, help="key position reported (1 = first data token)")
+    ap.add_argument("--out", default="", help="write the result as JSON here")
+    args = ap.parse_args(argv)
+    torch.set_flush_denormal(True)
+    result = {}
+    for out_dir in args.out_dirs:
+        trained, init, config = load_run(out_dir)
+        idx, mask = examples(config, args.split, args.num)
+        run = {}
+        for name, model in (("trained", trained), ("init", init)):
+            stats = cls_statistics(model, idx, mask, args.position)
+            run[name] = {k: v.tolist() for k, v in stats.items()}
+            for layer in range(stats["ratio"].shape[0]):
+                for head in range(stats["ratio"].shape[1]):
+                    print(f"{out_dir} {name:7s} layer {layer} head {head}: weight on position {args.position} "
+                          f"{stats['weight_at_position'][layer, head]:.4f} (uniform {stats['uniform'][layer, head]:.4f}, "
+                          f"ratio {stats['ratio'][layer, head]:.2f}), max weight {stats['max_weight'][layer, head]:.4f}, "
+                          f"argmax there {stats['argmax_is_position'][layer, head]:.2f}")
+        run.update(attention=config["attention"], split=args.split, examples=int(len(idx)), position=args.position)
+        result[out_dir] = run
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -122,9 +122,11 @@ def main(argv=None):
     train = listops.load(args.lra_dir, "train")
     held = listops.load(args.lra_dir, args.split)
     result = first_token_rule(train["tokens"], train["labels"], held["tokens"], held["labels"])
-    for name, first in (("bag_of_tokens", False), ("bag_and_first_token", True)):
-        probe = linear_probe(token_features(train["tokens"], first_token=first), train["labels"],
-                             token_features(held["tokens"], first_token=first), held["labels"])
+    # the bag-of-tokens features are the first VOCAB_SIZE columns of the full ones: count once
+    train_x = token_features(train["tokens"], first_token=True)
+    held_x = token_features(held["tokens"], first_token=True)
+    for name, columns in (("bag_of_tokens", listops.VOCAB_SIZE), ("bag_and_first_token", train_x.shape[1])):
+        probe = linear_probe(train_x[:, :columns], train["labels"], held_x[:, :columns], held["labels"])
         result.update({f"{name}_accuracy": probe["accuracy"], f"{name}_loss": probe["loss"]})
     names = {i: t for t, i in listops.VOCAB.items()}
     result["rule"] = {names[t]: y for t, y in result["rule"].items()}

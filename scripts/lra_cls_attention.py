@@ -36,6 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+import data.lra as lra  # noqa: E402
 from scripts.attention_maps import attention_weights, capture  # noqa: E402
 from tasks import classify  # noqa: E402
 
@@ -66,7 +67,7 @@ def load_run(out_dir):
 def examples(config, split, num):
     """(idx (N, T) int64, attention_mask (N, T) bool) of the first ``num`` examples of ``split``,
     CLS prepended, as the run's batches are made."""
-    module = classify._module(config)
+    module = lra.get(config["lra_task"])
     _, load_kwargs = classify.split_options(module, config.get("lra_options", {}))
     d = module.load(classify.lra_dir(config), split, classify.max_len(config, module), **load_kwargs)
     if module.TWO_TOWER:

@@ -66,14 +66,13 @@ def load_run(out_dir):
 
 def examples(config, split, num):
     """(idx (N, T) int64, attention_mask (N, T) bool) of the first ``num`` examples of ``split``,
-    CLS prepended, as the run's batches are made."""
+    made by the run's own ``classify.make_batch`` (CLS prepended)."""
     module = lra.get(config["lra_task"])
-    _, load_kwargs = classify.split_options(module, config.get("lra_options", {}))
-    d = module.load(classify.lra_dir(config), split, classify.max_len(config, module), **load_kwargs)
     if module.TWO_TOWER:
         raise ValueError(f"{config['lra_task']} is two-tower; this script reads one-sequence tasks")
-    n = min(num, len(d["labels"]))
-    return classify.encode(d["tokens"][:n], d["lengths"][:n], module.VOCAB_SIZE, False, "cpu")
+    d = classify.load_split(config, split)
+    batch = classify.make_batch(d, np.arange(min(num, len(d["labels"]))), config, module, "cpu")
+    return batch["idx"], batch["attention_mask"]
 
 
 def cls_statistics(model, idx, attention_mask, position=1, batch_size=8):
@@ -92,8 +91,7 @@ def cls_statistics(model, idx, attention_mask, position=1, batch_size=8):
     """
     rows = []  # per batch: (L, B, H, T) CLS-row weights
     for start in range(0, len(idx), batch_size):
-        b_idx, b_mask = idx[start:start + batch_size], attention_mask[start:start + batch_size]
-        records = capture(model, b_idx)
+        records = capture(model, idx[start:start + batch_size])  # padding: the model's pad_token_id
         rows.append(torch.stack([attention_weights(r["mechanism"], r["q"], r["k"], r["causal"],
                                                    r["attention_mask"])[:, :, 0, :] for r in records]))
     cls_rows = torch.cat(rows, dim=1)  # (L, N, H, T)

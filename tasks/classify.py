@@ -194,30 +194,37 @@ def prepare_data(cfg):
         raise data_lib.DataUnavailable(f"LRA {cfg['lra_task']}: {e}") from None
 
 
+def load_split(cfg, split):
+    """One split as the module's ``load`` dict (``tokens`` (N, max_len) ids, ``lengths``,
+    ``labels``; ``tokens2``/``lengths2`` for two-tower), tokens stored as the smallest unsigned
+    dtype that holds the vocabulary.
+
+    Raises:
+        ConfigError: see ``_check``. data.DataUnavailable: a file is missing.
+        ValueError: malformed file (from the module) or an empty split.
+    """
+    module = _check(cfg)
+    _, load_kwargs = split_options(module, cfg["lra_options"])
+    try:
+        d = module.load(lra_dir(cfg), split, max_len(cfg, module), **load_kwargs)
+    except FileNotFoundError as e:
+        raise data_lib.DataUnavailable(f"LRA {cfg['lra_task']}: {e}") from None
+    dtype = np.uint8 if module.VOCAB_SIZE <= 256 else (np.uint16 if module.VOCAB_SIZE <= 65536 else np.int64)
+    for key in ("tokens", "tokens2"):
+        if key in d:
+            d[key] = d[key].astype(dtype)
+    if len(d["labels"]) == 0:
+        raise ValueError(f"LRA {cfg['lra_task']}: split {split!r} is empty")
+    return d
+
+
 def load_data(cfg):
-    """dict: "train", "val", "test" -> the module's ``load`` dicts (``tokens`` (N, max_len) ids,
-    ``lengths``, ``labels``; ``tokens2``/``lengths2`` for two-tower), tokens stored as the
-    smallest unsigned dtype that holds the vocabulary; "module" -> the data module.
+    """dict: "train", "val", "test" -> ``load_split`` of each; "module" -> the data module.
 
     Raises:
         data.DataUnavailable: a file is missing. ValueError (from the module): malformed file.
     """
-    module = _check(cfg)
-    _, load_kwargs = split_options(module, cfg["lra_options"])
-    out = {"module": module}
-    dtype = np.uint8 if module.VOCAB_SIZE <= 256 else (np.uint16 if module.VOCAB_SIZE <= 65536 else np.int64)
-    for split in SPLITS:
-        try:
-            d = module.load(lra_dir(cfg), split, max_len(cfg, module), **load_kwargs)
-        except FileNotFoundError as e:
-            raise data_lib.DataUnavailable(f"LRA {cfg['lra_task']}: {e}") from None
-        for key in ("tokens", "tokens2"):
-            if key in d:
-                d[key] = d[key].astype(dtype)
-        if len(d["labels"]) == 0:
-            raise ValueError(f"LRA {cfg['lra_task']}: split {split!r} is empty")
-        out[split] = d
-    return out
+    return {"module": _check(cfg), **{split: load_split(cfg, split) for split in SPLITS}}
 
 
 def model_config(cfg, module):

@@ -9,7 +9,7 @@ Two block types (``ModelConfig.block``): the GPT-2 pre-LayerNorm transformer blo
 DenseAttention Network block (DANet, "DenseAttention", Argatkiny, section 3): MaxNorm, N^(-1/3)
 scaling, Cosine RelPE, queries x W_Q with keys = values = x, DenseAttention (``attention/dense``),
 a bias-free ReLU FFN, MaxNorm and one residual connection. Position information is a config
-choice for both (``pos_emb``: learned, cosine_relpe, none).
+choice for both (``pos_emb``: learned, sinusoidal, cosine_relpe, none).
 
 Shapes: token ids (B, T) int64; hidden states (B, T, C) with C = n_embd; q/k/v per head
 (B, H, T, D) with D = C / H; logits (B, T, V); attention_mask (B, T) bool, True = real token
@@ -44,10 +44,14 @@ class ModelConfig:
         two_tower: classify a pair of sequences encoded separately, features [u, v, u*v, u-v].
         block: "transformer" (GPT-2 pre-LayerNorm block, ``Block``) or "danet" (``DANetBlock``;
             needs attention="dense"; no biases, LayerNorms or dropout inside the blocks).
-        pos_emb: "learned" (GPT-2's added position embedding; T <= block_size), "cosine_relpe"
-            (Cosine RelPE, paper Sec. 3.2, Eq. 6: x_i cos(m theta_i) per head dim i at position m,
-            on q and k in a transformer block, on the block's input X in a DANet block; any T) or
-            "none" (any T).
+        pos_emb: "learned" (GPT-2's added position embedding; T <= block_size), "sinusoidal"
+            (the fixed sine / cosine table added to the token embeddings, Vaswani et al. 2017,
+            Sec. 3.5; the Long Range Arena transformers' default; any T; n_embd even),
+            "cosine_relpe" (Cosine RelPE, paper Sec. 3.2, Eq. 6: x_i cos(m theta_i) per head dim i
+            at position m, on q and k in a transformer block, on the block's input X in a DANet
+            block; any T) or "none" (any T).
+        embedding_init_std: standard deviation of the token embedding's N(0, std^2) initialisation
+            (GPT-2: 0.02; the LRA transformers: 1.0, beside their sinusoidal positions of amplitude 1).
         layer_scheme: DANet layers cycled over the stack, one letter per layer: "G" global, "L"
             local (windows of ``window``), "S" shifted local (windows moved by window / 2); e.g.
             "LSG" (paper Sec. 3.3). Transformer blocks accept only "G".
@@ -75,6 +79,7 @@ class ModelConfig:
     two_tower: bool = False
     block: str = "transformer"
     pos_emb: str = "learned"
+    embedding_init_std: float = 0.02
     layer_scheme: str = "G"
     window: int = 0
     pad_token_id: int = -1
@@ -90,6 +95,11 @@ class ModelConfig:
             raise ValueError(f"block must be one of {', '.join(BLOCKS)}; got {self.block!r}")
         if self.pos_emb not in POS_EMBS:
             raise ValueError(f"pos_emb must be one of {', '.join(POS_EMBS)}; got {self.pos_emb!r}")
+        if self.pos_emb == "sinusoidal" and self.n_embd % 2:
+            raise ValueError(f"pos_emb='sinusoidal' pairs a sine and a cosine per frequency: n_embd must be even; "
+                             f"got {self.n_embd}")
+        if not self.embedding_init_std > 0:
+            raise ValueError(f"embedding_init_std must be > 0; got {self.embedding_init_std}")
         if not self.layer_scheme or set(self.layer_scheme) - set(LAYER_KINDS):
             raise ValueError(f"layer_scheme must be a non-empty string of the letters {', '.join(LAYER_KINDS)} "
                              f"(G global, L local, S shifted local); got {self.layer_scheme!r}")
@@ -120,11 +130,12 @@ class ModelConfig:
 
 
 # The architecture keys above GPT-2's, as config keys of the training tasks (defaults = ModelConfig's).
-ARCHITECTURE_DEFAULTS = dict(block="transformer", pos_emb="learned", layer_scheme="G", window=0, maxnorm_eps=1e-3,
+ARCHITECTURE_DEFAULTS = dict(block="transformer", pos_emb="learned", embedding_init_std=0.02, layer_scheme="G", window=0, maxnorm_eps=1e-3,
                              ffn_linf_norm=0.0)
 ARCHITECTURE_HELP = dict(
     block="transformer (GPT-2 pre-LN block) | danet (DenseAttention Network block; needs attention=dense)",
-    pos_emb="learned (T <= block_size) | cosine_relpe (Cosine RelPE, any T) | none",
+    pos_emb="learned (T <= block_size) | sinusoidal (fixed table, any T) | cosine_relpe (Cosine RelPE, any T) | none",
+    embedding_init_std="std of the token embedding's initialisation (GPT-2 0.02; LRA 1.0)",
     layer_scheme="DANet layers cycled over the stack: G global, L local, S shifted local (e.g. LSG)",
     window="window of the DANet L and S layers (positions)",
     maxnorm_eps="eps of DANet's MaxNormActivation x / (max|x| + eps)",
@@ -138,7 +149,7 @@ def architecture_args(cfg):
 
 
 BLOCKS = ("transformer", "danet")
-POS_EMBS = ("learned", "cosine_relpe", "none")
+POS_EMBS = ("learned", "sinusoidal", "cosine_relpe", "none")
 LAYER_KINDS = ("G", "L", "S")
 RELPE_BASE = 10000.0
 
@@ -162,6 +173,20 @@ def cosine_relpe(T, head_dim, device=None, dtype=torch.float32):
     theta = RELPE_BASE ** (-2.0 * i / head_dim)
     m = torch.arange(T, dtype=torch.float64, device=device)
     return torch.cos(m[:, None] * theta[None, :]).to(dtype)
+
+
+def sinusoidal_positions(T, n_embd, device=None, dtype=torch.float32):
+    """The fixed position table of Vaswani et al. 2017 (Sec. 3.5), added to the token embeddings:
+    PE[m, 2i] = sin(m w_i), PE[m, 2i + 1] = cos(m w_i) with w_i = 10000^(-2i / C), for positions
+    m = 0..T-1 and i = 0..C/2-1, C = ``n_embd`` (even); a (T, C) tensor with entries in [-1, 1].
+
+    This is the table the Long Range Arena transformers add when positions are not learned
+    (``AddPositionEmbs`` with no initializer; sines in the even, cosines in the odd dims). The
+    angles are computed in float64 so long sequences keep their precision.
+    """
+    w = RELPE_BASE ** (-torch.arange(0, n_embd, 2, dtype=torch.float64, device=device) / n_embd)
+    angle = torch.arange(T, dtype=torch.float64, device=device)[:, None] * w[None, :]
+    return torch.stack((angle.sin(), angle.cos()), dim=-1).reshape(T, n_embd).to(dtype)
 
 
 def max_norm(x, eps):
@@ -397,7 +422,7 @@ class Transformer(nn.Module):
 
     Raises:
         ValueError: if T exceeds ``block_size`` with learned position embeddings (the message
-            gives both lengths); cosine_relpe and none accept any T.
+            gives both lengths); sinusoidal, cosine_relpe and none accept any T.
     """
 
     def __init__(self, config, causal):
@@ -409,14 +434,19 @@ class Transformer(nn.Module):
         block = DANetBlock if config.block == "danet" else Block
         self.h = nn.ModuleList([block(config, causal, i) for i in range(config.n_layer)])
         self.ln_f = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon, bias=config.bias)
-        self._relpe_cache = None
+        self._table_cache = None
 
-    def relpe(self, T, device, dtype):
-        """The (T, D) Cosine RelPE factors (``cosine_relpe``), cached for the last (T, device, dtype)."""
+    def position_table(self, T, device, dtype):
+        """The fixed position table of ``config.pos_emb``: (T, D) Cosine RelPE factors
+        (``cosine_relpe``) or the (T, C) sinusoidal embedding (``sinusoidal_positions``); cached
+        for the last (T, device, dtype)."""
         key = (T, device, dtype)
-        if self._relpe_cache is None or self._relpe_cache[0] != key:
-            self._relpe_cache = (key, cosine_relpe(T, self.config.n_embd // self.config.n_head, device, dtype))
-        return self._relpe_cache[1]
+        if self._table_cache is None or self._table_cache[0] != key:
+            C, H = self.config.n_embd, self.config.n_head
+            table = (cosine_relpe(T, C // H, device, dtype) if self.config.pos_emb == "cosine_relpe"
+                     else sinusoidal_positions(T, C, device, dtype))
+            self._table_cache = (key, table)
+        return self._table_cache[1]
 
     def forward(self, idx, attention_mask=None):
         T = idx.shape[1]
@@ -428,26 +458,31 @@ class Transformer(nn.Module):
         x = self.wte(idx)
         if self.wpe is not None:
             x = x + self.wpe(torch.arange(T, device=idx.device))
+        elif self.config.pos_emb == "sinusoidal":
+            x = x + self.position_table(T, x.device, x.dtype)
         if self.config.block == "danet" and attention_mask is not None:
             x = x * attention_mask[..., None].to(x.dtype)  # PAD fixed at zero (Sec. 3.1)
         x = self.drop(x)
-        relpe = self.relpe(T, x.device, x.dtype) if self.config.pos_emb == "cosine_relpe" else None
+        relpe = self.position_table(T, x.device, x.dtype) if self.config.pos_emb == "cosine_relpe" else None
         for block in self.h:
             x = block(x, attention_mask, relpe)
         return self.ln_f(x)
 
 
-def _init_weights(model, n_layer):
-    """GPT-2 initialisation: N(0, 0.02), zero biases, residual projections scaled by 1/sqrt(2 n_layer).
+def _init_weights(model, config):
+    """GPT-2 initialisation: N(0, 0.02), zero biases, residual projections scaled by 1/sqrt(2 n_layer);
+    the token embedding N(0, ``config.embedding_init_std``^2) (0.02 by default, as GPT-2).
     DANet blocks as in the authors' code: W_Q ~ N(0, (0.02 / sqrt(2 n_layer C))^2), FFN weights
     ~ N(0, 1 / (2 * 4C))."""
+    n_layer = config.n_layer
     for module in model.modules():
         if isinstance(module, nn.Linear):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        elif isinstance(module, nn.Embedding):  # in module order, so the default draws as GPT-2's
+            std = config.embedding_init_std if module is model.transformer.wte else 0.02
+            nn.init.normal_(module.weight, mean=0.0, std=std)
     for name, p in model.named_parameters():
         if name.endswith("c_proj.weight"):
             nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * n_layer))
@@ -531,7 +566,7 @@ class GPT(AttentionSwapMixin, nn.Module):
         self.config = config
         self.transformer = Transformer(config, causal=True)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        _init_weights(self, config.n_layer)
+        _init_weights(self, config)
         self.lm_head.weight = self.transformer.wte.weight  # tied, as in GPT-2
         self.rescale_ffn()  # DANet FFN scales from the start (appendix G)
 
@@ -600,7 +635,7 @@ class BertEncoder(AttentionSwapMixin, nn.Module):
             n_features = 4 * config.n_embd if config.two_tower else config.n_embd
             self.classifier = nn.Sequential(nn.Linear(n_features, config.n_embd), nn.GELU(),
                                             nn.Linear(config.n_embd, config.n_classes))
-        _init_weights(self, config.n_layer)
+        _init_weights(self, config)
         self.rescale_ffn()  # DANet FFN scales from the start (appendix G)
 
     def forward(self, idx, attention_mask=None, mlm_mask=None):

@@ -15,8 +15,10 @@ files. Two sizes per task:
   base 0.05: lr(t) = 0.05 min(1, t / w) / sqrt(max(t, w)); train.py has no rsqrt decay, so it is
   approximated by a linear warmup to the peak 0.05 / sqrt(w) and a cosine decay to the final value
   0.05 / sqrt(max_iters). Image and Pathfinder use LRA's linear warmup (one epoch) + cosine decay.
-  LRA's MLP widths are not all 4C (ours always are) and LRA's Pathfinder has no learned position
-  embedding (ours: learned); both noted per file. dense: the DenseAttention authors' LRA configs
+  LRA's MLP widths are not all 4C (ours always are; noted per file). Position information and
+  token embeddings as LRA's ``TransformerEncoder``: token embeddings initialised N(0, 1)
+  (``embedding_init_std = 1.0``) and the fixed sinusoidal table (``pos_emb = "sinusoidal"``, its
+  default) except Image, whose upstream config learns its positions. dense: the DenseAttention authors' LRA configs
   (hidden / layers / heads / window / pooling from ``../shared/NOTES.md`` section 3; learning rate,
   weight decay, epochs, warmup ratio and cosine cycle from their ``configs/lra/*.json``, read with
   the search tool), DANet blocks with Cosine RelPE and the Local / Shifted-local / Global scheme
@@ -54,41 +56,48 @@ def rsqrt(base, warmup, steps):
 
 
 # ------------------------------------------------------------------ the papers' settings
+# LRA's TransformerEncoder: token embeddings N(0, 1), fixed sinusoidal positions unless learn_pos_emb
+LRA_EMBEDDINGS = dict(pos_emb="sinusoidal", embedding_init_std=1.0)
 LRA = {
     "listops": dict(
         note="LRA ListOps: batch 32, base lr 0.05 rsqrt (warmup 1000), 5000 steps, emb 512, 8 heads, 4 layers, "
-             "MLP 1024 (ours 4C = 2048), CLS pooling, weight decay 0.1 (SPEC.md)",
+             "MLP 1024 (ours 4C = 2048), CLS pooling, weight decay 0.1 (SPEC.md); fixed sinusoidal positions and N(0, 1) "
+             "token embeddings (LRA's TransformerEncoder defaults)",
         keys=dict(max_len=2000, pooling="cls", n_layer=4, n_head=8, n_embd=512, dropout=0.1, batch_size=32,
-                  max_iters=5000, warmup_iters=1000, weight_decay=0.1), lr=rsqrt(0.05, 1000, 5000),
+                  max_iters=5000, warmup_iters=1000, weight_decay=0.1, **LRA_EMBEDDINGS), lr=rsqrt(0.05, 1000, 5000),
         eval=dict(eval_interval=500, eval_max_batches=0)),
     "text": dict(
         note="LRA Text: batch 32, base lr 0.05 rsqrt (warmup 8000), 20,000 steps, emb 256, 4 heads, 4 layers, "
              "MLP 1024 (= 4C), CLS pooling, length 1000 (SPEC.md); weight decay 0.1 assumed as ListOps. "
-             "Val = a 10% hold-out of train (data/lra/text.py); lra_options = {'val': 'test'} is LRA's choice",
+             "Val = a 10% hold-out of train (data/lra/text.py); lra_options = {'val': 'test'} is LRA's choice; fixed "
+             "sinusoidal positions and N(0, 1) token embeddings (LRA's TransformerEncoder defaults)",
         keys=dict(max_len=1000, pooling="cls", n_layer=4, n_head=4, n_embd=256, dropout=0.1, batch_size=32,
-                  max_iters=20000, warmup_iters=8000, weight_decay=0.1), lr=rsqrt(0.05, 8000, 20000),
+                  max_iters=20000, warmup_iters=8000, weight_decay=0.1, **LRA_EMBEDDINGS), lr=rsqrt(0.05, 8000, 20000),
         eval=dict(eval_interval=1000, eval_max_batches=0)),
     "retrieval": dict(
         note="LRA Retrieval (AAN): batch 32, base lr 0.05 rsqrt (warmup 8000 > 5000 steps: the rate never peaks, "
              "as in LRA), emb 128, 4 heads, 4 layers, MLP 512 (= 4C), CLS pooling, 4000 bytes per document, "
-             "two towers (SPEC.md); weight decay 0.1 assumed",
+             "two towers (SPEC.md); weight decay 0.1 assumed; fixed sinusoidal positions and N(0, 1) token embeddings "
+             "(LRA's TransformerEncoder defaults)",
         keys=dict(max_len=4000, pooling="cls", n_layer=4, n_head=4, n_embd=128, dropout=0.1, batch_size=32,
-                  max_iters=5000, warmup_iters=8000, weight_decay=0.1), lr=(round(0.05 / 8000 ** 0.5, 7), None),
+                  max_iters=5000, warmup_iters=8000, weight_decay=0.1, **LRA_EMBEDDINGS),
+        lr=(round(0.05 / 8000 ** 0.5, 7), None),
         eval=dict(eval_interval=500, eval_max_batches=0)),
     "image": dict(
         note="LRA Image (upstream base_cifar10_config.py): batch 256, lr 5e-4, linear warmup 1 epoch (175 steps) + "
              "cosine, 200 epochs of 45,000 = 35,000 steps, emb 32, 1 head, 1 layer, MLP 64 (ours 4C = 128), "
-             "dropout 0.3, CLS pooling, learned positions, no weight decay",
+             "dropout 0.3, CLS pooling, learned positions, N(0, 1) token embeddings, no weight decay",
         keys=dict(max_len=1024, pooling="cls", n_layer=1, n_head=1, n_embd=32, dropout=0.3, batch_size=256,
-                  max_iters=35000, warmup_iters=175, weight_decay=0.0), lr=(5e-4, 0.0),
+                  max_iters=35000, warmup_iters=175, weight_decay=0.0, embedding_init_std=1.0), lr=(5e-4, 0.0),
         eval=dict(eval_interval=175, eval_max_batches=0)),
     "pathfinder": dict(
         note="LRA Pathfinder32 (upstream base_pathfinder32_config.py): batch 512, lr 1e-3, linear warmup 1 epoch "
              "(312 steps) + cosine, 200 epochs of 160,000 = 62,400 steps, emb 32, 2 heads, 1 layer, MLP 32 (ours "
-             "4C = 128), dropout 0.1, MEAN pooling, no learned positions upstream (ours: learned), no weight decay; "
+             "4C = 128), dropout 0.1, MEAN pooling, fixed sinusoidal positions and N(0, 1) token embeddings, no "
+             "weight decay; "
              "data: 200,000 generated images of curv_contour_length_14 (160k / 20k / 20k)",
         keys=dict(max_len=1024, pooling="mean", n_layer=1, n_head=2, n_embd=32, dropout=0.1, batch_size=512,
-                  max_iters=62400, warmup_iters=312, weight_decay=0.0), lr=(1e-3, 0.0),
+                  max_iters=62400, warmup_iters=312, weight_decay=0.0, **LRA_EMBEDDINGS), lr=(1e-3, 0.0),
         eval=dict(eval_interval=312, eval_max_batches=0)),
 }
 

@@ -338,6 +338,9 @@ def test_lra_configs_parse_and_build():
                                             if attention.startswith("fastmax") else "softmax"))
         if attention.startswith("fastmax"):
             assert mc.attention_params == {"p": int(attention[-1])}
+        if attention != "dense" and not name.endswith("_cpu.py"):  # LRA's TransformerEncoder embeddings
+            assert mc.embedding_init_std == 1.0, name
+            assert mc.pos_emb == ("learned" if task == "image" else "sinusoidal"), name
         if name.endswith("_cpu.py"):
             classify.LRAClassifier(mc)  # small enough to build here
     same = ("batch_size", "max_iters", "learning_rate", "max_len", "pooling", "n_embd")

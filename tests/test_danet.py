@@ -1,4 +1,5 @@
-"""Tests of the DANet block, MaxNorm, Cosine RelPE, pos_emb, layer_scheme and the FFN rescaling in model.py."""
+"""Tests of the DANet block, MaxNorm, Cosine RelPE, pos_emb (incl. the sinusoidal table), the token embedding's
+initialisation, layer_scheme and the FFN rescaling in model.py."""
 import math
 import os
 
@@ -6,7 +7,8 @@ import pytest
 import torch
 
 import attention.dense  # noqa: F401  (registers "dense")
-from model import (GPT, BertEncoder, DANetBlock, ModelConfig, config_dict, cosine_relpe, max_norm)
+from model import (GPT, BertEncoder, DANetBlock, ModelConfig, config_dict, cosine_relpe, max_norm,
+                   sinusoidal_positions)
 
 
 def danet_config(**kw):
@@ -254,13 +256,63 @@ def test_without_rescaling_the_hook_does_nothing():
     assert softmax.fold_ffn_scales() is softmax
 
 
+def test_sinusoidal_table_is_vaswani_sec_3_5():
+    T, C = 40, 12
+    table = sinusoidal_positions(T, C, dtype=torch.float64)
+    assert table.shape == (T, C)
+    for m in (0, 1, 7, 39):
+        for i in range(C // 2):
+            angle = m / 10000 ** (2 * i / C)
+            assert table[m, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-12)
+            assert table[m, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-12)
+    assert torch.all(table.abs() <= 1)
+    # a longer table extends a shorter one: position m means the same at every length
+    torch.testing.assert_close(sinusoidal_positions(2 * T, C, dtype=torch.float64)[:T], table, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("block", ["transformer", "danet"])
+def test_sinusoidal_positions_are_added_to_the_token_embeddings(block):
+    kw = dict(block_size=8, vocab_size=50, n_layer=2, n_head=2, n_embd=16, pos_emb="sinusoidal", block=block)
+    if block == "danet":
+        kw.update(attention="dense")
+    model = randomize(BertEncoder(ModelConfig(**kw))).eval()
+    assert model.transformer.wpe is None and model.num_params() == model.num_params(non_embedding=False)
+    idx = torch.randint(0, 50, (2, 12))  # longer than block_size: fine, the table has any length
+    seen = {}
+    model.transformer.drop.register_forward_hook(lambda mod, inp, out: seen.setdefault("x", inp[0]))
+    with torch.no_grad():
+        out = model(idx)
+    expected = model.transformer.wte(idx) + sinusoidal_positions(12, 16)
+    torch.testing.assert_close(seen["x"], expected, rtol=0, atol=0)
+    perm = torch.randperm(12)
+    with torch.no_grad():
+        assert not torch.allclose(model(idx[:, perm]), out[:, perm], atol=1e-2)
+
+
+def test_embedding_init_std_scales_only_the_token_embedding():
+    base = dict(block_size=8, vocab_size=500, n_layer=2, n_head=2, n_embd=16)
+    torch.manual_seed(0)
+    gpt2 = BertEncoder(ModelConfig(**base)).state_dict()
+    torch.manual_seed(0)
+    lra = BertEncoder(ModelConfig(**base, embedding_init_std=1.0)).state_dict()
+    assert gpt2.keys() == lra.keys()
+    for name in gpt2:  # the same draws: the token embedding 50x larger, every other parameter equal
+        if name == "transformer.wte.weight":
+            torch.testing.assert_close(lra[name], gpt2[name] / 0.02)
+        else:
+            assert torch.equal(lra[name], gpt2[name]), name
+    assert 0.95 < lra["transformer.wte.weight"].std().item() < 1.05
+
+
 # ---------------------------------------------------------------------------------------------
 # configuration errors
 
 
 @pytest.mark.parametrize("kw,message", [
     (dict(block="mamba"), "block must be one of transformer, danet; got 'mamba'"),
-    (dict(pos_emb="rope"), "pos_emb must be one of learned, cosine_relpe, none; got 'rope'"),
+    (dict(pos_emb="rope"), "pos_emb must be one of learned, sinusoidal, cosine_relpe, none; got 'rope'"),
+    (dict(pos_emb="sinusoidal", n_embd=9, n_head=3, block="transformer", attention="softmax"), "n_embd must be even; got 9"),
+    (dict(embedding_init_std=0.0), "embedding_init_std must be > 0; got 0.0"),
     (dict(attention="softmax"), "block='danet' needs attention='dense'"),
     (dict(layer_scheme="LXG", window=4), "layer_scheme must be a non-empty string of the letters G, L, S"),
     (dict(layer_scheme="LG"), "has local layers: set window > 0"),

@@ -130,8 +130,8 @@ class ModelConfig:
 
 
 # The architecture keys above GPT-2's, as config keys of the training tasks (defaults = ModelConfig's).
-ARCHITECTURE_DEFAULTS = dict(block="transformer", pos_emb="learned", embedding_init_std=0.02, layer_scheme="G", window=0, maxnorm_eps=1e-3,
-                             ffn_linf_norm=0.0)
+ARCHITECTURE_DEFAULTS = dict(block="transformer", pos_emb="learned", embedding_init_std=0.02, layer_scheme="G",
+                             window=0, maxnorm_eps=1e-3, ffn_linf_norm=0.0)
 ARCHITECTURE_HELP = dict(
     block="transformer (GPT-2 pre-LN block) | danet (DenseAttention Network block; needs attention=dense)",
     pos_emb="learned (T <= block_size) | sinusoidal (fixed table, any T) | cosine_relpe (Cosine RelPE, any T) | none",

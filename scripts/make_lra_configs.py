@@ -61,8 +61,8 @@ LRA_EMBEDDINGS = dict(pos_emb="sinusoidal", embedding_init_std=1.0)
 LRA = {
     "listops": dict(
         note="LRA ListOps: batch 32, base lr 0.05 rsqrt (warmup 1000), 5000 steps, emb 512, 8 heads, 4 layers, "
-             "MLP 1024 (ours 4C = 2048), CLS pooling, weight decay 0.1 (SPEC.md); fixed sinusoidal positions and N(0, 1) "
-             "token embeddings (LRA's TransformerEncoder defaults)",
+             "MLP 1024 (ours 4C = 2048), CLS pooling, weight decay 0.1 (SPEC.md); fixed sinusoidal positions and "
+             "N(0, 1) token embeddings (LRA's TransformerEncoder defaults)",
         keys=dict(max_len=2000, pooling="cls", n_layer=4, n_head=8, n_embd=512, dropout=0.1, batch_size=32,
                   max_iters=5000, warmup_iters=1000, weight_decay=0.1, **LRA_EMBEDDINGS), lr=rsqrt(0.05, 1000, 5000),
         eval=dict(eval_interval=500, eval_max_batches=0)),

@@ -311,7 +311,8 @@ def test_embedding_init_std_scales_only_the_token_embedding():
 @pytest.mark.parametrize("kw,message", [
     (dict(block="mamba"), "block must be one of transformer, danet; got 'mamba'"),
     (dict(pos_emb="rope"), "pos_emb must be one of learned, sinusoidal, cosine_relpe, none; got 'rope'"),
-    (dict(pos_emb="sinusoidal", n_embd=9, n_head=3, block="transformer", attention="softmax"), "n_embd must be even; got 9"),
+    (dict(pos_emb="sinusoidal", n_embd=9, n_head=3, block="transformer", attention="softmax"),
+     "n_embd must be even; got 9"),
     (dict(embedding_init_std=0.0), "embedding_init_std must be > 0; got 0.0"),
     (dict(attention="softmax"), "block='danet' needs attention='dense'"),
     (dict(layer_scheme="LXG", window=4), "layer_scheme must be a non-empty string of the letters G, L, S"),

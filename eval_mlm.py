@@ -19,7 +19,6 @@ folded into the weights first (the export of appendix G; the outputs do not chan
 learned position embeddings cannot run beyond its block_size: such lengths are reported as
 skipped. Results go to ``out`` (default <out_dir>/eval_mlm_<split>.json) and a table on stdout.
 """
-import json
 import os
 import sys
 import time
@@ -29,6 +28,7 @@ import torch
 
 import configurator
 from configurator import ConfigError
+from data import write_json
 
 DEFAULTS = dict(
     out_dir="out/wikitext2_bert_mini",
@@ -179,9 +179,7 @@ def main(argv):
               "n_params": model.num_params(), "tokenizer": cfg["tokenizer"], "seed": args["seed"], "rows": rows,
               "regime_agreement": summary, "args": args}
     out = args["out"] or os.path.join(args["out_dir"], f"eval_mlm_{args['split']}.json")
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump(result, f, indent=2, default=str)
+    write_json(out, result, indent=2, default=str)
     print(f"wrote {out}", file=sys.stderr)
     return result
 

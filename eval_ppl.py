@@ -33,7 +33,6 @@ Protocols:
 
 Perplexity = exp(mean negative log-likelihood in nats per GPT-2 BPE token scored).
 """
-import json
 import math
 import os
 import sys
@@ -46,6 +45,7 @@ from tqdm import tqdm
 
 import attention
 import configurator
+from data import write_json
 from data.wikitext2 import prepare as wt2
 from model import GPT, ModelConfig
 
@@ -352,11 +352,7 @@ def main(argv):
     out_json = cfg["out_json"] or os.path.join(
         cfg["out_dir"] if cfg["init_from"] == "resume" else "results",
         f"eval_{cfg['split']}_{cfg['protocol']}_{result['attention']}.json")
-    os.makedirs(os.path.dirname(os.path.abspath(out_json)), exist_ok=True)
-    tmp = out_json + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(result, f, indent=2)
-    os.replace(tmp, out_json)
+    write_json(out_json, result, indent=2)
     print(f"wrote {out_json}")
     return result
 

@@ -537,12 +537,7 @@ def _train(cfg, task, dist):
             final = tasks.to_float(final_evaluate(raw_model, data, cfg, device))
         print(f"final (weights of step {summary['best_iter']}): " + ", ".join(f"{k} {v:.4f}" for k, v in final.items()),
               flush=True)
-        final_path = os.path.join(cfg["out_dir"], "final_metrics.json")
-
-        def write_final(tmp):
-            with open(tmp, "w") as f:
-                json.dump({**final, **summary, "config": cfg}, f, indent=1)
-        data_lib.atomic_write(final_path, write_final)
+        data_lib.write_json(os.path.join(cfg["out_dir"], "final_metrics.json"), {**final, **summary, "config": cfg})
         log({"final": final, **summary})
         if wandb_run:
             wandb_run.log({f"final/{k}": v for k, v in final.items()})

@@ -4,7 +4,9 @@ writes token files once, plus the helpers the tasks share.
 - ``DataUnavailable``: a data set can be found neither locally nor online; the message says how
   to supply it. Every data module raises it (or a subclass), so train.py reports it the same way.
 - ``sample_windows``: random fixed-length windows of a 1-D token array, a pure function of a seed.
+- ``atomic_write`` / ``write_json``: files that readers never see half-written.
 """
+import json
 import os
 
 import numpy as np
@@ -52,3 +54,19 @@ def atomic_write(path, write):
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def write_json(path, obj, indent=1, **dump_kwargs):
+    """Write ``obj`` as JSON to ``path`` through ``atomic_write``, creating its directory.
+
+    ``indent`` and ``dump_kwargs`` (e.g. ``default=str``) go to ``json.dump``. Returns ``path``.
+    Raises TypeError (from ``json``) for an object it cannot serialize; ``path`` is then untouched.
+    """
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+
+    def write(tmp):
+        with open(tmp, "w") as f:
+            json.dump(obj, f, indent=indent, **dump_kwargs)
+
+    atomic_write(path, write)
+    return path

@@ -234,12 +234,7 @@ def prepare(dataset="wikitext2", dataset_config="wikitext-2-v1", tokenizer="bert
     meta = {"dataset": dataset, "config": dataset_config, "source": source, "tokenizer": tokenizer,
             "bert_vocab": _bert_vocab_source(bert_vocab) or BERT_HUB_NAME, "dtype": "uint16", "tokens": counts,
             "train_sha256": digest}
-
-    def write_meta(path):
-        with open(path, "w") as f:
-            json.dump(meta, f, indent=2)
-
-    data.atomic_write(meta_path, write_meta)
+    data.write_json(meta_path, meta, indent=2)
     return meta
 
 

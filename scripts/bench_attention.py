@@ -56,6 +56,7 @@ sys.path.insert(0, ROOT)
 import attention  # noqa: E402
 import attention.fastmax  # noqa: E402,F401
 from attention.fastmax.authors_baseline import authors_formulation  # noqa: E402
+from data import write_json  # noqa: E402
 
 FIELDS = ["method", "mode", "causal", "T", "D", "heads", "threads", "device", "seconds", "repeats",
           "peak_mb", "note"]
@@ -449,8 +450,7 @@ def run_layer_suite(args):
     settings = dict(vars(args), torch=torch.__version__, machine=platform.processor() or platform.machine(),
                     cpus=os.cpu_count())
     settings.pop("_child", None)
-    with open(args.out + ".json", "w") as f:
-        json.dump({"settings": settings, "targets": summary, "rows": rows}, f, indent=1)
+    write_json(args.out + ".json", {"settings": settings, "targets": summary, "rows": rows})
     plot_layers(rows, args.out + ".png")
     print(json.dumps(summary, indent=1))
     return rows, summary
@@ -530,8 +530,7 @@ def main(argv=None):
                         "peak resident memory added by one call, fresh process per measurement (VmHWM - VmRSS "
                         "after clear_refs)" if args.device == "cpu" else "torch.cuda.max_memory_allocated delta"))
     settings.pop("_child", None)
-    with open(args.out + ".json", "w") as f:
-        json.dump({"settings": settings, "targets": summary, "rows": rows}, f, indent=1)
+    write_json(args.out + ".json", {"settings": settings, "targets": summary, "rows": rows})
     plot(rows, methods, args.out + ".png")
     print(json.dumps(summary, indent=1))
     return rows, summary

@@ -21,6 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import configurator  # noqa: E402
+from data import write_json  # noqa: E402
 import tasks  # noqa: E402
 import train  # noqa: E402
 
@@ -84,8 +85,7 @@ def main(argv):
         writer = csv.DictWriter(f, fieldnames=["round", "impl", "tok_per_s"])
         writer.writeheader()
         writer.writerows(rows)
-    with open(base + ".json", "w") as f:
-        json.dump(summary, f, indent=2)
+    write_json(base + ".json", summary, indent=2)
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

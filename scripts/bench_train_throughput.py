@@ -11,7 +11,6 @@ inside the window); the summary is the median over rounds. Writes <out>.csv, <ou
 bar plot <out>.png.
 """
 import csv
-import json
 import os
 import statistics
 import sys
@@ -24,6 +23,7 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 import configurator  # noqa: E402
 from bench_train_overhead import train_py  # noqa: E402
+from data import write_json  # noqa: E402
 
 
 def main(argv):
@@ -55,8 +55,7 @@ def main(argv):
         writer = csv.DictWriter(f, fieldnames=["round", "config", "tok_per_s", "threads"])
         writer.writeheader()
         writer.writerows(rows)
-    with open(out + ".json", "w") as f:
-        json.dump(summary, f, indent=2)
+    write_json(out + ".json", summary, indent=2)
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

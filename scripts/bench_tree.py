@@ -31,7 +31,6 @@ Usage: nice -n 10 python scripts/bench_tree.py [--L 256,1024,4096] [--E 0.2,...,
 """
 import argparse
 import csv
-import json
 import math
 import os
 import platform
@@ -45,6 +44,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import attention  # noqa: E402
 from attention.tree.numpy_baseline import numpy_baseline_forward  # noqa: E402
 from attention.tree.reference import reference_forward  # noqa: E402
+from data import write_json  # noqa: E402
 
 FIELDS = ["impl", "threads", "dtype", "sampler", "L", "E", "H", "D", "queries_timed", "queries_total", "seconds",
           "extrapolated", "alignment_inner_products", "full_attention_inner_products", "fraction", "note"]
@@ -204,8 +204,7 @@ def main():
             "threads": thread_counts, "repeats": args.repeats, "torch": torch.__version__,
             "slow_queries": args.slow_queries, "cpu": platform.processor() or platform.machine(),
             "note": "slow implementations timed on a subset of query positions and extrapolated"}
-    with open(args.out + ".json", "w") as f:
-        json.dump({"config": meta, "rows": rows, "speedups": ratios}, f, indent=1)
+    write_json(args.out + ".json", {"config": meta, "rows": rows, "speedups": ratios})
     plot(rows, args.out + ".png", args.sampler)
     print("wrote", args.out + ".csv", args.out + ".json", args.out + ".png")
 

@@ -66,6 +66,7 @@ import attention  # noqa: E402
 import attention.dense  # noqa: E402,F401  (registers "dense")
 from attention.dense import reference_forward  # noqa: E402
 from bench_attention import git_commit, median_seconds, write_csv  # noqa: E402
+from data import write_json  # noqa: E402
 from model import DANetBlock, ModelConfig, cosine_relpe  # noqa: E402
 
 AUTHORS_REPO = "andrewargatkiny/dense-attention"
@@ -671,10 +672,9 @@ def main(argv=None):
                     authors=authors_provenance(args.authors_dir, args.authors_git_dir, args.authors_commit),
                     layer=layer_note or "compared")
     summary = summarize(correctness)
-    with open(args.out + ".json", "w") as f:
-        json.dump({"settings": settings, "mapping": MAPPING, "differences": DIFFERENCES,
-                   "their_limitations": THEIR_LIMITS, "summary": summary,
-                   "correctness": correctness, "timing": timing_rows}, f, indent=1)
+    write_json(args.out + ".json", {"settings": settings, "mapping": MAPPING, "differences": DIFFERENCES,
+                                    "their_limitations": THEIR_LIMITS, "summary": summary,
+                                    "correctness": correctness, "timing": timing_rows})
     plot(correctness, timing_rows, args.out + ".png")
     print(json.dumps(summary, indent=1))
     return correctness, timing_rows, summary

@@ -97,6 +97,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import attention  # noqa: E402
 import attention.fastmax  # noqa: E402,F401
 from attention.fastmax.authors_baseline import authors_formulation  # noqa: E402
+from data import write_json  # noqa: E402
 from bench_attention import (git_commit, make_inputs, median_seconds, parse_list, peak_added_mb,  # noqa: E402
                              run_child, run_once, write_csv)
 
@@ -628,9 +629,8 @@ def main(argv=None):
                                                 "leak_theirs", "leak_ours")}
                              for r in check_rows if not r["same_function"] and r["dtype"] == "float64"],
         speedups=speedups(time_rows))
-    with open(args.out + ".json", "w") as f:
-        json.dump({"settings": settings, "summary": summary, "findings": found, "check_rows": check_rows,
-                   "timing_rows": time_rows}, f, indent=1, default=str)
+    write_json(args.out + ".json", {"settings": settings, "summary": summary, "findings": found,
+                                    "check_rows": check_rows, "timing_rows": time_rows}, default=str)
     if check_rows or time_rows:
         plot(check_rows, time_rows, args.out + ".png")
     print(json.dumps({"summary": {k: v for k, v in summary.items() if k != "speedups"}, "findings": found},

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
+from data import write_json  # noqa: E402
 from data.lra import default_lra_dir, listops  # noqa: E402
 
 
@@ -133,9 +134,7 @@ def main(argv=None):
     result.update(split=args.split, lra_dir=args.lra_dir)
     print(json.dumps(result, indent=1))
     if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
+        write_json(args.out, result)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ Output: a table on stdout and, with ``--out``, JSON {run: {"trained": {...}, "in
 a dict of lists indexed [layer][head].
 """
 import argparse
-import json
 import os
 import sys
 
@@ -37,6 +36,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 import data.lra as lra  # noqa: E402
+from data import write_json  # noqa: E402
 from scripts.attention_maps import attention_weights, capture  # noqa: E402
 from tasks import classify  # noqa: E402
 
@@ -133,9 +133,7 @@ def main(argv=None):
         run.update(attention=config["attention"], split=args.split, examples=int(len(idx)), position=args.position)
         result[out_dir] = run
     if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
+        write_json(args.out, result)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ learned to use context.
 Usage: python scripts/mlm_context_free_baseline.py [--split test] [--out results/mlm_wikitext2/context_free_baseline.json]
 """
 import argparse
-import json
 import os
 import sys
 
@@ -25,7 +24,7 @@ import numpy as np
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
-from data import mlm  # noqa: E402
+from data import mlm, write_json  # noqa: E402
 
 
 def context_free_baseline(train_ids, eval_ids, ordinary_ids, mask_frac=0.8, random_frac=0.1):
@@ -96,9 +95,7 @@ def main(argv=None):
     evals = np.asarray(mlm.open_split(args.split, "wikitext2", args.dataset_config, args.tokenizer), dtype=np.int64)
     result = {"split": args.split, "tokenizer": args.tokenizer, "dataset_config": args.dataset_config,
               **context_free_baseline(train, evals, np.asarray(vocab.random_ids))}
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
+    write_json(args.out, result)
     print(f"context-free baseline on {args.split}: loss {result['loss']:.4f} nats, accuracy {result['accuracy']:.4f} "
           f"-> {args.out}")
     return result

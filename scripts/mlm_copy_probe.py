@@ -13,7 +13,6 @@ Usage: python scripts/mlm_copy_probe.py [--steps 600] [--seeds 0,1] [--out resul
 """
 import argparse
 import csv
-import json
 import os
 import sys
 import time
@@ -25,6 +24,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 import train  # noqa: E402
 from data import mlm as mlm_data  # noqa: E402
+from data import write_json  # noqa: E402
 from model import BertEncoder, ModelConfig  # noqa: E402
 from tasks import mlm  # noqa: E402
 
@@ -132,8 +132,7 @@ def main(argv=None):
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    with open(args.out + ".json", "w") as f:
-        json.dump({"settings": vars(args), "torch": torch.__version__, "rows": rows}, f, indent=1)
+    write_json(args.out + ".json", {"settings": vars(args), "torch": torch.__version__, "rows": rows})
     plot(rows, args.out + ".png")
     return rows
 

@@ -2,7 +2,9 @@ import json
 import os
 
 import numpy as np
+import pytest
 
+from data import write_json
 from data.wikitext2 import prepare as wt2
 
 # GPT-2 BPE token counts of the WikiText-2 v1 copy in ../shared (sha256 recorded in meta.json)
@@ -91,3 +93,16 @@ def test_prepare_leaves_no_temporary_files(tmp_path, wikitext2_dir, monkeypatch)
     meta = wt2.prepare("wikitext-2-v1", source_dir=str(src), out_dir=str(out), verbose=False)
     assert sorted(os.listdir(out)) == ["meta.json", "test.bin", "train.bin", "val.bin"]
     assert wt2.is_prepared(out_dir=str(out)) and all(n > 1000 for n in meta["tokens"].values())
+
+
+def test_write_json_creates_the_directory_and_never_leaves_a_half_written_file(tmp_path):
+    path = tmp_path / "a" / "b" / "result.json"
+    assert write_json(str(path), {"x": [1, 2.5], "s": "é"}) == str(path)
+    assert json.loads(path.read_text()) == {"x": [1, 2.5], "s": "é"}
+    before = path.read_text()
+    with pytest.raises(TypeError):  # a set is not JSON: the previous file stays as it was
+        write_json(str(path), {"x": {1, 2}})
+    assert path.read_text() == before
+    assert os.listdir(path.parent) == ["result.json"]  # no temporary file left behind
+    write_json(str(path), {"when": object()}, default=lambda o: "obj")  # dump keywords pass through
+    assert json.loads(path.read_text()) == {"when": "obj"}

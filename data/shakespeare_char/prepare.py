@@ -239,12 +239,7 @@ def prepare(source_file=None, out_dir=None, verbose=True):
             "dtype": "uint16", "vocab": vocab, "vocab_size": len(vocab), "characters": len(text),
             "tokens": counts, "split_percent": dict(SPLIT_PERCENT),
             "split_ranges": {s: list(r) for s, r in ranges.items()}}
-
-    def write_meta(tmp):
-        with open(tmp, "w") as f:
-            json.dump(meta, f, indent=2)
-
-    data.atomic_write(os.path.join(out_dir, "meta.json"), write_meta)  # last: it marks the set complete
+    data.write_json(os.path.join(out_dir, "meta.json"), meta, indent=2)  # last: it marks the set complete
     if verbose:
         print(f"vocabulary: {len(vocab)} characters; written to {out_dir}")
     return meta

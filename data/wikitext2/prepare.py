@@ -139,11 +139,7 @@ def prepare(config="wikitext-2-v1", source_dir=None, out_dir=None, verbose=True)
             print(f"{split}: {len(text):,} characters -> {ids.size:,} tokens")
     meta = {"dataset": "wikitext-2", "config": config, "source": source, "tokenizer": "tiktoken:gpt2",
             "dtype": "uint16", "vocab_size": enc.n_vocab, "tokens": counts, "sha256": digests}
-    def write_meta(path):
-        with open(path, "w") as f:
-            json.dump(meta, f, indent=2)
-
-    data.atomic_write(meta_path, write_meta)
+    data.write_json(meta_path, meta, indent=2)
     return meta
 
 

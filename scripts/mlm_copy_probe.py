@@ -23,8 +23,7 @@ import torch
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 import train  # noqa: E402
-from data import mlm as mlm_data  # noqa: E402
-from data import write_json  # noqa: E402
+from data import mlm as mlm_data, write_json  # noqa: E402
 from model import BertEncoder, ModelConfig  # noqa: E402
 from tasks import mlm  # noqa: E402
 

@@ -43,20 +43,25 @@ from tasks import classify  # noqa: E402
 METRICS = ("weight_at_position", "uniform", "ratio", "max_weight", "argmax_is_position")
 
 
-def load_run(out_dir):
-    """(trained model, init model, config) of ``out_dir/ckpt.pt``, both models in eval mode.
+def load_run(out_dir, weights="ckpt.pt"):
+    """(trained model, init model, config) of a run: the config of ``out_dir/ckpt.pt`` and the
+    weights of ``out_dir/<weights>`` ("ckpt.pt": the last checkpoint; "best.pt": the best
+    validation accuracy, the weights train.py tests), both models in eval mode.
 
     Raises:
         FileNotFoundError: no checkpoint. ValueError: not a CLS-pooled classification run.
     """
-    path = os.path.join(out_dir, "ckpt.pt")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no checkpoint at {path}")
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    paths = [os.path.join(out_dir, name) for name in ("ckpt.pt", weights)]
+    for path in paths:
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"no checkpoint at {path}")
+    ckpt = torch.load(paths[0], map_location="cpu", weights_only=False)
     config = ckpt["config"]
     if config.get("task") != "classify" or config.get("pooling") != "cls":
-        raise ValueError(f"{path}: needs a task='classify', pooling='cls' run; got task={config.get('task')!r}, "
+        raise ValueError(f"{paths[0]}: needs a task='classify', pooling='cls' run; got task={config.get('task')!r}, "
                          f"pooling={config.get('pooling')!r}")
+    if weights != "ckpt.pt":
+        ckpt = torch.load(paths[1], map_location="cpu", weights_only=False)
     trained = classify.build_model(config, None, ckpt["model_args"])
     trained.load_state_dict(ckpt["model"])
     torch.manual_seed(config.get("seed", 1337))

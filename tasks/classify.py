@@ -324,26 +324,37 @@ def eval_rows(n, batch_size, max_batches=0):
     return np.sort(np.random.default_rng(0).permutation(n)[:max_batches * batch_size])
 
 
-def split_metrics(model, data, split, cfg, device, max_batches=0):
-    """Loss and accuracy over ``split`` (``eval_rows``: the whole split, or a fixed random
-    subset of ``max_batches`` batches), in batches of ``batch_size`` (the last one smaller).
+def split_logits(model, data, split, cfg, device, max_batches=0):
+    """Class logits of ``split`` (``eval_rows``: the whole split, or a fixed random subset of
+    ``max_batches`` batches), in batches of ``batch_size`` (the last one smaller).
 
     Returns:
-        {"loss": mean cross-entropy per example, "accuracy": fraction correct, "n": examples}.
+        (logits (N, n_classes) float32 on the CPU, labels (N,) int64, rows (N,) example indices).
     """
     from tqdm import tqdm
 
     d, module = data[split], data["module"]
     order = eval_rows(len(d["labels"]), cfg["batch_size"], max_batches)
     batches = [order[i:i + cfg["batch_size"]] for i in range(0, len(order), cfg["batch_size"])]
-    loss_sum, correct, count = 0.0, 0, 0
+    logits = []
     for rows in tqdm(batches, desc=f"eval {split}", unit="batch", disable=None, leave=False):
-        batch = make_batch(d, rows, cfg, module, device)
-        logits = _logits(model, batch).float()
-        loss_sum += F.cross_entropy(logits, batch["labels"], reduction="sum").item()
-        correct += int((logits.argmax(-1) == batch["labels"]).sum())
-        count += len(rows)
-    return {"loss": loss_sum / max(count, 1), "accuracy": correct / max(count, 1), "n": count}
+        logits.append(_logits(model, make_batch(d, rows, cfg, module, device)).float().cpu())
+    labels = torch.from_numpy(np.asarray(d["labels"][order], dtype=np.int64))
+    return torch.cat(logits) if logits else torch.zeros(0, module.NUM_CLASSES), labels, order
+
+
+def split_metrics(model, data, split, cfg, device, max_batches=0):
+    """Loss and accuracy over ``split`` (the examples of ``split_logits``).
+
+    Returns:
+        {"loss": mean cross-entropy per example, "accuracy": fraction correct, "n": examples}.
+    """
+    logits, labels, _ = split_logits(model, data, split, cfg, device, max_batches)
+    count = len(labels)
+    if count == 0:
+        return {"loss": 0.0, "accuracy": 0.0, "n": 0}
+    return {"loss": F.cross_entropy(logits.double(), labels).item(),
+            "accuracy": int((logits.argmax(-1) == labels).sum()) / count, "n": count}
 
 
 def evaluate(model, data, cfg, device):

@@ -399,3 +399,45 @@ def test_pathfinder_ensure_keeps_existing(pathfinder_dir):
     before = pathfinder_files(pf.folder(pathfinder_dir))
     pf.ensure(pathfinder_dir, num=5, seed=3, workers=1)
     assert pathfinder_files(pf.folder(pathfinder_dir)) == before
+
+
+def test_listops_by_operator_table():
+    """scripts/listops_by_operator.py's table on a hand case: the rule, accuracy and agreement per
+    outermost operator; an operator with no example is left out."""
+    import importlib
+    by_operator = importlib.import_module("scripts.listops_by_operator")
+    rule = np.zeros(lo.VOCAB_SIZE, np.int64)
+    rule[lo.VOCAB[lo.MIN]], rule[lo.VOCAB[lo.MAX]], rule[lo.VOCAB[lo.SM]] = 0, 9, 2
+    first = np.array([lo.VOCAB[op] for op in (lo.MIN, lo.MIN, lo.MAX, lo.MAX, lo.SM)])
+    labels = np.array([0, 3, 9, 9, 2])
+    predictions = np.array([9, 9, 9, 1, 2])
+    t = by_operator.operator_table(predictions, labels, first, rule)
+    assert set(t["by_operator"]) == {lo.MIN, lo.MAX, lo.SM}
+    mn, mx = t["by_operator"][lo.MIN], t["by_operator"][lo.MAX]
+    assert mn["examples"] == 2 and mn["accuracy"] == 0 and mn["rule_accuracy"] == 0.5 and mn["agreement"] == 0
+    assert mx["accuracy"] == 0.5 and mx["rule_accuracy"] == 1 and mx["agreement"] == 0.5
+    assert mn["prediction_counts"] == [0] * 9 + [2] and mx["prediction_counts"][1] == 1
+    assert t["overall"] == {"examples": 5, "accuracy": 0.4, "rule_accuracy": 0.8, "agreement": 0.4,
+                            "prediction_counts": [0, 1, 1, 0, 0, 0, 0, 0, 0, 3]}
+
+
+def test_listops_by_operator_main(listops_dir, tmp_path):
+    """scripts/listops_by_operator.py on a short ListOps run: its overall test accuracy, from best.pt,
+    is train.py's test accuracy, and its counts add up to the test split."""
+    import importlib
+    import json
+    import train
+    by_operator = importlib.import_module("scripts.listops_by_operator")
+    out = tmp_path / "run"
+    train.main(["configs/lra/listops_fastmax1_cpu.py", f"--lra_dir={listops_dir}", f"--out_dir={out}",
+                "--num_threads=1", "--n_layer=1", "--n_embd=16", "--batch_size=4", "--max_iters=2",
+                "--eval_interval=1", "--eval_max_batches=1", "--warmup_iters=1"])
+    by_operator.main([str(out), f"--out={tmp_path / 'ops.json'}"])
+    got = json.load(open(tmp_path / "ops.json"))
+    run = got["runs"][str(out)]
+    final = json.load(open(out / "final_metrics.json"))
+    assert run["overall"]["accuracy"] == pytest.approx(final["test_accuracy"], abs=1e-12)
+    assert run["overall"]["examples"] == final["test_examples"] == len(read_rows(listops_dir, "test"))
+    assert sum(s["examples"] for s in run["by_operator"].values()) == run["overall"]["examples"]
+    assert sum(run["overall"]["prediction_counts"]) == run["overall"]["examples"]
+    assert set(got["rule"]) == set(lo.OPERATORS) and run["weights"] == "best.pt" and run["iter_num"] in (1, 2)

@@ -33,7 +33,7 @@ if ROOT not in sys.path:
 
 from data import write_json  # noqa: E402
 from data.lra import listops  # noqa: E402
-from scripts.listops_rule_baseline import first_token_rule  # noqa: E402
+from scripts.listops_rule_baseline import fit_first_token_rule  # noqa: E402
 from scripts.lra_cls_attention import load_run  # noqa: E402
 from tasks import classify  # noqa: E402
 
@@ -76,22 +76,19 @@ def main(argv=None):
     torch.set_flush_denormal(True)
     result, rule = {"runs": {}}, None
     for out_dir in args.out_dirs:
-        model, _, config = load_run(out_dir, args.weights)
+        model, _, config, iter_num = load_run(out_dir, args.weights)
         if config["lra_task"] != "listops":
             raise ValueError(f"{out_dir}: a ListOps run is needed, got lra_task={config['lra_task']!r}")
         if rule is None:  # fitted on the train split of the first run's lra_dir
             train = classify.load_split(config, "train")
-            fitted = first_token_rule(train["tokens"], train["labels"], train["tokens"], train["labels"])["rule"]
-            rule = np.full(listops.VOCAB_SIZE, np.bincount(train["labels"]).argmax())  # unseen token: majority
-            rule[list(fitted)] = list(fitted.values())
+            rule, _ = fit_first_token_rule(train["tokens"][:, 0], train["labels"], listops.VOCAB_SIZE)
             result["rule"] = {t: int(rule[listops.VOCAB[t]]) for t in listops.OPERATORS}
         data = {"module": listops, args.split: classify.load_split(config, args.split)}
         with torch.no_grad():
             logits, labels, rows = classify.split_logits(model, data, args.split, config, "cpu")
         table = operator_table(logits.argmax(-1).numpy(), labels.numpy(),
                                data[args.split]["tokens"][rows, 0].astype(np.int64), rule)
-        iter_num = torch.load(os.path.join(out_dir, args.weights), map_location="cpu", weights_only=False)["iter_num"]
-        result["runs"][out_dir] = {**table, "weights": args.weights, "iter_num": int(iter_num),
+        result["runs"][out_dir] = {**table, "weights": args.weights, "iter_num": iter_num,
                                    "attention": config["attention"], "split": args.split}
         for name, s in [("all", table["overall"])] + list(table["by_operator"].items()):
             print(f"{out_dir} {name:5s} n={s['examples']:5d} accuracy {s['accuracy']:.3f} "

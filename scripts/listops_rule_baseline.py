@@ -31,6 +31,26 @@ from data import write_json  # noqa: E402
 from data.lra import default_lra_dir, listops  # noqa: E402
 
 
+def fit_first_token_rule(first_tokens, labels, num_tokens, num_classes=listops.NUM_CLASSES):
+    """The first-token rule fitted on (first token, label) pairs.
+
+    Args:
+        first_tokens, labels: int arrays (N,): the first token id of each sequence (< num_tokens)
+            and its label in [0, num_classes).
+
+    Returns:
+        (rule, seen): rule (num_tokens,) int64, the most frequent label of each first token (ties:
+        the smallest label) and the majority label for a token never seen; seen, the sorted ids
+        of the tokens seen.
+    """
+    counts = np.zeros((num_tokens, num_classes), np.int64)
+    np.add.at(counts, (first_tokens, labels), 1)
+    seen = np.flatnonzero(counts.sum(1))
+    rule = np.full(num_tokens, int(counts.sum(0).argmax()), np.int64)
+    rule[seen] = counts[seen].argmax(1)
+    return rule, seen
+
+
 def first_token_rule(train_tokens, train_labels, eval_tokens, eval_labels, num_classes=listops.NUM_CLASSES):
     """Accuracy of the majority class and of the first-token rule, both fitted on train, and the
     cross-entropy of the train class frequencies on the eval labels.
@@ -45,13 +65,10 @@ def first_token_rule(train_tokens, train_labels, eval_tokens, eval_labels, num_c
         "rule" {first token id: predicted label}, "eval_examples". A first token never seen in
         train is predicted as the majority class.
     """
-    counts = np.zeros((int(max(train_tokens[:, 0].max(), eval_tokens[:, 0].max())) + 1, num_classes), np.int64)
-    np.add.at(counts, (train_tokens[:, 0], train_labels), 1)
-    label_counts = counts.sum(0)
+    num_tokens = int(max(train_tokens[:, 0].max(), eval_tokens[:, 0].max())) + 1
+    rule, seen = fit_first_token_rule(train_tokens[:, 0], train_labels, num_tokens, num_classes)
+    label_counts = np.bincount(train_labels, minlength=num_classes)
     majority = int(label_counts.argmax())
-    seen = np.flatnonzero(counts.sum(1))
-    rule = np.full(len(counts), majority)
-    rule[seen] = counts[seen].argmax(1)
     with np.errstate(divide="ignore"):
         prior_loss = float(-np.log(label_counts[eval_labels] / len(train_labels)).mean())
     return {

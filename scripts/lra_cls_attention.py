@@ -44,9 +44,10 @@ METRICS = ("weight_at_position", "uniform", "ratio", "max_weight", "argmax_is_po
 
 
 def load_run(out_dir, weights="ckpt.pt"):
-    """(trained model, init model, config) of a run: the config of ``out_dir/ckpt.pt`` and the
-    weights of ``out_dir/<weights>`` ("ckpt.pt": the last checkpoint; "best.pt": the best
-    validation accuracy, the weights train.py tests), both models in eval mode.
+    """(trained model, init model, config, iter_num) of a run: the config of ``out_dir/ckpt.pt``
+    and the weights of ``out_dir/<weights>`` ("ckpt.pt": the last checkpoint; "best.pt": the best
+    validation accuracy, the weights train.py tests), both models in eval mode; iter_num = the
+    training step of those weights.
 
     Raises:
         FileNotFoundError: no checkpoint. ValueError: not a CLS-pooled classification run.
@@ -66,7 +67,7 @@ def load_run(out_dir, weights="ckpt.pt"):
     trained.load_state_dict(ckpt["model"])
     torch.manual_seed(config.get("seed", 1337))
     init = classify.build_model(config, None, ckpt["model_args"])
-    return trained.eval(), init.eval(), config
+    return trained.eval(), init.eval(), config, int(ckpt["iter_num"])
 
 
 def examples(config, split, num):
@@ -123,7 +124,7 @@ def main(argv=None):
     torch.set_flush_denormal(True)
     result = {}
     for out_dir in args.out_dirs:
-        trained, init, config = load_run(out_dir)
+        trained, init, config, _ = load_run(out_dir)
         idx, mask = examples(config, args.split, args.num)
         run = {}
         for name, model in (("trained", trained), ("init", init)):

@@ -393,9 +393,10 @@ def test_lra_cls_attention(stub, tmp_path):
     train.main(["--task=classify", "--lra_task=stubtask", "--lra_dir=/nowhere", f"--out_dir={out}",
                 "--num_threads=1", "--n_layer=2", "--n_head=2", "--n_embd=16", "--batch_size=8", "--max_iters=2",
                 "--eval_interval=100", "--pooling=cls"])
-    trained, init, config = script.load_run(str(out))
+    trained, init, config, iter_num = script.load_run(str(out))
     ckpt = torch.load(out / "ckpt.pt", weights_only=False)
     assert all(torch.equal(p, ckpt["model"][k]) for k, p in trained.state_dict().items())
+    assert iter_num == ckpt["iter_num"]
     idx, mask = script.examples(config, "val", 10)
     assert idx.shape == (10, STUB_LEN + 1) and (idx[:, 0] == VOCAB).all() and mask[:, 0].all()
 

@@ -1,8 +1,14 @@
 """Data sets: one sub-package per corpus (``data/wikitext2/``), each with a ``prepare.py`` that
 writes token files once, plus the helpers the tasks share.
 
-- ``DataUnavailable``: a data set can be found neither locally nor online; the message says how
-  to supply it. Every data module raises it (or a subclass), so train.py reports it the same way.
+- ``DataError``: the base of every data error train.py reports as one ``error:`` line (exit 2):
+  ``DataUnavailable`` (a data set can be found neither locally nor online; the message says how
+  to supply it), ``DataFormatError`` (a malformed file: names the file, the line and what is
+  allowed, quoting at most ``QUOTE_LIMIT`` characters of it) and ``DataMismatch`` (prepared data
+  whose manifest differs from what the run asks for).
+- Manifests: every prepared data set has a ``manifest.json`` saying what made it (source, sizes,
+  seed, generator / tokenizer identity and hashes). ``ensure_manifest`` checks it before the data
+  is reused: ``write_manifest``, ``read_manifest``, ``manifest_differences``, ``file_sha256``.
 - ``sample_windows``: random fixed-length windows of a 1-D token array, a pure function of a seed.
 - ``atomic_write`` / ``write_json``: files that readers never see half-written.
 """
@@ -12,8 +18,126 @@ import os
 import numpy as np
 
 
-class DataUnavailable(RuntimeError):
+class DataError(RuntimeError):
+    """A data problem the user must fix (not a bug): train.py prints ``error: <message>`` and
+    exits with status 2, without a traceback."""
+
+
+class DataUnavailable(DataError):
     """A data set is missing and cannot be prepared here; the message says how to supply it."""
+
+
+QUOTE_LIMIT = 80
+
+
+def quote(text, limit=QUOTE_LIMIT):
+    """``repr`` of ``text`` (str or bytes) cut to ``limit`` characters, with the length when cut,
+    for error messages that must not print a 5 KB row."""
+    shown = repr(text)
+    if len(shown) <= limit:
+        return shown
+    return f"{shown[:limit]}... ({len(text):,} characters)"
+
+
+class DataFormatError(DataError, ValueError):
+    """A malformed data file.
+
+    Args:
+        path (str): the file.
+        problem (str): what is wrong and what is allowed (e.g. "expected 2 tab-separated columns").
+        line (int or None): 1-based line (or record) number, None when it is the whole file.
+        content (str, bytes or None): the offending content, quoted through ``quote``.
+    """
+
+    def __init__(self, path, problem, line=None, content=None):
+        where = f"{path}, line {line}" if line is not None else str(path)
+        shown = f"; got {quote(content)}" if content is not None else ""
+        super().__init__(f"{where}: {problem}{shown}")
+        self.path, self.line = path, line
+
+
+class DataMismatch(DataError):
+    """Prepared data whose manifest differs from what the run asks for (and that cannot be
+    rebuilt here); the message names each differing field with both values."""
+
+
+MANIFEST = "manifest.json"
+
+
+def file_sha256(path, chunk=1 << 20):
+    """Hex SHA-256 of the file at ``path`` (read in 1 MiB chunks)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_manifest(directory):
+    """The manifest dict of a prepared data directory, or None if it has none."""
+    path = os.path.join(directory, MANIFEST)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def write_manifest(directory, manifest):
+    """Write ``manifest`` (a JSON-serialisable dict) as ``directory/manifest.json``, atomically.
+    Write it last, after the data files: a directory with a manifest is complete."""
+    return write_json(os.path.join(directory, MANIFEST), manifest)
+
+
+def manifest_differences(stored, expected):
+    """Fields of ``expected`` whose value differs in ``stored`` (a missing field counts as
+    differing), as ``[(key, stored_value, expected_value)]``; JSON round-trips compare equal
+    (a tuple and the list it was saved as)."""
+    stored = stored or {}
+    normal = lambda v: json.loads(json.dumps(v))  # noqa: E731
+    return [(k, stored.get(k, "(absent)"), v) for k, v in expected.items()
+            if k not in stored or normal(stored[k]) != normal(v)]
+
+
+def describe_differences(differences):
+    """One line: ``key: prepared A, asked B; ...`` for ``manifest_differences``'s result."""
+    return "; ".join(f"{k}: prepared {quote(a)}, asked {quote(b)}" for k, a, b in differences)
+
+
+def ensure_manifest(directory, expected, build, what="data", rebuild=True):
+    """Reuse the prepared data in ``directory`` only if its manifest matches ``expected``.
+
+    Args:
+        directory (str): the prepared data's folder.
+        expected (dict): the fields that identify the data (source, sizes, seed, generator or
+            tokenizer identity and hashes); ``build`` must reproduce exactly these.
+        build (callable): ``build(directory)`` writes the data files; it runs when there is no
+            manifest or it differs (and ``rebuild``), after which the manifest is written.
+        what (str): the data set's name for messages.
+        rebuild (bool): False: a differing manifest raises ``DataMismatch`` instead of rebuilding
+            (for data that is expensive or impossible to rebuild here).
+
+    Returns:
+        The manifest now in ``directory`` (``expected`` plus what ``build`` returned, if a dict).
+
+    Raises:
+        DataMismatch: the manifest differs and ``rebuild`` is False (names both values).
+    """
+    stored = read_manifest(directory)
+    differences = manifest_differences(stored, expected) if stored is not None else None
+    if stored is not None and not differences:
+        return stored
+    if differences and not rebuild:
+        raise DataMismatch(f"{what} in {directory} was prepared with other options ({describe_differences(differences)}); "
+                           f"remove the folder or point the run at another one")
+    if differences:
+        print(f"{what}: rebuilding {directory} ({describe_differences(differences)})", flush=True)
+    os.makedirs(directory, exist_ok=True)
+    extra = build(directory)
+    manifest = {**expected, **(extra if isinstance(extra, dict) else {})}
+    write_manifest(directory, manifest)
+    return manifest
 
 
 def sample_windows(tokens, n, length, seed, name="split"):

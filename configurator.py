@@ -90,13 +90,29 @@ def parse(defaults, argv, help=None):
         help: optional dict key -> one-line meaning, printed by ``--help`` / ``-h``.
 
     Returns:
-        A new dict with the same keys.
+        A new dict with the same keys (``parse_explicit`` also says which keys were set).
 
     Raises:
         SystemExit(0): ``--help`` or ``-h`` in ``argv`` (after printing every key, its default
             and meaning to stdout).
         ConfigError: unknown key (names the closest valid keys), wrong type, malformed argument,
             or a missing config file.
+    """
+    return parse_explicit(defaults, argv, help)[0]
+
+
+def parse_explicit(defaults, argv, help=None):
+    """``parse``, and which keys the config files and the command line set.
+
+    Returns:
+        (config, explicit): ``config`` as ``parse`` returns it; ``explicit`` a dict key -> True
+        for every key assigned in a config file or by ``--key=value``, and, for keys whose
+        default is a dict (``attention_params``, ``lra_options``), key -> the set of entries
+        assigned (``--attention.E=0.5`` gives ``{"attention_params": {"E"}}``). A resumed run
+        uses it to tell a setting the user asked for from a default.
+
+    Raises:
+        SystemExit(0), ConfigError: as ``parse``.
     """
     if any(arg in HELP_FLAGS for arg in argv):
         try:
@@ -105,9 +121,10 @@ def parse(defaults, argv, help=None):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise SystemExit(0)
     config = {k: (dict(v) if isinstance(v, dict) else v) for k, v in defaults.items()}
+    explicit = {}
     for arg in argv:
         if not arg.startswith("--"):
-            _apply_file(config, defaults, arg)
+            _apply_file(config, defaults, arg, explicit)
             continue
         if "=" not in arg:
             raise ConfigError(f"malformed argument '{arg}'; expected --key=value")
@@ -117,16 +134,26 @@ def parse(defaults, argv, help=None):
             if "attention_params" not in config:
                 raise _unknown(key, defaults)
             config["attention_params"][key[len(ATTENTION_PREFIX):]] = value
+            _mark(explicit, "attention_params", {key[len(ATTENTION_PREFIX):]: value}, defaults)
         elif key not in defaults:
             raise _unknown(key, defaults)
         else:
             if isinstance(defaults[key], str) and not isinstance(value, str):
                 value = text  # a string key keeps the text as typed: --wandb_run_name=2024
             config[key] = _check_type(key, value, defaults[key])
-    return config
+            _mark(explicit, key, config[key], defaults)
+    return config, explicit
 
 
-def _apply_file(config, defaults, path):
+def _mark(explicit, key, value, defaults):
+    if isinstance(defaults[key], dict) and isinstance(value, dict):
+        entries = explicit.get(key)
+        explicit[key] = (entries if isinstance(entries, set) else set()) | set(value)
+    else:
+        explicit[key] = True
+
+
+def _apply_file(config, defaults, path, explicit):
     try:
         with open(path) as f:
             source = f.read()
@@ -143,6 +170,7 @@ def _apply_file(config, defaults, path):
             config[key].update(value)
         else:
             config[key] = _check_type(key, value, defaults[key])
+        _mark(explicit, key, value, defaults)
 
 
 def check_attention_params(name, params):

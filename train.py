@@ -18,15 +18,25 @@ Checkpoints go to ``out_dir/ckpt.pt`` (written to a temporary file, then renamed
 torch, CUDA, NumPy and Python generators). ``--init_from=resume`` continues exactly where the
 checkpoint stopped: the batch of iteration i depends only on (seed, rank, i), each rank gets its
 own generator states back, and evaluation runs on a forked generator so it never shifts the
-training stream. A resumed run must use the same task and keeps the checkpoint's model keys.
+training stream. ``python train.py --init_from=resume --out_dir=DIR`` is all a resume needs: the
+checkpoint's configuration is read before any data, so the run trains the same model on the same
+data; an explicit setting of a task, model or data key that differs from the checkpoint's is an
+error, other keys (``max_iters``, ``eval_interval``, ``lra_dir``, logging) may change
+(``resume_config``).
+
+``out_dir/log.jsonl`` gets one JSON record per start (what is trained, the data's manifest
+summary), per logged step, per evaluation and the final metrics. A scratch run into a used
+``out_dir`` keeps the earlier run's log as ``log.<n>.jsonl`` (``start_log``); a resumed run appends.
+Data errors (missing, malformed, prepared with other options) end the run with one ``error:`` line
+and exit status 2, as configuration errors do.
 
 Tasks with a ``final_evaluate`` (e.g. "classify") also keep ``out_dir/best.pt`` (``model``,
 ``model_args``, ``iter_num``, ``best_metric``), written whenever the task's BEST_METRIC improves.
 After the loop, rank 0 loads its weights (the final weights if there is none), calls
 ``final_evaluate`` (e.g. test accuracy), prints the result and writes ``out_dir/final_metrics.json``
 (atomically): the metrics, ``best_iter``, ``best_metric``, ``iters``, ``train_time_s`` and
-``steps_per_s`` (optimizer steps of this process per second of training, evaluation excluded) and
-the run's ``config``.
+``steps_per_s`` (optimizer steps of this process per second of training, evaluation excluded),
+``data`` (the manifest summary of the data) and the run's ``config``.
 
 Per optimizer step: the micro-batch losses are summed, all-reduced over DDP ranks (so every rank
 sees the same value and a non-finite loss on any rank stops all of them), gradients clipped,
@@ -44,6 +54,7 @@ from contextlib import nullcontext
 import numpy as np
 import torch
 
+import attention
 import configurator
 import data as data_lib
 import tasks
@@ -85,6 +96,7 @@ COMMON_DEFAULTS = dict(
     weight_decay=0.1,
     beta1=0.9,
     beta2=0.99,
+    adam_eps=1e-8,
     grad_clip=1.0,
     lr_schedule="cosine",
     warmup_iters=100,
@@ -98,8 +110,10 @@ COMMON_DEFAULTS = dict(
     num_threads=0,
 )
 COMMON_HELP = dict(
-    out_dir="directory of ckpt.pt and log.jsonl",
-    init_from="'scratch' (new model) or 'resume' (continue from out_dir/ckpt.pt)",
+    out_dir="directory of ckpt.pt and log.jsonl; a scratch run into a used out_dir renames its log.jsonl "
+            "and final_metrics.json to log.<n>.jsonl / final_metrics.<n>.json (n = 1, 2, ...)",
+    init_from="'scratch' (new model) or 'resume' (continue from out_dir/ckpt.pt with its task, model and data "
+              "keys; only --init_from=resume --out_dir=DIR is needed)",
     eval_interval="evaluate (and checkpoint) every this many optimizer steps, and at max_iters",
     log_interval="log the training loss every this many optimizer steps",
     eval_iters="batches per split in each evaluation",
@@ -127,8 +141,10 @@ COMMON_HELP = dict(
     weight_decay="AdamW weight decay on matrices (none on biases and norms)",
     beta1="AdamW beta1",
     beta2="AdamW beta2",
+    adam_eps="AdamW epsilon (LRA: 1e-9)",
     grad_clip="clip the global gradient norm to this (0 = no clipping)",
-    lr_schedule="after warmup: 'cosine' (decay to min_lr at lr_decay_iters) or 'constant'",
+    lr_schedule="after warmup: 'cosine' (to min_lr at lr_decay_iters), 'constant', or 'rsqrt' "
+                "(learning_rate * sqrt(warmup_iters / step), LRA's rsqrt_decay)",
     warmup_iters="linear warmup steps",
     lr_decay_iters="step at which the cosine schedule reaches min_lr",
     min_lr="final learning rate of the cosine schedule",
@@ -141,25 +157,34 @@ COMMON_HELP = dict(
 # Task keys are merged in (see tasks/__init__.py) so that --help lists them and they are checked.
 DEFAULTS, HELP = tasks.merge_defaults(COMMON_DEFAULTS, COMMON_HELP)
 
-LR_SCHEDULES = ("cosine", "constant")
+LR_SCHEDULES = ("cosine", "constant", "rsqrt")
 INIT_FROM = ("scratch", "resume")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def get_lr(it, cfg):
-    """Learning rate at iteration ``it`` (0-based): linear warmup over ``warmup_iters`` steps,
-    then ``learning_rate`` ("constant") or a cosine decay to ``min_lr`` at ``lr_decay_iters``
-    and ``min_lr`` after it ("cosine").
+    """Learning rate at iteration ``it`` (0-based): linear warmup over ``warmup_iters`` steps to
+    ``learning_rate``, then by ``lr_schedule``:
+
+    - "constant": ``learning_rate``;
+    - "cosine": a cosine decay to ``min_lr`` at ``lr_decay_iters``, ``min_lr`` after it;
+    - "rsqrt": ``learning_rate * sqrt(warmup_iters / it)``, the inverse square-root decay of
+      LRA's ``constant * linear_warmup * rsqrt_decay`` (google-research/long-range-arena,
+      ``lra_benchmarks/utils/train_utils.py``), whose peak base_lr / sqrt(warmup) is our
+      ``learning_rate``.
 
     Raises:
-        ValueError: unknown ``lr_schedule``.
+        ValueError: unknown ``lr_schedule`` (the allowed ones are listed).
     """
-    if cfg["lr_schedule"] not in LR_SCHEDULES:
-        raise ValueError(f"unknown lr_schedule {cfg['lr_schedule']!r}; allowed: {', '.join(LR_SCHEDULES)}")
+    schedule = cfg["lr_schedule"]
+    if schedule not in LR_SCHEDULES:
+        raise ValueError(f"unknown lr_schedule {schedule!r}; allowed: {', '.join(LR_SCHEDULES)}")
     if it < cfg["warmup_iters"]:
         return cfg["learning_rate"] * (it + 1) / (cfg["warmup_iters"] + 1)
-    if cfg["lr_schedule"] == "constant":
+    if schedule == "constant":
         return cfg["learning_rate"]
+    if schedule == "rsqrt":
+        return cfg["learning_rate"] * math.sqrt(max(cfg["warmup_iters"], 1) / max(it, cfg["warmup_iters"], 1))
     if it > cfg["lr_decay_iters"]:
         return cfg["min_lr"]
     ratio = (it - cfg["warmup_iters"]) / max(1, cfg["lr_decay_iters"] - cfg["warmup_iters"])
@@ -185,7 +210,8 @@ def configure_optimizer(model, cfg, device_type):
     no_decay = [p for p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": cfg["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}]
     fused = device_type == "cuda"
-    return torch.optim.AdamW(groups, lr=cfg["learning_rate"], betas=(cfg["beta1"], cfg["beta2"]), fused=fused)
+    return torch.optim.AdamW(groups, lr=cfg["learning_rate"], betas=(cfg["beta1"], cfg["beta2"]),
+                             eps=cfg["adam_eps"], fused=fused)
 
 
 def get_rng_state(device_type):
@@ -209,8 +235,12 @@ def check_config(cfg):
     """Reject values train.py cannot run with (ConfigError with what is allowed)."""
     if cfg["init_from"] not in INIT_FROM:
         raise ConfigError(f"init_from must be one of {', '.join(INIT_FROM)}, got {cfg['init_from']!r}")
-    if cfg["lr_schedule"] not in LR_SCHEDULES:
-        raise ConfigError(f"unknown lr_schedule {cfg['lr_schedule']!r}; allowed: {', '.join(LR_SCHEDULES)}")
+    try:
+        get_lr(0, cfg)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if cfg["adam_eps"] <= 0:
+        raise ConfigError(f"adam_eps must be positive, got {cfg['adam_eps']}")
     if cfg["dtype"] not in DTYPES:
         raise ConfigError(f"unknown dtype {cfg['dtype']!r}; allowed: {', '.join(DTYPES)}")
     if cfg["dtype"] != "float32" and "cuda" not in cfg["device"]:
@@ -262,14 +292,20 @@ class Dist:
 
 def prepare_and_load_data(task, cfg, dist):
     """The task's data: prepared by rank 0 alone while the other ranks wait, then opened
-    read-only by every rank. A failure on rank 0 stops every rank with its message."""
+    read-only by every rank. A failure on rank 0 stops every rank with its message.
+
+    Raises:
+        ConfigError: a bad setting (exit 2). DataError (``data.DataUnavailable``, a malformed file,
+            prepared data whose manifest differs): reported as a ConfigError, i.e. one
+            ``error:`` line and exit status 2, on every rank.
+    """
     failure = None
     if dist.master:
         try:
             task.prepare_data(cfg)
         except ConfigError as e:
             failure = ("config", str(e))
-        except data_lib.DataUnavailable as e:
+        except data_lib.DataError as e:
             failure = ("data", str(e))
         except Exception as e:  # a bug: the other ranks must not wait forever for rank 0
             failure = ("other", f"{type(e).__name__}: {e}")
@@ -278,39 +314,117 @@ def prepare_and_load_data(task, cfg, dist):
     failure = dist.broadcast(failure)
     if failure is not None:
         kind, message = failure
-        if kind == "config":
+        if kind in ("config", "data"):
             raise ConfigError(message)
-        if kind == "data":
-            raise SystemExit(f"error: {message}")
         raise RuntimeError(f"data preparation failed on rank 0: {message}")
     try:
         return task.load_data(cfg)
-    except data_lib.DataUnavailable as e:
-        raise SystemExit(f"error: {e}") from None
+    except data_lib.DataError as e:
+        raise ConfigError(str(e)) from None
 
 
-def load_checkpoint(path, cfg, task):
-    """The checkpoint at ``path`` (on the CPU), after checking it belongs to ``cfg``'s task; the
-    task's model keys of ``cfg`` are set from it.
+def data_summary(data):
+    """The prepared data's manifest summary (source, sizes, ...) that ``load_data`` returns under
+    "manifest", or None for a task that gives none."""
+    return data.get("manifest") if isinstance(data, dict) else None
+
+
+def read_checkpoint(path):
+    """The checkpoint at ``path``, loaded on the CPU.
 
     Raises:
-        ConfigError: no checkpoint, another task, or a model key set explicitly to a value that
-            differs from the checkpoint's.
+        ConfigError: there is no file at ``path``.
     """
     if not os.path.exists(path):
         raise ConfigError(f"init_from=resume but there is no checkpoint at {path}")
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    saved_task = ckpt.get("task", ckpt["config"].get("task", "lm"))  # checkpoints before tasks were all "lm"
-    if saved_task != cfg["task"]:
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def resume_config(cfg, explicit, ckpt, path="ckpt.pt"):
+    """The configuration of a resumed run: the checkpoint's own configuration (a key added to
+    train.py since then takes its default), with the keys set explicitly (config files, --key=value)
+    on top.
+
+    Keys that decide what is trained, ``task`` and the task's ``MODEL_KEYS`` and ``DATA_KEYS``
+    (tasks/__init__.py), always keep the checkpoint's values; an explicit value that differs is an
+    error. Entries of a dict key listed in the task's ``RUN_ONLY_ENTRIES`` (e.g. ``lra_options``'
+    ``workers``) may change. Every other key (``max_iters``, ``eval_interval``, ``lra_dir``,
+    logging, ...) only changes how the run proceeds and takes the explicit value.
+
+    Args:
+        cfg (dict): the parsed configuration; explicit (dict): what ``configurator.parse_explicit``
+        says was set; ckpt (dict): the checkpoint (``read_checkpoint``); path: its path, for messages.
+
+    Returns:
+        A new configuration dict (``init_from`` "resume", ``out_dir`` from ``cfg``).
+
+    Raises:
+        ConfigError: an explicit task, model or data key that differs from the checkpoint's, in one
+            line naming both values.
+    """
+    saved = ckpt["config"]
+    saved_task = ckpt.get("task", saved.get("task", "lm"))  # checkpoints before tasks were all "lm"
+    if explicit.get("task") and cfg["task"] != saved_task:
         raise ConfigError(f"the checkpoint {path} was trained on task {saved_task!r}, not {cfg['task']!r}; "
-                          f"resume it with --task={saved_task}")
-    for key in task.MODEL_KEYS:
-        saved = ckpt["config"].get(key, DEFAULTS[key])  # keys added since the checkpoint have their default
-        if cfg[key] != DEFAULTS[key] and cfg[key] != saved:
-            raise ConfigError(f"{key}={cfg[key]!r} differs from the checkpoint's {saved!r}; a resumed run keeps "
-                              f"the checkpoint's model (drop the setting or start from scratch)")
-        cfg[key] = saved
-    return ckpt
+                          f"resume it with --task={saved_task} (or without --task)")
+    task = tasks.get(saved_task)
+    fixed = {"task", *task.MODEL_KEYS, *task.DATA_KEYS}
+    run_only = getattr(task, "RUN_ONLY_ENTRIES", {})
+    out = {k: _copy(saved.get(k, DEFAULTS[k])) for k in DEFAULTS}
+    out["task"] = saved_task
+    for key, entries in explicit.items():
+        if key not in fixed:
+            out[key] = _copy(cfg[key])
+            continue
+        if isinstance(entries, set):  # a dict key: compare the entries that were set
+            for entry in sorted(entries):
+                value, old = cfg[key].get(entry), out[key].get(entry, "(not set)")
+                if entry in run_only.get(key, ()):
+                    out[key][entry] = value
+                elif value != old:
+                    raise ConfigError(_conflict(f"{key}[{entry!r}]", value, old, path))
+        elif cfg[key] != out[key]:
+            raise ConfigError(_conflict(key, cfg[key], out[key], path))
+    out["init_from"], out["out_dir"] = "resume", cfg["out_dir"]
+    return out
+
+
+def _conflict(name, value, saved, path):
+    return (f"{name}={value!r} differs from the checkpoint's {saved!r} ({path}); a resumed run keeps the "
+            f"checkpoint's model and data: drop the setting, or start from scratch (init_from=scratch)")
+
+
+def _copy(value):
+    return dict(value) if isinstance(value, dict) else value
+
+
+def start_log(out_dir, init_from, eval_only):
+    """Path of ``out_dir/log.jsonl``. A scratch training run never appends to another run's
+    log: an existing ``log.jsonl`` (and ``final_metrics.json``) is renamed to ``log.<n>.jsonl``
+    (``final_metrics.<n>.json``), n = 1, 2, ... the first free number. Resumed and eval-only runs
+    append."""
+    path = os.path.join(out_dir, "log.jsonl")
+    if init_from != "scratch" or eval_only or not os.path.exists(path):
+        return path
+    n = 1
+    while os.path.exists(os.path.join(out_dir, f"log.{n}.jsonl")):
+        n += 1
+    os.replace(path, os.path.join(out_dir, f"log.{n}.jsonl"))
+    moved = [f"log.jsonl -> log.{n}.jsonl"]
+    metrics = os.path.join(out_dir, "final_metrics.json")
+    if os.path.exists(metrics):
+        os.replace(metrics, os.path.join(out_dir, f"final_metrics.{n}.json"))
+        moved.append(f"final_metrics.json -> final_metrics.{n}.json")
+    print(f"{out_dir} holds an earlier run: kept its files as {', '.join(moved)}")
+    return path
+
+
+def format_duration(seconds):
+    """``seconds`` as ``1h02m03s`` / ``2m03s`` / ``3s``."""
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
 
 
 def main(argv):
@@ -322,20 +436,39 @@ def main(argv):
         ConfigError: bad configuration (``configurator.run_cli`` turns it into status 2).
     """
     torch.set_flush_denormal(True)  # subnormal floats make CPU backward passes much slower
-    cfg = configurator.parse(DEFAULTS, argv, help=HELP)
+    cfg, explicit = configurator.parse_explicit(DEFAULTS, argv, help=HELP)
+    if cfg["init_from"] not in INIT_FROM:
+        raise ConfigError(f"init_from must be one of {', '.join(INIT_FROM)}, got {cfg['init_from']!r}")
+    ckpt = None
+    if cfg["init_from"] == "resume":  # the checkpoint's task, model and data keys before any data is read
+        ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
+        ckpt = read_checkpoint(ckpt_path)
+        cfg = resume_config(cfg, explicit, ckpt, ckpt_path)
     task = tasks.get(cfg["task"])
     tasks.check_task_keys(cfg, DEFAULTS, cfg["task"])
     check_config(cfg)
+    try:
+        trainable = attention.is_trainable(cfg["attention"])
+    except ValueError as e:  # unknown name: the message lists the registered ones
+        raise ConfigError(str(e)) from None
+    if not trainable and not cfg["eval_only"]:
+        raise ConfigError(_inference_only_message(cfg["attention"]))
     if cfg["num_threads"]:
         torch.set_num_threads(cfg["num_threads"])
     dist = Dist(cfg)
     try:
-        return _train(cfg, task, dist)
+        return _train(cfg, task, dist, ckpt)
     finally:
         dist.close()
 
 
-def _train(cfg, task, dist):
+def _inference_only_message(name, error=None):
+    return (f"attention={name!r} cannot be trained: it is an inference-only method (its forward pass has no "
+            f"gradient). Train with a trainable attention such as softmax and swap {name!r} in at evaluation "
+            f"(python eval_ppl.py --attention={name})" + (f". The error was: {error}" if error else ""))
+
+
+def _train(cfg, task, dist, ckpt=None):
     if cfg["gradient_accumulation_steps"] % dist.world:
         raise ConfigError(f"gradient_accumulation_steps={cfg['gradient_accumulation_steps']} must be divisible "
                           f"by the number of processes {dist.world}")
@@ -350,9 +483,7 @@ def _train(cfg, task, dist):
     best_path = os.path.join(cfg["out_dir"], "best.pt")
     final_evaluate = getattr(task, "final_evaluate", None)
     best_name, best_mode = task.BEST_METRIC
-    ckpt = None
-    if cfg["init_from"] == "resume":
-        ckpt = load_checkpoint(ckpt_path, cfg, task)
+    if ckpt is not None:
         raw_model = task.build_model(cfg, data, model_args=ckpt["model_args"])
         raw_model.load_state_dict(ckpt["model"])
         iter_num = ckpt["iter_num"]
@@ -386,6 +517,9 @@ def _train(cfg, task, dist):
         if final_evaluate is not None and cfg["init_from"] == "scratch" and not cfg["eval_only"] \
                 and os.path.exists(best_path):
             os.remove(best_path)  # a previous run's best weights must not be evaluated as this run's
+        data_info = data_summary(data)
+        if data_info is not None:
+            print("data: " + ", ".join(f"{k} {v}" for k, v in data_info.items()))
         print(f"task {cfg['task']}: {type(raw_model).__name__} with {raw_model.num_params() / 1e6:.2f}M parameters "
               f"(non-embedding), attention={cfg['attention']} {cfg['attention_params']}")
     wandb_run = None
@@ -393,11 +527,16 @@ def _train(cfg, task, dist):
         import wandb
         wandb_run = wandb.init(project=cfg["wandb_project"], name=cfg["wandb_run_name"], config=cfg,
                                mode=cfg["wandb_mode"], dir=cfg["out_dir"])
-    log_path = os.path.join(cfg["out_dir"], "log.jsonl")
+    log_path = start_log(cfg["out_dir"], cfg["init_from"], cfg["eval_only"]) if dist.master else None
 
     def log(record):
         with open(log_path, "a") as f:
             f.write(json.dumps(record) + "\n")
+
+    if dist.master:  # the first record of each (re)start: what this run trains on
+        log({"start": {"init_from": cfg["init_from"], "iter": iter_num, "max_iters": cfg["max_iters"],
+                       "task": cfg["task"], "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
+             "data": data_summary(data)})
 
     def evaluate():
         """The task's metrics on the unwrapped model, in eval mode, without gradients, on a forked
@@ -429,15 +568,8 @@ def _train(cfg, task, dist):
         try:
             with autocast:
                 return task.loss(model, batch)
-        except RuntimeError as e:
-            if _runs_without_grad(task, raw_model, batch, autocast):
-                name = cfg["attention"]
-                raise ConfigError(
-                    f"attention={name!r} cannot be trained: its forward pass fails with gradients enabled but "
-                    f"runs without them (an inference-only method). Train with a trainable attention such as "
-                    f"softmax and swap {name!r} in at evaluation (python eval_ppl.py --attention={name}). "
-                    f"The error was: {e}") from e
-            raise
+        except attention.InferenceOnlyError as e:  # only methods that say so; every other error propagates
+            raise ConfigError(_inference_only_message(cfg["attention"], e)) from e
 
     tokens_per_iter = grad_accum * dist.world * task.batch_tokens(cfg)
     if dist.master:
@@ -513,8 +645,10 @@ def _train(cfg, task, dist):
             now = time.time()
             rate = tokens_since / max(now - t_last, 1e-9)
             extra = {f"train_{k}": v for k, v in tasks.to_float(metric_sums).items() if k != "loss"}
-            print(f"iter {iter_num}: loss {loss_value:.4f}, lr {lr:.2e}, {rate:,.0f} tok/s, "
-                  f"elapsed {now - t_start:.0f}s" + "".join(f", {k} {v:.4f}" for k, v in extra.items()), flush=True)
+            done = iter_num - start_iter
+            eta = (now - t_start) / done * (cfg["max_iters"] - iter_num)  # evaluations included
+            print(f"iter {iter_num}/{cfg['max_iters']}: loss {loss_value:.4f}, lr {lr:.2e}, {rate:,.0f} tok/s, "
+                  f"elapsed {format_duration(now - t_start)}, ETA {format_duration(eta)}" + "".join(f", {k} {v:.4f}" for k, v in extra.items()), flush=True)
             log({"iter": iter_num, "loss": loss_value, "lr": lr, "tok_per_s": rate, "elapsed_s": now - t_start,
                  **extra})
             if wandb_run:
@@ -537,24 +671,17 @@ def _train(cfg, task, dist):
             final = tasks.to_float(final_evaluate(raw_model, data, cfg, device))
         print(f"final (weights of step {summary['best_iter']}): " + ", ".join(f"{k} {v:.4f}" for k, v in final.items()),
               flush=True)
-        data_lib.write_json(os.path.join(cfg["out_dir"], "final_metrics.json"), {**final, **summary, "config": cfg})
+        data_lib.write_json(os.path.join(cfg["out_dir"], "final_metrics.json"),
+                            {**final, **summary, "data": data_summary(data), "config": cfg})
         log({"final": final, **summary})
         if wandb_run:
             wandb_run.log({f"final/{k}": v for k, v in final.items()})
     if wandb_run:
         wandb_run.finish()
+    if dist.master and not cfg["eval_only"]:
+        print(f"done: {iter_num - start_iter} iterations ({start_iter} -> {iter_num}) in "
+              f"{format_duration(time.time() - t_start)} wall time", flush=True)
     return metrics
-
-
-def _runs_without_grad(task, model, batch, autocast):
-    """True if ``task.loss`` succeeds on ``batch`` under torch.no_grad (used to recognise an
-    inference-only attention after a training forward pass failed)."""
-    try:
-        with torch.no_grad(), autocast:
-            task.loss(model, batch)
-    except Exception:
-        return False
-    return True
 
 
 if __name__ == "__main__":

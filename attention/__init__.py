@@ -21,6 +21,11 @@ itself, a dict with the keys in ``MODEL_CONTEXT``:
 that name, so methods that need neither ignore the context. Context names are never user
 parameters: ``accepted_params`` leaves them out and ``build`` rejects them in ``params``.
 
+Training: a method whose forward pass cannot be differentiated (tree attention's bud sampling)
+sets the class attribute ``trainable = False`` and raises ``InferenceOnlyError`` when called with
+gradients enabled; ``is_trainable(name)`` reads the flag, so train.py refuses such a method before
+it prepares any data and reports no other error as "inference-only".
+
 A method is added by a new file in this package that decorates its class with
 ``@register("name")``; the file must be imported at the bottom of this module.
 """
@@ -48,6 +53,20 @@ def register(name):
         _REGISTRY[name] = cls
         return cls
     return decorator
+
+
+class InferenceOnlyError(RuntimeError):
+    """Raised by an attention with ``trainable = False`` when it is called with gradients
+    enabled; the message says how to evaluate it instead."""
+
+
+def is_trainable(name):
+    """False for a registered attention that declares itself inference-only (``trainable``).
+
+    Raises:
+        ValueError: ``name`` is not registered (the message lists the registered names).
+    """
+    return bool(getattr(_lookup(name), "trainable", True))
 
 
 def registered():
@@ -132,6 +151,8 @@ class Attention(nn.Module):
     after its output projection (the authors' block adds nothing there, not even the bias).
     Methods without the parameter do not support self-exclusion (``build`` rejects it).
     """
+
+    trainable = True  # False: inference only (forward raises InferenceOnlyError under autograd)
 
     def stats(self):
         """Counters accumulated since the last ``reset_stats`` (e.g. inner products); a dict of

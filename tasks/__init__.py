@@ -8,13 +8,20 @@ A task module defines:
     HELP: dict              one-line meaning of each key of DEFAULTS (shown by --help)
     MODEL_KEYS: tuple       config keys that shape the model; a resumed run takes them from the
                             checkpoint (an explicit different value is an error)
+    DATA_KEYS: tuple        config keys that decide the examples trained on (data set, its options);
+                            restored on resume like MODEL_KEYS (train.resume_config). Keys that only
+                            say where files are (source paths, ``lra_dir``) are not data keys: the
+                            prepared data's manifest checks what they hold
     BEST_METRIC: (name, "min" | "max")
                             the key of evaluate()'s result that decides which checkpoint is best
     prepare_data(cfg) -> None
                             download / tokenize / write whatever load_data reads; called on rank
                             0 only while the other DDP ranks wait; idempotent
     load_data(cfg) -> data  open the prepared data read-only (every rank); ``data`` is any
-                            object, usually a dict split name -> array
+                            object, usually a dict split name -> array, plus "manifest": a small
+                            dict saying what was prepared (``source``, ``train_size``,
+                            ``train_size_unit``, ...) that train.py writes to the run log and
+                            final_metrics.json. Data problems raise ``data.DataError`` subclasses
     build_model(cfg, data, model_args=None) -> torch.nn.Module
                             a new model from cfg, or exactly the model of a checkpoint's
                             ``model_args`` (resume)
@@ -30,6 +37,10 @@ A task module defines:
                             tokens in one batch (for tokens/s)
 
 and may define (optional):
+
+    RUN_ONLY_ENTRIES: dict  key of MODEL_KEYS / DATA_KEYS whose value is a dict -> the entries that may
+                            change on resume because they never change the examples (e.g.
+                            ``{"lra_options": ("workers",)}``)
 
     final_evaluate(model, data, cfg, device) -> dict name -> float
                             metrics reported once after training (e.g. test accuracy). train.py
@@ -60,7 +71,7 @@ REGISTRY = {
     "classify": "tasks.classify",
 }
 
-REQUIRED = ("DEFAULTS", "HELP", "MODEL_KEYS", "BEST_METRIC", "prepare_data", "load_data", "build_model",
+REQUIRED = ("DEFAULTS", "HELP", "MODEL_KEYS", "DATA_KEYS", "BEST_METRIC", "prepare_data", "load_data", "build_model",
             "get_batch", "loss", "evaluate", "batch_tokens")
 
 

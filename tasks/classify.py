@@ -76,6 +76,10 @@ HELP = dict(
 )
 MODEL_KEYS = ("n_layer", "n_head", "n_embd", "bias", "attention", "attention_params", "lra_task", "max_len",
               "pooling", *ARCHITECTURE_DEFAULTS)
+DATA_KEYS = ("lra_options",)  # lra_task, max_len, pooling are MODEL_KEYS
+# lra_options entries that only say where the source is or how fast to build it (they never
+# change the examples; the data's manifest checks what was built)
+RUN_ONLY_ENTRIES = {"lra_options": ("workers", "batch_size", "imdb_source", "cifar10_source")}
 BEST_METRIC = ("val_accuracy", "max")
 SPLITS = ("train", "val", "test")
 POOLINGS = ("cls", "mean")

@@ -47,6 +47,8 @@ HELP = dict(
 )
 MODEL_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "attention", "attention_params", "tokenizer",
               *ARCHITECTURE_DEFAULTS)
+DATA_KEYS = ("dataset", "dataset_config", "mask_prob", "mask_frac", "random_frac")  # + tokenizer (MODEL_KEYS)
+RUN_ONLY_ENTRIES = {}
 BEST_METRIC = ("val_loss", "min")
 SPLITS = ("train", "val")
 

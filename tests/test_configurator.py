@@ -23,6 +23,17 @@ def test_config_file_then_override(tmp_path):
     assert cfg["max_iters"] == 9 and cfg["attention_params"] == {"E": 0.3, "b": 0.9}
 
 
+def test_parse_explicit_says_what_was_set(tmp_path):
+    path = tmp_path / "c.py"
+    path.write_text("max_iters = 7\nattention_params = dict(E=0.3)\n")
+    cfg, explicit = configurator.parse_explicit(DEFAULTS, [str(path), "--out_dir=o", "--attention.b=0.9",
+                                                           "--block_size=256"])
+    # block_size equals its default but was given: it counts as set
+    assert explicit == {"max_iters": True, "attention_params": {"E", "b"}, "out_dir": True, "block_size": True}
+    assert cfg == configurator.parse(DEFAULTS, [str(path), "--out_dir=o", "--attention.b=0.9", "--block_size=256"])
+    assert configurator.parse_explicit(DEFAULTS, [])[1] == {}
+
+
 @pytest.mark.parametrize("arg, message", [
     ("--max_iter=5", "did you mean max_iters"),
     ("--max_iters=abc", "expects int"),

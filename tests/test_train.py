@@ -1,5 +1,7 @@
 import json
+import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -75,11 +77,69 @@ def test_resume_checks_task_and_model_keys(tmp_path, wikitext2_dir):
     ckpt_path = tmp_path / "ckpt.pt"
     with pytest.raises(ConfigError, match="n_layer=3 differs from the checkpoint's 2"):
         run(tmp_path, "--max_iters=2", "--init_from=resume", "--n_layer=3")
+    with pytest.raises(ConfigError, match=r"attention_params\['E'\]=0.5 differs from the checkpoint's '\(not set\)'"):
+        run(tmp_path, "--max_iters=2", "--init_from=resume", "--attention.E=0.5")
+    with pytest.raises(ConfigError, match="dataset_config='wikitext-2-raw-v1' differs from the checkpoint's 'wikitext-2-v1'"):
+        run(tmp_path, "--max_iters=2", "--init_from=resume", "--dataset_config=wikitext-2-raw-v1")
     ckpt = torch.load(ckpt_path, weights_only=False)
     ckpt["task"] = "mlm"
     torch.save(ckpt, ckpt_path)
     with pytest.raises(ConfigError, match="trained on task 'mlm', not 'lm'"):
-        run(tmp_path, "--max_iters=2", "--init_from=resume")
+        run(tmp_path, "--max_iters=2", "--init_from=resume", "--task=lm")
+
+
+def test_resume_needs_only_out_dir_and_keeps_the_checkpoints_settings(tmp_path, wikitext2_dir):
+    # the scratch run sets a learning rate, a schedule and a model size away from the defaults;
+    # the resume names nothing but init_from and out_dir (not even the config file)
+    run(tmp_path, "--max_iters=2", "--eval_interval=2", "--eval_iters=1", "--learning_rate=2e-3",
+        "--n_embd=16", "--lr_schedule=constant", "--warmup_iters=0", "--log_interval=1")
+    train.main([f"--out_dir={tmp_path}", "--init_from=resume", "--max_iters=4", "--num_threads=1"])
+    log = read_log(tmp_path)
+    starts = [r for r in log if "start" in r]
+    assert [r["start"]["init_from"] for r in starts] == ["scratch", "resume"] and starts[1]["start"]["iter"] == 2
+    assert {r["iter"]: r["lr"] for r in log if "lr" in r} == {1: 2e-3, 2: 2e-3, 3: 2e-3, 4: 2e-3}  # not the defaults
+    ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=False)
+    assert ckpt["iter_num"] == 4 and ckpt["config"]["n_embd"] == 16 and ckpt["config"]["max_iters"] == 4
+
+
+def test_resume_config_rules():
+    cfg = dict(train.DEFAULTS, task="classify", lra_task="listops", lra_options={"num_train": 64, "workers": 1},
+               max_iters=10)
+    ckpt = {"task": "classify", "config": {k: v for k, v in cfg.items() if k != "adam_eps"}}  # an older checkpoint
+    parsed = dict(train.DEFAULTS, lra_options={"workers": 2}, max_iters=20, init_from="resume", out_dir="o")
+    out = train.resume_config(parsed, {"lra_options": {"workers"}, "max_iters": True, "init_from": True}, ckpt)
+    assert out["lra_task"] == "listops" and out["lra_options"] == {"num_train": 64, "workers": 2}
+    assert out["max_iters"] == 20 and out["adam_eps"] == train.DEFAULTS["adam_eps"] and out["out_dir"] == "o"
+    with pytest.raises(ConfigError, match=r"lra_options\['num_train'\]=32 differs from the checkpoint's 64"):
+        train.resume_config(dict(parsed, lra_options={"num_train": 32}), {"lra_options": {"num_train"}}, ckpt)
+    with pytest.raises(ConfigError, match="lra_task='text' differs from the checkpoint's 'listops'"):
+        train.resume_config(dict(parsed, lra_task="text"), {"lra_task": True}, ckpt)
+    # the same value given explicitly is fine (a repeated config file)
+    assert train.resume_config(dict(parsed, lra_task="listops"), {"lra_task": True}, ckpt)["lra_task"] == "listops"
+
+
+def test_a_scratch_run_into_a_used_out_dir_keeps_the_old_log(tmp_path, wikitext2_dir, capsys):
+    run(tmp_path, "--max_iters=1", "--eval_interval=1", "--eval_iters=1")
+    first = read_log(tmp_path)
+    log = run(tmp_path, "--max_iters=1", "--eval_interval=1", "--eval_iters=1")
+    assert sum("start" in r for r in log) == 1 and [r for r in log if "start" in r][0]["start"]["init_from"] == "scratch"
+    assert read_log_file(tmp_path / "log.1.jsonl") == first
+    assert "kept its files as log.jsonl -> log.1.jsonl" in capsys.readouterr().out
+    run(tmp_path, "--max_iters=1", "--eval_interval=1", "--eval_iters=1")
+    assert os.path.exists(tmp_path / "log.2.jsonl")
+
+
+def read_log_file(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+def test_training_lines_give_progress_eta_and_wall_time(tmp_path, wikitext2_dir, capsys):
+    run(tmp_path, "--max_iters=4", "--eval_interval=4", "--eval_iters=1", "--log_interval=2")
+    out = capsys.readouterr().out
+    assert re.search(r"iter 2/4: loss [0-9.]+, lr .*, elapsed \d+s, ETA \d+s", out), out
+    assert re.search(r"done: 4 iterations \(0 -> 4\) in \d+s wall time", out), out
+    assert train.format_duration(3725) == "1h02m05s" and train.format_duration(65) == "1m05s"
 
 
 def test_resume_from_a_checkpoint_of_the_previous_train_py(tmp_path, wikitext2_dir):
@@ -192,8 +252,40 @@ def test_lr_schedule():
     const = dict(cfg, lr_schedule="constant")
     assert train.get_lr(5, const) == train.get_lr(5, cfg)  # the same warmup
     assert train.get_lr(10, const) == train.get_lr(60, const) == train.get_lr(500, const) == 1.0
-    with pytest.raises(ValueError, match="cosine, constant"):
+    with pytest.raises(ValueError, match="cosine, constant, rsqrt"):
         train.get_lr(0, dict(cfg, lr_schedule="linear"))
+    # LRA's constant * linear_warmup * rsqrt_decay with base = learning_rate * sqrt(warmup)
+    rsqrt = dict(cfg, lr_schedule="rsqrt")
+    assert train.get_lr(5, rsqrt) == train.get_lr(5, cfg)
+    assert train.get_lr(10, rsqrt) == pytest.approx(1.0) and train.get_lr(40, rsqrt) == pytest.approx(0.5)
+    base = 1.0 * math.sqrt(10)
+    assert train.get_lr(1000, rsqrt) == pytest.approx(base / math.sqrt(1000))
+
+
+def test_adam_eps_reaches_the_optimizer_and_schedules_are_checked_once(tmp_path):
+    model = torch.nn.Linear(2, 2)
+    opt = train.configure_optimizer(model, dict(train.DEFAULTS, adam_eps=1e-9), "cpu")
+    assert all(group["eps"] == 1e-9 for group in opt.param_groups)
+    with pytest.raises(ConfigError, match="unknown lr_schedule 'linear'; allowed: cosine, constant, rsqrt"):
+        train.main([f"--out_dir={tmp_path}", "--lr_schedule=linear"])
+    with pytest.raises(ConfigError, match="adam_eps must be positive"):
+        train.main([f"--out_dir={tmp_path}", "--adam_eps=0.0"])
+
+
+@pytest.mark.parametrize("stage", ["prepare_data", "load_data"])
+def test_a_data_error_is_one_config_error_line(tmp_path, monkeypatch, stage):
+    import data
+
+    def broken(cfg):
+        raise data.DataFormatError("/d/basic_train.tsv", "expected the header 'Source\\tTarget'", line=1,
+                                   content="x" * 5000)
+
+    monkeypatch.setattr(lm, "prepare_data", lambda cfg: None)
+    monkeypatch.setattr(lm, stage, broken)
+    with pytest.raises(ConfigError) as info:  # run_cli prints it as one `error:` line, exit 2
+        train.main([TINY, f"--out_dir={tmp_path}"])
+    message = str(info.value)
+    assert message.startswith("/d/basic_train.tsv, line 1: expected the header") and len(message) < 200
 
 
 # ---------------------------------------------------------------- config and command line
@@ -293,21 +385,61 @@ def test_task_keys_merge_share_and_conflict(monkeypatch):
 # ---------------------------------------------------------------- inference-only attention
 
 
-class InferenceOnlyAttention(torch.nn.Module):
-    """Plain softmax attention that refuses to run with gradients enabled, like tree attention."""
+class FailsUnderGradAttention(torch.nn.Module):
+    """Softmax attention whose forward raises ``error`` with gradients enabled and runs without
+    them: an out-of-memory error looks like this, and must not be reported as inference-only."""
+
+    error = RuntimeError("inference only: call under torch.no_grad()")
 
     def forward(self, q, k, v, causal, attention_mask=None):
         if torch.is_grad_enabled():
-            raise RuntimeError("inference only: call under torch.no_grad()")
+            raise self.error
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
-def test_training_an_inference_only_attention_is_a_clear_error(tmp_path, wikitext2_dir, monkeypatch):
+class RaisesInferenceOnlyAttention(FailsUnderGradAttention):
+    """Declares nothing up front but raises the registry's InferenceOnlyError under autograd."""
+
+    def __init__(self):
+        super().__init__()
+        import attention
+        self.error = attention.InferenceOnlyError("needs torch.no_grad()")
+
+
+@pytest.mark.parametrize("error", [RuntimeError("some kernel failed"), torch.OutOfMemoryError("out of memory")])
+def test_a_runtime_error_in_training_propagates_unchanged(tmp_path, wikitext2_dir, monkeypatch, error):
     import attention
-    monkeypatch.setitem(attention._REGISTRY, "inference_only", InferenceOnlyAttention)
+
+    class Failing(FailsUnderGradAttention):
+        pass
+
+    Failing.error = error
+    monkeypatch.setitem(attention._REGISTRY, "failing", Failing)
+    with pytest.raises(type(error), match=str(error)) as info:
+        run(tmp_path, "--attention=failing", "--max_iters=2")
+    assert not isinstance(info.value, ConfigError)
+
+
+def test_an_attention_raising_inference_only_error_is_a_clear_error(tmp_path, wikitext2_dir, monkeypatch):
+    import attention
+    monkeypatch.setitem(attention._REGISTRY, "inference_only", RaisesInferenceOnlyAttention)
     with pytest.raises(ConfigError, match=r"attention='inference_only' cannot be trained: .*eval_ppl.py "
-                                          r"--attention=inference_only.*inference only: call under"):
+                                          r"--attention=inference_only.*needs torch.no_grad"):
         run(tmp_path, "--attention=inference_only", "--max_iters=2")
+
+
+def test_a_declared_inference_only_attention_is_refused_before_the_data(tmp_path, monkeypatch):
+    import attention
+
+    class Declared(FailsUnderGradAttention):
+        trainable = False
+
+    monkeypatch.setitem(attention._REGISTRY, "declared", Declared)
+    assert not attention.is_trainable("declared") and attention.is_trainable("softmax")
+    # no wikitext2_dir fixture: the refusal must come before any data is prepared
+    with pytest.raises(ConfigError, match="attention='declared' cannot be trained: it is an inference-only"):
+        run(tmp_path, "--attention=declared", "--max_iters=2", "--dataset_config=wikitext-2-raw-v1",
+            "--data_source_dir=/nonexistent")
 
 
 def test_training_with_tree_attention_is_a_clear_error(tmp_path, wikitext2_dir):
@@ -315,7 +447,7 @@ def test_training_with_tree_attention_is_a_clear_error(tmp_path, wikitext2_dir):
     impl = "vectorized"  # the PyTorch implementation: no C++ kernel build in this test
     mech = attention.build("tree", context={"layer_idx": 0, "block_size": 64}, implementation=impl)
     q = torch.randn(1, 1, 8, 4, requires_grad=True)
-    with pytest.raises(RuntimeError):  # the module refuses gradients; train.py must say so clearly
+    with pytest.raises(attention.InferenceOnlyError):  # the module refuses gradients; train.py must say so
         mech(q, q, q, True)
     with pytest.raises(ConfigError, match="attention='tree' cannot be trained"):
         run(tmp_path, "--attention=tree", f"--attention.implementation={impl}", "--max_iters=1")

@@ -18,7 +18,7 @@ import warnings
 
 import torch
 
-from attention import Attention, check_qkv, register
+from attention import Attention, InferenceOnlyError, check_qkv, register
 from attention.feature_maps import RandomFeatureMap
 from attention.tree.cpu import cpu_forward, load_kernel
 from attention.tree.reference import reference_forward
@@ -127,6 +127,8 @@ class TreeAttention(Attention):
         RuntimeError: in ``forward`` with gradients enabled and an input that requires them.
     """
 
+    trainable = False  # the bud sampling is not differentiable
+
     def __init__(self, E=0.5, sampler="edh", normalization="bud_mean", descent="authors", P=None, b=0.99,
                  R=None, feature_redraw="per_query", seed=0, implementation="auto", exclude_self=False,
                  layer_idx=0, block_size=None):
@@ -192,7 +194,7 @@ class TreeAttention(Attention):
         if self.exclude_self and not causal:
             raise ValueError("tree attention: exclude_self needs causal=True")
         if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-            raise RuntimeError("tree attention is inference-only (its bud sampling is not differentiable), but it "
+            raise InferenceOnlyError("tree attention is inference-only (its bud sampling is not differentiable), but it "
                                "was called with gradients enabled: train with a trainable attention such as "
                                "softmax and swap tree in for evaluation (python eval_ppl.py --attention=tree), "
                                "or call it under torch.no_grad()")

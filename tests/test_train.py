@@ -353,9 +353,10 @@ class FakeTask:
 
     def __init__(self, defaults):
         self.DEFAULTS, self.HELP = defaults, {k: f"meaning of {k}" for k in defaults}
-        self.MODEL_KEYS, self.BEST_METRIC = (), ("val_loss", "min")
-        for attr in tasks.REQUIRED[4:]:
-            setattr(self, attr, None)
+        self.MODEL_KEYS, self.DATA_KEYS, self.BEST_METRIC = (), (), ("val_loss", "min")
+        for attr in tasks.REQUIRED:
+            if not hasattr(self, attr):
+                setattr(self, attr, None)
 
 
 def with_fake_tasks(monkeypatch, **modules):

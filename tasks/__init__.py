@@ -9,7 +9,7 @@ A task module defines:
     MODEL_KEYS: tuple       config keys that shape the model; a resumed run takes them from the
                             checkpoint (an explicit different value is an error)
     DATA_KEYS: tuple        config keys that decide the examples trained on (data set, its options);
-                            restored on resume like MODEL_KEYS (train.resume_config). Keys that only
+                            restored on resume like MODEL_KEYS (training.resume_config). Keys that only
                             say where files are (source paths, ``lra_dir``) are not data keys: the
                             prepared data's manifest checks what they hold
     BEST_METRIC: (name, "min" | "max")

@@ -14,6 +14,7 @@ import torch
 import model as model_lib
 import tasks
 import train
+import training
 from configurator import ConfigError
 from tasks import lm
 
@@ -107,15 +108,15 @@ def test_resume_config_rules():
                max_iters=10)
     ckpt = {"task": "classify", "config": {k: v for k, v in cfg.items() if k != "adam_eps"}}  # an older checkpoint
     parsed = dict(train.DEFAULTS, lra_options={"workers": 2}, max_iters=20, init_from="resume", out_dir="o")
-    out = train.resume_config(parsed, {"lra_options": {"workers"}, "max_iters": True, "init_from": True}, ckpt)
+    out = training.resume_config(parsed, {"lra_options": {"workers"}, "max_iters": True, "init_from": True}, ckpt)
     assert out["lra_task"] == "listops" and out["lra_options"] == {"num_train": 64, "workers": 2}
     assert out["max_iters"] == 20 and out["adam_eps"] == train.DEFAULTS["adam_eps"] and out["out_dir"] == "o"
     with pytest.raises(ConfigError, match=r"lra_options\['num_train'\]=32 differs from the checkpoint's 64"):
-        train.resume_config(dict(parsed, lra_options={"num_train": 32}), {"lra_options": {"num_train"}}, ckpt)
+        training.resume_config(dict(parsed, lra_options={"num_train": 32}), {"lra_options": {"num_train"}}, ckpt)
     with pytest.raises(ConfigError, match="lra_task='text' differs from the checkpoint's 'listops'"):
-        train.resume_config(dict(parsed, lra_task="text"), {"lra_task": True}, ckpt)
+        training.resume_config(dict(parsed, lra_task="text"), {"lra_task": True}, ckpt)
     # the same value given explicitly is fine (a repeated config file)
-    assert train.resume_config(dict(parsed, lra_task="listops"), {"lra_task": True}, ckpt)["lra_task"] == "listops"
+    assert training.resume_config(dict(parsed, lra_task="listops"), {"lra_task": True}, ckpt)["lra_task"] == "listops"
 
 
 def test_a_scratch_run_into_a_used_out_dir_keeps_the_old_log(tmp_path, wikitext2_dir, capsys):
@@ -139,7 +140,7 @@ def test_training_lines_give_progress_eta_and_wall_time(tmp_path, wikitext2_dir,
     out = capsys.readouterr().out
     assert re.search(r"iter 2/4: loss [0-9.]+, lr .*, elapsed \d+s, ETA \d+s", out), out
     assert re.search(r"done: 4 iterations \(0 -> 4\) in \d+s wall time", out), out
-    assert train.format_duration(3725) == "1h02m05s" and train.format_duration(65) == "1m05s"
+    assert training.format_duration(3725) == "1h02m05s" and training.format_duration(65) == "1m05s"
 
 
 def test_resume_from_a_checkpoint_of_the_previous_train_py(tmp_path, wikitext2_dir):
@@ -245,26 +246,26 @@ def test_get_batch_reaches_the_last_window_and_rejects_a_short_split():
 
 def test_lr_schedule():
     cfg = dict(lr_schedule="cosine", learning_rate=1.0, min_lr=0.1, warmup_iters=10, lr_decay_iters=110)
-    assert train.get_lr(0, cfg) < train.get_lr(9, cfg) <= 1.0
-    assert train.get_lr(10, cfg) == pytest.approx(1.0)
-    assert train.get_lr(60, cfg) == pytest.approx(0.55)
-    assert train.get_lr(500, cfg) == 0.1
+    assert training.get_lr(0, cfg) < training.get_lr(9, cfg) <= 1.0
+    assert training.get_lr(10, cfg) == pytest.approx(1.0)
+    assert training.get_lr(60, cfg) == pytest.approx(0.55)
+    assert training.get_lr(500, cfg) == 0.1
     const = dict(cfg, lr_schedule="constant")
-    assert train.get_lr(5, const) == train.get_lr(5, cfg)  # the same warmup
-    assert train.get_lr(10, const) == train.get_lr(60, const) == train.get_lr(500, const) == 1.0
+    assert training.get_lr(5, const) == training.get_lr(5, cfg)  # the same warmup
+    assert training.get_lr(10, const) == training.get_lr(60, const) == training.get_lr(500, const) == 1.0
     with pytest.raises(ValueError, match="cosine, constant, rsqrt"):
-        train.get_lr(0, dict(cfg, lr_schedule="linear"))
+        training.get_lr(0, dict(cfg, lr_schedule="linear"))
     # LRA's constant * linear_warmup * rsqrt_decay with base = learning_rate * sqrt(warmup)
     rsqrt = dict(cfg, lr_schedule="rsqrt")
-    assert train.get_lr(5, rsqrt) == train.get_lr(5, cfg)
-    assert train.get_lr(10, rsqrt) == pytest.approx(1.0) and train.get_lr(40, rsqrt) == pytest.approx(0.5)
+    assert training.get_lr(5, rsqrt) == training.get_lr(5, cfg)
+    assert training.get_lr(10, rsqrt) == pytest.approx(1.0) and training.get_lr(40, rsqrt) == pytest.approx(0.5)
     base = 1.0 * math.sqrt(10)
-    assert train.get_lr(1000, rsqrt) == pytest.approx(base / math.sqrt(1000))
+    assert training.get_lr(1000, rsqrt) == pytest.approx(base / math.sqrt(1000))
 
 
 def test_adam_eps_reaches_the_optimizer_and_schedules_are_checked_once(tmp_path):
     model = torch.nn.Linear(2, 2)
-    opt = train.configure_optimizer(model, dict(train.DEFAULTS, adam_eps=1e-9), "cpu")
+    opt = training.configure_optimizer(model, dict(train.DEFAULTS, adam_eps=1e-9), "cpu")
     assert all(group["eps"] == 1e-9 for group in opt.param_groups)
     with pytest.raises(ConfigError, match="unknown lr_schedule 'linear'; allowed: cosine, constant, rsqrt"):
         train.main([f"--out_dir={tmp_path}", "--lr_schedule=linear"])

@@ -1,0 +1,552 @@
+"""What train.py's loop calls: the configuration keys, the learning-rate schedule, the optimizer,
+DDP, data preparation, checkpoints and resume, the run log and the final evaluation. train.py
+keeps only ``main`` and the loop, so the loop reads on one screen (as nanoGPT's does).
+
+Checkpoints go to ``out_dir/ckpt.pt`` (``atomic_save``: a temporary file, then a rename). They
+hold ``model``, ``optimizer``, ``model_args``, ``iter_num``, ``best_val_loss``, ``best_metric``,
+``config``, ``task``, ``scaler``, ``rng_state`` (rank 0's CPU generator), ``rng_states`` (every
+rank's torch, CUDA, NumPy and Python generators) and ``world_size``. Tasks with a
+``final_evaluate`` also keep ``out_dir/best.pt`` (``model``, ``model_args``, ``iter_num``,
+``best_metric``), written whenever the task's BEST_METRIC improves.
+
+Resume (``resume_config``, ``restore``): ``python train.py --init_from=resume --out_dir=DIR`` is
+all it needs. The checkpoint's configuration is read before any data, so the run trains the same
+model on the same data; an explicit setting of a task, model or data key that differs from the
+checkpoint's is an error; other keys (``max_iters``, ``eval_interval``, ``lra_dir``, logging) may
+change. The batch of iteration i depends only on (seed, rank, i), each rank gets its own
+generator states back, and evaluation runs on a forked generator, so a resumed run continues
+exactly where the checkpoint stopped.
+
+The run log (``RunLog``): ``out_dir/log.jsonl`` gets one JSON record per start (what is trained,
+the data's manifest summary), per logged step, per evaluation and the final metrics; the same go
+to wandb when it is on. A scratch run into a used ``out_dir`` keeps the earlier run's log as
+``log.<n>.jsonl`` (``start_log``); a resumed run appends.
+
+The final evaluation (``final_evaluation``): after the loop, rank 0 loads best.pt's weights (the
+final weights if there is none), calls the task's ``final_evaluate`` (e.g. test accuracy) and
+writes ``out_dir/final_metrics.json`` (atomically): the metrics, ``best_iter``, ``best_metric``,
+``iters``, ``train_time_s``, ``steps_per_s`` (optimizer steps of this process per second of
+training, evaluation excluded), ``data`` (the data's manifest summary) and the run's ``config``.
+"""
+
+import json
+import math
+import os
+import random
+import time
+
+import numpy as np
+import torch
+
+import data as data_lib
+import tasks
+from configurator import ConfigError
+from model import config_dict
+
+COMMON_DEFAULTS = dict(
+    # I/O
+    out_dir="out/wikitext2_gpt_mini",
+    init_from="scratch",
+    eval_interval=200,
+    log_interval=10,
+    eval_iters=20,
+    eval_only=False,
+    always_save_checkpoint=True,
+    # wandb (off by default; wandb_mode="offline" writes locally)
+    wandb_log=False,
+    wandb_project="efficient-attention",
+    wandb_run_name="run",
+    wandb_mode="online",
+    # task and data
+    task="lm",
+    dataset="wikitext2",
+    batch_size=16,
+    block_size=256,
+    gradient_accumulation_steps=1,
+    # model
+    n_layer=4,
+    n_head=4,
+    n_embd=128,
+    dropout=0.0,
+    bias=True,
+    attention="softmax",
+    attention_params={},
+    # optimizer: AdamW, linear warmup, then the schedule
+    learning_rate=1e-3,
+    max_iters=2000,
+    weight_decay=0.1,
+    beta1=0.9,
+    beta2=0.99,
+    adam_eps=1e-8,
+    grad_clip=1.0,
+    lr_schedule="cosine",
+    warmup_iters=100,
+    lr_decay_iters=2000,
+    min_lr=1e-4,
+    # system
+    device="cpu",
+    dtype="float32",
+    compile=False,
+    seed=1337,
+    num_threads=0,
+)
+COMMON_HELP = dict(
+    out_dir="directory of ckpt.pt and log.jsonl; a scratch run into a used out_dir renames its log.jsonl "
+            "and final_metrics.json to log.<n>.jsonl / final_metrics.<n>.json (n = 1, 2, ...)",
+    init_from="'scratch' (new model) or 'resume' (continue from out_dir/ckpt.pt with its task, model and data "
+              "keys; only --init_from=resume --out_dir=DIR is needed)",
+    eval_interval="evaluate (and checkpoint) every this many optimizer steps, and at max_iters",
+    log_interval="log the training loss every this many optimizer steps",
+    eval_iters="batches per split in each evaluation",
+    eval_only="evaluate the model once (e.g. with init_from=resume) and stop; writes no checkpoint",
+    always_save_checkpoint="write ckpt.pt at every evaluation (False: only when the task's best metric improves)",
+    wandb_log="log to Weights & Biases",
+    wandb_project="wandb project name",
+    wandb_run_name="wandb run name",
+    wandb_mode="wandb mode: online | offline | disabled",
+    task=f"what to train: {' | '.join(tasks.available())} (modules in tasks/)",
+    dataset="data set name; allowed values depend on the task (lm: wikitext2 | shakespeare_char; "
+            "mlm: wikitext2 | hf:<path>[:<config>]; classify: see lra_task)",
+    batch_size="sequences per micro-batch per process",
+    block_size="tokens per training sequence = the model's maximum sequence length",
+    gradient_accumulation_steps="micro-batches per optimizer step, summed over all DDP processes",
+    n_layer="transformer blocks",
+    n_head="attention heads per block",
+    n_embd="model width (embedding size)",
+    dropout="dropout probability (training only)",
+    bias="biases in Linear layers and LayerNorms",
+    attention="attention mechanism, a registered name (attention/); parameters with --attention.<param>=value",
+    attention_params="parameters of the attention mechanism (dict)",
+    learning_rate="peak learning rate (AdamW)",
+    max_iters="optimizer steps in total",
+    weight_decay="AdamW weight decay on matrices (none on biases and norms)",
+    beta1="AdamW beta1",
+    beta2="AdamW beta2",
+    adam_eps="AdamW epsilon (LRA: 1e-9)",
+    grad_clip="clip the global gradient norm to this (0 = no clipping)",
+    lr_schedule="after warmup: 'cosine' (to min_lr at lr_decay_iters), 'constant', or 'rsqrt' "
+                "(learning_rate * sqrt(warmup_iters / step), LRA's rsqrt_decay)",
+    warmup_iters="linear warmup steps",
+    lr_decay_iters="step at which the cosine schedule reaches min_lr",
+    min_lr="final learning rate of the cosine schedule",
+    device="cpu | cuda | cuda:N (DDP uses cuda:LOCAL_RANK)",
+    dtype="float32 | bfloat16 | float16 (autocast; the last two need a GPU)",
+    compile="torch.compile the model for training (evaluation runs uncompiled)",
+    seed="seed of initialization, dropout and batches",
+    num_threads="torch CPU threads per process, 0 = torch's default",
+)
+# Task keys are merged in (see tasks/__init__.py) so that --help lists them and they are checked.
+DEFAULTS, HELP = tasks.merge_defaults(COMMON_DEFAULTS, COMMON_HELP)
+
+LR_SCHEDULES = ("cosine", "constant", "rsqrt")
+INIT_FROM = ("scratch", "resume")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def get_lr(it, cfg):
+    """Learning rate at iteration ``it`` (0-based): linear warmup over ``warmup_iters`` steps to
+    ``learning_rate``, then by ``lr_schedule``:
+
+    - "constant": ``learning_rate``;
+    - "cosine": a cosine decay to ``min_lr`` at ``lr_decay_iters``, ``min_lr`` after it;
+    - "rsqrt": ``learning_rate * sqrt(warmup_iters / it)``, the inverse square-root decay of
+      LRA's ``constant * linear_warmup * rsqrt_decay`` (google-research/long-range-arena,
+      ``lra_benchmarks/utils/train_utils.py``), whose peak base_lr / sqrt(warmup) is our
+      ``learning_rate``.
+
+    Raises:
+        ValueError: unknown ``lr_schedule`` (the allowed ones are listed).
+    """
+    schedule = cfg["lr_schedule"]
+    if schedule not in LR_SCHEDULES:
+        raise ValueError(f"unknown lr_schedule {schedule!r}; allowed: {', '.join(LR_SCHEDULES)}")
+    if it < cfg["warmup_iters"]:
+        return cfg["learning_rate"] * (it + 1) / (cfg["warmup_iters"] + 1)
+    if schedule == "constant":
+        return cfg["learning_rate"]
+    if schedule == "rsqrt":
+        return cfg["learning_rate"] * math.sqrt(max(cfg["warmup_iters"], 1) / max(it, cfg["warmup_iters"], 1))
+    if it > cfg["lr_decay_iters"]:
+        return cfg["min_lr"]
+    ratio = (it - cfg["warmup_iters"]) / max(1, cfg["lr_decay_iters"] - cfg["warmup_iters"])
+    return cfg["min_lr"] + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (cfg["learning_rate"] - cfg["min_lr"])
+
+
+def atomic_save(obj, path):
+    """``torch.save(obj, path)`` through ``data.atomic_write``: a crash never leaves a half-written
+    checkpoint, and the previous file stays until the new one is complete."""
+    data_lib.atomic_write(path, lambda tmp: torch.save(obj, tmp))
+
+
+def configure_optimizer(model, cfg, device_type):
+    """AdamW with weight decay on matrices (dim >= 2) and none on biases, LayerNorms."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": cfg["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}]
+    fused = device_type == "cuda"
+    return torch.optim.AdamW(groups, lr=cfg["learning_rate"], betas=(cfg["beta1"], cfg["beta2"]),
+                             eps=cfg["adam_eps"], fused=fused)
+
+
+def get_rng_state(device_type):
+    """This process's generator states: torch CPU, CUDA (current device), NumPy, Python."""
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if device_type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state, device_type):
+    """Restore what ``get_rng_state`` returned (the CUDA state only on a GPU)."""
+    torch.set_rng_state(state["torch"].cpu())
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if device_type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"].cpu())
+
+
+def check_config(cfg):
+    """Reject values train.py cannot run with (ConfigError with what is allowed)."""
+    if cfg["init_from"] not in INIT_FROM:
+        raise ConfigError(f"init_from must be one of {', '.join(INIT_FROM)}, got {cfg['init_from']!r}")
+    try:
+        get_lr(0, cfg)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if cfg["adam_eps"] <= 0:
+        raise ConfigError(f"adam_eps must be positive, got {cfg['adam_eps']}")
+    if cfg["dtype"] not in DTYPES:
+        raise ConfigError(f"unknown dtype {cfg['dtype']!r}; allowed: {', '.join(DTYPES)}")
+    if cfg["dtype"] != "float32" and "cuda" not in cfg["device"]:
+        raise ConfigError(f"dtype={cfg['dtype']} needs a GPU; use dtype=float32 on the CPU")
+    for key in ("batch_size", "block_size", "eval_interval", "log_interval", "eval_iters",
+                "gradient_accumulation_steps"):
+        if cfg[key] < 1:
+            raise ConfigError(f"{key} must be at least 1, got {cfg[key]}")
+    for key in ("max_iters", "warmup_iters", "num_threads"):
+        if cfg[key] < 0:
+            raise ConfigError(f"{key} must be non-negative, got {cfg[key]}")
+
+
+class Dist:
+    """The process's place in a DDP run (a single process: rank 0 of 1, ``ddp`` False)."""
+
+    def __init__(self, cfg):
+        self.ddp = int(os.environ.get("RANK", -1)) != -1
+        self.rank, self.world = 0, 1
+        if self.ddp:
+            backend = "nccl" if cfg["device"].startswith("cuda") else "gloo"
+            torch.distributed.init_process_group(backend=backend)
+            self.rank, self.world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+            if cfg["device"].startswith("cuda"):
+                cfg["device"] = f"cuda:{int(os.environ['LOCAL_RANK'])}"
+                torch.cuda.set_device(cfg["device"])
+        self.master = self.rank == 0
+
+    def close(self):
+        if self.ddp and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+    def broadcast(self, obj):
+        """Rank 0's ``obj`` on every rank (a barrier as well)."""
+        if not self.ddp:
+            return obj
+        box = [obj]
+        torch.distributed.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def gather(self, obj):
+        """List of every rank's ``obj`` on rank 0, None elsewhere."""
+        if not self.ddp:
+            return [obj]
+        out = [None] * self.world if self.master else None
+        torch.distributed.gather_object(obj, out, dst=0)
+        return out
+
+
+def prepare_and_load_data(task, cfg, dist):
+    """The task's data: prepared by rank 0 alone while the other ranks wait, then opened
+    read-only by every rank. A failure on rank 0 stops every rank with its message.
+
+    Raises:
+        ConfigError: a bad setting (exit 2). DataError (``data.DataUnavailable``, a malformed file,
+            prepared data whose manifest differs): reported as a ConfigError, i.e. one
+            ``error:`` line and exit status 2, on every rank.
+    """
+    failure = None
+    if dist.master:
+        try:
+            task.prepare_data(cfg)
+        except ConfigError as e:
+            failure = ("config", str(e))
+        except data_lib.DataError as e:
+            failure = ("data", str(e))
+        except Exception as e:  # a bug: the other ranks must not wait forever for rank 0
+            failure = ("other", f"{type(e).__name__}: {e}")
+            if not dist.ddp:
+                raise
+    failure = dist.broadcast(failure)
+    if failure is not None:
+        kind, message = failure
+        if kind in ("config", "data"):
+            raise ConfigError(message)
+        raise RuntimeError(f"data preparation failed on rank 0: {message}")
+    try:
+        return task.load_data(cfg)
+    except data_lib.DataError as e:
+        raise ConfigError(str(e)) from None
+
+
+def data_summary(data):
+    """The prepared data's manifest summary (source, sizes, ...) that ``load_data`` returns under
+    "manifest", or None for a task that gives none."""
+    return data.get("manifest") if isinstance(data, dict) else None
+
+
+def read_checkpoint(path):
+    """The checkpoint at ``path``, loaded on the CPU.
+
+    Raises:
+        ConfigError: there is no file at ``path``.
+    """
+    if not os.path.exists(path):
+        raise ConfigError(f"init_from=resume but there is no checkpoint at {path}")
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def resume_config(cfg, explicit, ckpt, path="ckpt.pt"):
+    """The configuration of a resumed run: the checkpoint's own configuration (a key added to
+    train.py since then takes its default), with the keys set explicitly (config files, --key=value)
+    on top.
+
+    Keys that decide what is trained, ``task`` and the task's ``MODEL_KEYS`` and ``DATA_KEYS``
+    (tasks/__init__.py), always keep the checkpoint's values; an explicit value that differs is an
+    error. Entries of a dict key listed in the task's ``RUN_ONLY_ENTRIES`` (e.g. ``lra_options``'
+    ``workers``) may change. Every other key (``max_iters``, ``eval_interval``, ``lra_dir``,
+    logging, ...) only changes how the run proceeds and takes the explicit value.
+
+    Args:
+        cfg (dict): the parsed configuration; explicit (dict): what ``configurator.parse_explicit``
+        says was set; ckpt (dict): the checkpoint (``read_checkpoint``); path: its path, for messages.
+
+    Returns:
+        A new configuration dict (``init_from`` "resume", ``out_dir`` from ``cfg``).
+
+    Raises:
+        ConfigError: an explicit task, model or data key that differs from the checkpoint's, in one
+            line naming both values.
+    """
+    saved = ckpt["config"]
+    saved_task = ckpt.get("task", saved.get("task", "lm"))  # checkpoints before tasks were all "lm"
+    if explicit.get("task") and cfg["task"] != saved_task:
+        raise ConfigError(f"the checkpoint {path} was trained on task {saved_task!r}, not {cfg['task']!r}; "
+                          f"resume it with --task={saved_task} (or without --task)")
+    task = tasks.get(saved_task)
+    fixed = {"task", *task.MODEL_KEYS, *task.DATA_KEYS}
+    run_only = getattr(task, "RUN_ONLY_ENTRIES", {})
+    out = {k: _copy(saved.get(k, DEFAULTS[k])) for k in DEFAULTS}
+    out["task"] = saved_task
+    for key, entries in explicit.items():
+        if key not in fixed:
+            out[key] = _copy(cfg[key])
+            continue
+        if isinstance(entries, set):  # a dict key: compare the entries that were set
+            for entry in sorted(entries):
+                value, old = cfg[key].get(entry), out[key].get(entry, "(not set)")
+                if entry in run_only.get(key, ()):
+                    out[key][entry] = value
+                elif value != old:
+                    raise ConfigError(_conflict(f"{key}[{entry!r}]", value, old, path))
+        elif cfg[key] != out[key]:
+            raise ConfigError(_conflict(key, cfg[key], out[key], path))
+    out["init_from"], out["out_dir"] = "resume", cfg["out_dir"]
+    return out
+
+
+def _conflict(name, value, saved, path):
+    return (f"{name}={value!r} differs from the checkpoint's {saved!r} ({path}); a resumed run keeps the "
+            f"checkpoint's model and data: drop the setting, or start from scratch (init_from=scratch)")
+
+
+def _copy(value):
+    return dict(value) if isinstance(value, dict) else value
+
+
+def start_log(out_dir, init_from, eval_only):
+    """Path of ``out_dir/log.jsonl``. A scratch training run never appends to another run's
+    log: an existing ``log.jsonl`` (and ``final_metrics.json``) is renamed to ``log.<n>.jsonl``
+    (``final_metrics.<n>.json``), n = 1, 2, ... the first free number. Resumed and eval-only runs
+    append."""
+    path = os.path.join(out_dir, "log.jsonl")
+    if init_from != "scratch" or eval_only or not os.path.exists(path):
+        return path
+    n = 1
+    while os.path.exists(os.path.join(out_dir, f"log.{n}.jsonl")):
+        n += 1
+    os.replace(path, os.path.join(out_dir, f"log.{n}.jsonl"))
+    moved = [f"log.jsonl -> log.{n}.jsonl"]
+    metrics = os.path.join(out_dir, "final_metrics.json")
+    if os.path.exists(metrics):
+        os.replace(metrics, os.path.join(out_dir, f"final_metrics.{n}.json"))
+        moved.append(f"final_metrics.json -> final_metrics.{n}.json")
+    print(f"{out_dir} holds an earlier run: kept its files as {', '.join(moved)}")
+    return path
+
+
+def format_duration(seconds):
+    """``seconds`` as ``1h02m03s`` / ``2m03s`` / ``3s``."""
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+def restore(ckpt, optimizer, scaler, dist, device_type):
+    """Load a checkpoint's optimizer, gradient-scaler and generator states (each rank its own;
+    a checkpoint of another world size restores rank 0's CPU generator everywhere and warns)."""
+    optimizer.load_state_dict(ckpt["optimizer"])
+    if "scaler" in ckpt:
+        scaler.load_state_dict(ckpt["scaler"])
+    states = ckpt.get("rng_states")
+    if states is not None and len(states) == dist.world:
+        set_rng_state(states[dist.rank], device_type)
+        return
+    if states is not None and dist.master:
+        print(f"warning: the checkpoint was written by {len(states)} processes, this run has {dist.world}; "
+              f"generator states are not restored per rank, so the resumed run is not exact")
+    torch.set_rng_state(ckpt["rng_state"])
+
+
+def best_metric_value(ckpt, mode):
+    """The best value of the task's BEST_METRIC so far: the checkpoint's, or the worst possible
+    (``mode`` "min" / "max") for a new run. Checkpoints before tasks kept ``best_val_loss``."""
+    if ckpt is None:
+        return math.inf if mode == "min" else -math.inf
+    return ckpt["best_metric"]["value"] if "best_metric" in ckpt else ckpt["best_val_loss"]
+
+
+def save_checkpoint(path, model, optimizer, scaler, cfg, iter_num, best, rng_states, world_size):
+    """Write ``ckpt.pt`` (see the module docstring) atomically. ``best``: (name, mode, value) of
+    the task's BEST_METRIC; ``rng_states``: every rank's generator states (``Dist.gather``)."""
+    name, mode, value = best
+    atomic_save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                 "model_args": config_dict(model.config), "iter_num": iter_num,
+                 "best_val_loss": value if name == "val_loss" else None,
+                 "best_metric": {"name": name, "mode": mode, "value": value},
+                 "config": cfg, "task": cfg["task"], "scaler": scaler.state_dict(),
+                 "rng_state": rng_states[0]["torch"], "rng_states": rng_states, "world_size": world_size}, path)
+
+
+def save_best(path, model, iter_num, name, value):
+    """Write ``best.pt`` (weights of the best BEST_METRIC so far) atomically."""
+    atomic_save({"model": model.state_dict(), "model_args": config_dict(model.config), "iter_num": iter_num,
+                 "best_metric": {"name": name, "value": value}}, path)
+
+
+class RunLog:
+    """The run's records: ``out_dir/log.jsonl`` (one JSON object per line) and wandb when
+    ``cfg["wandb_log"]``. Only rank 0 makes one; the first record says what this (re)start trains
+    on (``start``, ``data``: the data's manifest summary)."""
+
+    def __init__(self, cfg, iter_num, data):
+        self.path = start_log(cfg["out_dir"], cfg["init_from"], cfg["eval_only"])
+        self.wandb = None
+        if cfg["wandb_log"]:
+            import wandb
+            self.wandb = wandb.init(project=cfg["wandb_project"], name=cfg["wandb_run_name"], config=cfg,
+                                    mode=cfg["wandb_mode"], dir=cfg["out_dir"])
+        self.write({"start": {"init_from": cfg["init_from"], "iter": iter_num, "max_iters": cfg["max_iters"],
+                              "task": cfg["task"], "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
+                    "data": data_summary(data)})
+
+    def write(self, record, wandb_record=None):
+        """Append ``record`` to log.jsonl; ``wandb_record`` (if any) goes to wandb."""
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self.wandb and wandb_record:
+            self.wandb.log(wandb_record)
+
+    def step(self, iter_num, loss, lr, tok_per_s, elapsed, eta, max_iters, metrics):
+        """Print and record one training step (``metrics``: the task's other training metrics)."""
+        extra = {f"train_{k}": v for k, v in metrics.items() if k != "loss"}
+        print(f"iter {iter_num}/{max_iters}: loss {loss:.4f}, lr {lr:.2e}, {tok_per_s:,.0f} tok/s, elapsed "
+              f"{format_duration(elapsed)}, ETA {format_duration(eta)}" + "".join(f", {k} {v:.4f}" for k, v in extra.items()),
+              flush=True)
+        self.write({"iter": iter_num, "loss": loss, "lr": lr, "tok_per_s": tok_per_s, "elapsed_s": elapsed, **extra},
+                   {"iter": iter_num, "train/loss_step": loss, "lr": lr, **{f"train/{k}": v for k, v in extra.items()}})
+
+    def eval(self, iter_num, metrics, elapsed):
+        """Print and record one evaluation."""
+        print(f"step {iter_num}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()), flush=True)
+        self.write({"iter": iter_num, "eval": metrics, "elapsed_s": elapsed},
+                   {"iter": iter_num, **{f"eval/{k}": v for k, v in metrics.items()}})
+
+    def close(self):
+        if self.wandb:
+            self.wandb.finish()
+
+
+def evaluate(task, model, data, cfg, device, autocast):
+    """The task's metrics on the unwrapped ``model``, in eval mode, without gradients, on a forked
+    generator (evaluation never shifts the training random stream); the model is back in training
+    mode afterwards.
+
+    Raises:
+        KeyError: the task's ``evaluate`` did not return its BEST_METRIC.
+    """
+    model.eval()
+    fork_devices = [torch.cuda.current_device()] if "cuda" in str(device) else []
+    with torch.no_grad(), torch.random.fork_rng(devices=fork_devices), autocast:
+        metrics = tasks.to_float(task.evaluate(model, data, cfg, device))
+    model.train()
+    if task.BEST_METRIC[0] not in metrics:
+        raise KeyError(f"task {cfg['task']!r}: evaluate() returned {sorted(metrics)}, without its "
+                       f"BEST_METRIC {task.BEST_METRIC[0]!r}")
+    return metrics
+
+
+def final_evaluation(task, model, data, cfg, device, autocast, run_log, iters, start_iter, train_time):
+    """Rank 0, after the loop: the task's ``final_evaluate`` on best.pt's weights (the final ones if
+    there is none), printed, recorded and written to ``out_dir/final_metrics.json``."""
+    summary = {"iters": iters, "train_time_s": train_time,
+               "steps_per_s": (iters - start_iter) / train_time if iters > start_iter else None}
+    best_path = os.path.join(cfg["out_dir"], "best.pt")
+    if os.path.exists(best_path):
+        best_ckpt = torch.load(best_path, map_location="cpu", weights_only=False)
+        model.load_state_dict(best_ckpt["model"])
+        summary.update(best_iter=best_ckpt["iter_num"], best_metric=best_ckpt["best_metric"])
+    else:
+        summary.update(best_iter=iters, best_metric=None)
+    model.eval()
+    with torch.no_grad(), autocast:
+        final = tasks.to_float(task.final_evaluate(model, data, cfg, device))
+    print(f"final (weights of step {summary['best_iter']}): " + ", ".join(f"{k} {v:.4f}" for k, v in final.items()),
+          flush=True)
+    data_lib.write_json(os.path.join(cfg["out_dir"], "final_metrics.json"),
+                        {**final, **summary, "data": data_summary(data), "config": cfg})
+    run_log.write({"final": final, **summary}, {f"final/{k}": v for k, v in final.items()})
+    return final
+
+
+def inference_only_message(name, error=None):
+    """The error for training an attention that declares itself inference-only."""
+    return (f"attention={name!r} cannot be trained: it is an inference-only method (its forward pass has no "
+            f"gradient). Train with a trainable attention such as softmax and swap {name!r} in at evaluation "
+            f"(python eval_ppl.py --attention={name})" + (f". The error was: {error}" if error else ""))
+
+
+def check_trainable(cfg):
+    """Refuse an inference-only attention (``attention.is_trainable``) before any data is prepared.
+
+    Raises:
+        ConfigError: unknown attention (lists the registered ones), or an inference-only one.
+    """
+    import attention
+
+    try:
+        trainable = attention.is_trainable(cfg["attention"])
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if not trainable and not cfg["eval_only"]:
+        raise ConfigError(inference_only_message(cfg["attention"]))

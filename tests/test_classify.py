@@ -12,6 +12,7 @@ import torch
 import data.lra as lra
 import tasks
 import train
+import training
 from configurator import ConfigError
 from model import BertEncoder
 from tasks import classify
@@ -246,7 +247,7 @@ def test_training_run_learns_and_reports_test_accuracy(stub, tmp_path):
 
 
 def test_missing_data_stops_with_the_file_name(tmp_path):
-    with pytest.raises(SystemExit, match="new_aan_pairs.train.tsv"):
+    with pytest.raises(ConfigError, match="new_aan_pairs.train.tsv"):  # one `error:` line, exit 2
         train.main(["--task=classify", "--lra_task=retrieval", f"--lra_dir={tmp_path}", f"--out_dir={tmp_path}/o"])
 
 
@@ -329,7 +330,7 @@ def test_lra_configs_parse_and_build():
         assert cfg["task"] == "classify" and cfg["lra_task"] == task, name
         assert cfg["out_dir"] == f"out/lra/{name[:-3]}"
         tasks.check_task_keys(cfg, train.DEFAULTS, "classify")
-        train.check_config(cfg)
+        training.check_config(cfg)
         module = lra.get(task)
         assert cfg["max_len"] == module.MAX_LEN or (task == "text" and cfg["max_len"] == 4000), name
         classify.split_options(module, cfg["lra_options"])  # every option is accepted by the module

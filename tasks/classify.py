@@ -181,54 +181,94 @@ def _check(cfg):
     return module
 
 
+def _lra_call(cfg, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` of the task's module, its errors as data / config errors."""
+    try:
+        return fn(*args, **kwargs)
+    except FileNotFoundError as e:
+        raise data_lib.DataUnavailable(f"LRA {cfg['lra_task']}: {e}") from None
+    except data_lib.DataError:
+        raise
+    except ValueError as e:  # the module rejects an argument (an option value, a split)
+        raise ConfigError(f"LRA {cfg['lra_task']}: {e}") from None
+
+
 def prepare_data(cfg):
-    """``ensure(lra_dir, **options)`` of the task's module: the release files are there, or they
-    are generated / converted now.
+    """``ensure(lra_dir, **options)`` of the task's module: the data are there and match the
+    options (their manifest), or they are generated / converted now.
+
+    Returns:
+        dict: the data's manifest (see ``data/lra/__init__.py``), or whatever ``ensure`` returns.
 
     Raises:
-        ConfigError: unknown lra_task, pooling or lra_options key.
+        ConfigError: unknown lra_task, pooling or lra_options key, or an option value the module
+            rejects.
         data.DataUnavailable: the module cannot find or build its files (its message, which
             names the missing file).
+        data.DataFormatError: a malformed source file. data.DataMismatch: prepared data that
+            differ from the options and cannot be rebuilt (both values in the message).
     """
     module = _check(cfg)
     ensure_kwargs, _ = split_options(module, cfg["lra_options"])
-    try:
-        module.ensure(lra_dir(cfg), **ensure_kwargs)
-    except FileNotFoundError as e:
-        raise data_lib.DataUnavailable(f"LRA {cfg['lra_task']}: {e}") from None
+    return _lra_call(cfg, module.ensure, lra_dir(cfg), **ensure_kwargs)
 
 
 def load_split(cfg, split):
     """One split as the module's ``load`` dict (``tokens`` (N, max_len) ids, ``lengths``,
     ``labels``; ``tokens2``/``lengths2`` for two-tower), tokens stored as the smallest unsigned
-    dtype that holds the vocabulary.
+    dtype that holds the vocabulary (no copy when the module returns that dtype already).
 
     Raises:
-        ConfigError: see ``_check``. data.DataUnavailable: a file is missing.
-        ValueError: malformed file (from the module) or an empty split.
+        ConfigError: see ``_check``; an option value the module rejects.
+        data.DataUnavailable: a file is missing.
+        data.DataFormatError: a malformed file (from the module) or an empty split.
     """
     module = _check(cfg)
     _, load_kwargs = split_options(module, cfg["lra_options"])
-    try:
-        d = module.load(lra_dir(cfg), split, max_len(cfg, module), **load_kwargs)
-    except FileNotFoundError as e:
-        raise data_lib.DataUnavailable(f"LRA {cfg['lra_task']}: {e}") from None
-    dtype = np.uint8 if module.VOCAB_SIZE <= 256 else (np.uint16 if module.VOCAB_SIZE <= 65536 else np.int64)
+    d = _lra_call(cfg, module.load, lra_dir(cfg), split, max_len(cfg, module), **load_kwargs)
+    dtype = lra.token_dtype(module.VOCAB_SIZE)
     for key in ("tokens", "tokens2"):
         if key in d:
-            d[key] = d[key].astype(dtype)
+            d[key] = d[key].astype(dtype, copy=False)
     if len(d["labels"]) == 0:
-        raise ValueError(f"LRA {cfg['lra_task']}: split {split!r} is empty")
+        raise data_lib.DataFormatError(f"LRA {cfg['lra_task']} data in {lra_dir(cfg)}",
+                                       f"split {split!r} has no examples; every split needs at least one")
     return d
 
 
+SUMMARY_FIELDS = ("seed", "generator", "generator_version", "converter", "converter_version", "source_sha256",
+                  "resolution", "difficulty")
+
+
+def data_summary(cfg, module, splits):
+    """The short description of the data that train.py writes to the run log and
+    ``final_metrics.json``: the manifest's ``source`` ("unknown" for a module without
+    manifests), ``train_size``/``val_size``/``test_size`` (examples loaded) with
+    ``train_size_unit`` "examples", ``task``, and the manifest's SUMMARY_FIELDS it has.
+    """
+    stored = None
+    reader = getattr(module, "manifest", None)
+    if reader is not None:
+        params = inspect.signature(reader).parameters
+        stored = reader(lra_dir(cfg), **{k: v for k, v in cfg["lra_options"].items() if k in params})
+    stored = stored or {}
+    summary = {"task": cfg["lra_task"], "source": str(stored.get("source", "unknown")),
+               "train_size": int(len(splits["train"]["labels"])), "train_size_unit": "examples",
+               "val_size": int(len(splits["val"]["labels"])), "test_size": int(len(splits["test"]["labels"]))}
+    summary.update({k: stored[k] for k in SUMMARY_FIELDS if k in stored})
+    return summary
+
+
 def load_data(cfg):
-    """dict: "train", "val", "test" -> ``load_split`` of each; "module" -> the data module.
+    """dict: "train", "val", "test" -> ``load_split`` of each; "module" -> the data module;
+    "manifest" -> ``data_summary`` (source, sizes, seed / generator or converter when known).
 
     Raises:
-        data.DataUnavailable: a file is missing. ValueError (from the module): malformed file.
+        ConfigError, data.DataUnavailable, data.DataFormatError: see ``load_split``.
     """
-    return {"module": _check(cfg), **{split: load_split(cfg, split) for split in SPLITS}}
+    module = _check(cfg)
+    splits = {split: load_split(cfg, split) for split in SPLITS}
+    return {"module": module, **splits, "manifest": data_summary(cfg, module, splits)}
 
 
 def model_config(cfg, module):

@@ -354,7 +354,7 @@ def test_lra_configs_parse_and_build():
                     reason="CIFAR-10 subset not found")
 def test_cpu_config_runs_on_real_data(tmp_path, monkeypatch):
     """Two steps of the DANet Image config on the real CIFAR-10 subset, through train.py."""
-    monkeypatch.delenv("CIFAR10_DIR", raising=False)
+    monkeypatch.setenv("CIFAR10_DIR", os.path.join(os.path.dirname(ROOT), "shared", "data", "cifar10-subset"))
     out = tmp_path / "run"
     train.main([os.path.join(CONFIGS, "image_dense_cpu.py"), f"--out_dir={out}", f"--lra_dir={tmp_path / 'lra'}",
                 "--num_threads=1", "--batch_size=4", "--max_iters=2", "--eval_interval=2", "--eval_max_batches=2",
@@ -372,7 +372,7 @@ def test_sweep_script(tmp_path):
 
     env = dict(os.environ, TASKS="image", ATTENTIONS="softmax bogus", OUT_ROOT=str(tmp_path / "runs"),
                TABLE_OUT=str(tmp_path / "table"), LRA_DIR=str(tmp_path / "lra"), THREADS="1", PYTHONPATH=ROOT)
-    env.pop("CIFAR10_DIR", None)
+    env["CIFAR10_DIR"] = os.path.join(os.path.dirname(ROOT), "shared", "data", "cifar10-subset")
     args = ["bash", os.path.join(ROOT, "scripts", "sweep_lra.sh"), "--max_iters=1", "--batch_size=2",
             "--eval_max_batches=1", "--test_max_batches=1", "--eval_interval=1"]
     r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)

@@ -4,8 +4,8 @@ evaluator and loader of the LRA release files ``listops-1000/basic_{train,val,te
     python data/lra/listops.py --out_dir=DIR [--num_train=96000 --num_val=2000 --num_test=2000 --seed=0 --workers=N]
 
 The LRA release data could not be obtained here, so this module generates data with LRA's
-generator (specification: ``../shared/data/lra-spec/SPEC.md``, "ListOps"; upstream
-``lra_benchmarks/data/listops.py``), written from the specification:
+generator (upstream google-research/long-range-arena ``lra_benchmarks/data/listops.py``; Tay et
+al., 2021, section 3.1), written from its description:
 
 - a tree is drawn recursively, starting at depth 1: at depth < 10 a uniform draw r decides
   (r > 0.25: a leaf, a digit 0-9 drawn uniformly; else an operator node with 2-10 arguments,
@@ -33,6 +33,12 @@ the rest is split on whitespace; ids (``VOCAB``): PAD 0, digits ``0``-``9`` 1-10
 ``[MAX`` 12, ``[MED`` 13, ``[SM`` 14, ``X`` 15. LRA builds its vocabulary from the val file
 (plus pad/unk); the tokens are the same 15, only the ids differ, which does not matter for a
 model trained from scratch. A sequence has 501-1999 tokens, so MAX_LEN = 2000 never truncates.
+
+Manifest (``data/lra/__init__.py``): ``listops-1000/manifest.json`` records source "generated",
+``generator`` "data.lra.listops", ``generator_version``, ``seed`` and ``sizes`` {"train", "val",
+"test"}; ``ensure`` with another seed or size regenerates the three files. Release files found
+there without a manifest are used as they are (their row counts become the sizes; asking for
+other sizes is a ``DataMismatch``).
 """
 import argparse
 import csv
@@ -50,6 +56,7 @@ if __package__ in (None, ""):  # run as a script: make the repository's packages
     sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
 import data  # noqa: E402
+from data.lra import prepare, token_dtype  # noqa: E402
 
 NUM_CLASSES = 10
 MAX_LEN = 2000
@@ -66,6 +73,8 @@ MAX_ARGS = 10
 MIN_LENGTH = 500  # exclusive
 MAX_LENGTH = 2000  # exclusive
 CHUNK = 500  # kept trees per independently seeded chunk (fixed: the output depends on it)
+GENERATOR_VERSION = 1  # raise when a change of the generator changes its output
+HEADER = ["Source", "Target"]
 
 PAD = 0
 VOCAB = {**{str(d): d + 1 for d in range(10)}, MIN: 11, MAX: 12, MED: 13, SM: 14, "X": 15}
@@ -268,29 +277,60 @@ def write_tsv(file, rows):
     data.atomic_write(file, write)
 
 
-def ensure(lra_dir, num_train=96000, num_val=2000, num_test=2000, seed=0, workers=None):
-    """Make ``lra_dir/listops-1000/basic_{train,val,test}.tsv`` exist: nothing to do when all
-    three are there (the release files or an earlier run), otherwise generate them.
+def expected_manifest(num_train=96000, num_val=2000, num_test=2000, seed=0):
+    """The manifest fields that identify generated files (see the module docstring)."""
+    return {"dataset": "LRA ListOps", "source": "generated", "generator": "data.lra.listops",
+            "generator_version": GENERATOR_VERSION, "seed": int(seed),
+            "sizes": {"train": int(num_train), "val": int(num_val), "test": int(num_test)}}
 
-    Args:
-        workers (int or None): generator processes; None = ``os.cpu_count()``.
 
-    Raises:
-        FileNotFoundError: some but not all three files exist (mixing generations would break
-            the deduplication across splits); the message names the missing ones.
-    """
-    files = [path(lra_dir, s) for s in SPLITS]
+def _count_rows(file):
+    with open(file, "rb") as f:
+        return max(sum(1 for line in f if line.strip()) - 1, 0)  # minus the header
+
+
+def _found(directory):
+    """Manifest of release files present without a manifest, None when there are none."""
+    files = [os.path.join(directory, f"basic_{s}.tsv") for s in SPLITS]
     present = [os.path.exists(f) for f in files]
-    if all(present):
-        return
-    if any(present):
+    if not any(present):
+        return None
+    if not all(present):
         missing = [f for f, p in zip(files, present) if not p]
         raise FileNotFoundError(f"ListOps files incomplete, missing {', '.join(missing)}; put the release's "
                                 f"listops-1000/ there or delete the folder to generate all three splits")
-    os.makedirs(os.path.join(lra_dir, FOLDER), exist_ok=True)
-    splits = generate(num_train, num_val, num_test, seed, workers or os.cpu_count() or 1)
-    for s in SPLITS:
-        write_tsv(path(lra_dir, s), splits[s])
+    return {"dataset": "LRA ListOps", "sizes": {s: _count_rows(f) for s, f in zip(SPLITS, files)}}
+
+
+def ensure(lra_dir, num_train=96000, num_val=2000, num_test=2000, seed=0, workers=None):
+    """Make ``lra_dir/listops-1000/basic_{train,val,test}.tsv`` hold the asked data: nothing to do
+    when its manifest matches (or release files are there, see the module docstring), otherwise
+    generate them.
+
+    Args:
+        workers (int or None): generator processes; None = ``os.cpu_count()`` (the output does
+            not depend on it).
+
+    Returns:
+        dict: the folder's manifest.
+
+    Raises:
+        FileNotFoundError: some but not all three files exist without a manifest (mixing
+            generations would break the deduplication across splits); names the missing ones.
+        data.DataMismatch: release files found in place hold other sizes than asked.
+    """
+    def build(directory):
+        splits = generate(num_train, num_val, num_test, seed, workers or os.cpu_count() or 1)
+        for s in SPLITS:
+            write_tsv(path(lra_dir, s), splits[s])
+
+    return prepare(os.path.join(lra_dir, FOLDER), expected_manifest(num_train, num_val, num_test, seed), build,
+                   "LRA ListOps", found=_found)
+
+
+def manifest(lra_dir):
+    """The manifest of ``lra_dir/listops-1000/`` (None if there is none)."""
+    return data.read_manifest(os.path.join(lra_dir, FOLDER))
 
 
 # ---------------------------------------------------------------- loader
@@ -308,14 +348,15 @@ def load(lra_dir, split, max_len=MAX_LEN):
         max_len (int): sequences are truncated to / right-padded (PAD = 0) to this length.
 
     Returns:
-        dict with ``tokens`` int64 (N, max_len) (ids in ``VOCAB``), ``lengths`` int64 (N,)
+        dict with ``tokens`` uint8 (N, max_len) (ids in ``VOCAB``), ``lengths`` int64 (N,)
         (tokens before padding, at most max_len), ``labels`` int64 (N,) in [0, 10).
 
     Raises:
+        ValueError: bad split.
         FileNotFoundError: the file is missing (``ensure`` generates it).
-        ValueError: bad split, missing or wrong header, a row without exactly two fields, a
-            label not an integer in [0, 10), an unknown token or an empty source; the message
-            names the file and line.
+        data.DataFormatError: not UTF-8, missing or wrong header, a row without exactly two
+            fields, a label not an integer in [0, 10), an unknown token or an empty source; the
+            message names the file and line and quotes at most 80 characters.
     """
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; available: {', '.join(SPLITS)}")
@@ -324,34 +365,53 @@ def load(lra_dir, split, max_len=MAX_LEN):
         raise FileNotFoundError(f"{file} not found; data.lra.listops.ensure({lra_dir!r}) generates it "
                                 f"(or put the LRA release's listops-1000/ folder there)")
     seqs, labels = [], []
-    with open(file, newline="", encoding="utf-8") as f:
-        for line, row in enumerate(csv.reader(f, delimiter="\t"), start=1):
-            if line == 1:
-                if row != ["Source", "Target"]:
-                    raise ValueError(f"{file}, line 1: expected the header 'Source<TAB>Target', got {row!r}")
-                continue
-            if len(row) != 2:
-                raise ValueError(f"{file}, line {line}: expected 2 tab-separated fields, got {len(row)}")
-            src, tgt = row
-            try:
-                label = int(tgt)
-            except ValueError:
-                raise ValueError(f"{file}, line {line}: label {tgt!r} is not an integer") from None
-            if not 0 <= label < NUM_CLASSES:
-                raise ValueError(f"{file}, line {line}: label {label} outside [0, {NUM_CLASSES})")
-            toks = tokenize(src)
-            if not toks:
-                raise ValueError(f"{file}, line {line}: empty source")
-            try:
-                seqs.append([VOCAB[t] for t in toks[:max_len]])
-            except KeyError as e:
-                raise ValueError(f"{file}, line {line}: unknown token {e.args[0]!r}") from None
-            labels.append(label)
-    tokens = np.zeros((len(seqs), max_len), dtype=np.int64)
+    line = 0
+    try:
+        with open(file, newline="", encoding="utf-8") as f:
+            reader = csv.reader(f, delimiter="\t")
+            for row in reader:
+                line = reader.line_num
+                if not seqs and not labels and line == 1:
+                    if row != HEADER:
+                        raise data.DataFormatError(file, "expected the header 'Source<TAB>Target' (LRA's ListOps "
+                                                   "files start with it)", line=1, content="\t".join(row))
+                    continue
+                seqs.append(_parse_row(file, line, row, max_len))
+                labels.append(int(row[1]))
+    except UnicodeDecodeError as e:
+        raise data.DataFormatError(file, f"not UTF-8 text ({e.reason} at byte {e.start}); ListOps files hold "
+                                   f"ASCII tokens", line=line + 1) from None
+    except csv.Error as e:
+        raise data.DataFormatError(file, f"not a tab-separated file ({e})", line=line + 1) from None
+    tokens = np.zeros((len(seqs), max_len), dtype=token_dtype(VOCAB_SIZE))
     lengths = np.array([len(s) for s in seqs], dtype=np.int64)
     for i, s in enumerate(seqs):
         tokens[i, :len(s)] = s
     return {"tokens": tokens, "lengths": lengths, "labels": np.array(labels, dtype=np.int64)}
+
+
+def _parse_row(file, line, row, max_len):
+    """Token ids of one data row (checked; the label is checked here too)."""
+    if len(row) != 2:
+        raise data.DataFormatError(file, f"expected 2 tab-separated fields (source, target), got {len(row)}",
+                                   line=line, content="\t".join(row))
+    src, tgt = row
+    try:
+        label = int(tgt)
+    except ValueError:
+        raise data.DataFormatError(file, f"the target must be an integer in [0, {NUM_CLASSES})", line=line,
+                                   content=tgt) from None
+    if not 0 <= label < NUM_CLASSES:
+        raise data.DataFormatError(file, f"target {label} outside [0, {NUM_CLASSES})", line=line)
+    toks = tokenize(src)
+    if not toks:
+        raise data.DataFormatError(file, "empty source (an expression of digits and [MIN [MAX [MED [SM ] is "
+                                   "expected)", line=line, content=src)
+    try:
+        return [VOCAB[t] for t in toks[:max_len]]
+    except KeyError as e:
+        raise data.DataFormatError(file, f"unknown token {e.args[0]!r} (allowed: digits 0-9, [MIN [MAX [MED [SM, ], "
+                                   f"parentheses)", line=line, content=src) from None
 
 
 def main(argv=None):
@@ -368,6 +428,7 @@ def main(argv=None):
     os.makedirs(a.out_dir, exist_ok=True)
     for s in SPLITS:
         write_tsv(os.path.join(a.out_dir, f"basic_{s}.tsv"), splits[s])
+    data.write_manifest(a.out_dir, expected_manifest(a.num_train, a.num_val, a.num_test, a.seed))
     n = sum(len(v) for v in splits.values())
     dt = time.time() - t0
     print(f"wrote {n:,} examples to {a.out_dir} in {dt:.1f} s ({n / dt:.0f} examples/s, {a.workers} worker(s))")

@@ -7,10 +7,11 @@ release layout.
 
 writes ``DIR/pathfinder32/<difficulty>/imgs/<batch>/sample_<i>.png`` (8-bit grayscale,
 resolution x resolution) and ``.../metadata/<batch>.npy``, the layout of the LRA release
-(``pathfinder32/``, ``pathfinder128/`` = Path-X). Specification: ``../shared/data/lra-spec/SPEC.md``,
-"Pathfinder"; upstream generator drewlinsley/pathfinder ``snakes2.py`` with the parameters LRA
-lists in ``lra_benchmarks/data/pathfinder.py`` (``PARAMS`` below; everything else at the wrapper's
-values: no single-paddle distractors, 4 retries per distractor). The code is ours; it follows the
+(``pathfinder32/``, ``pathfinder128/`` = Path-X). Specification: Linsley et al. (2018) and LRA
+section 3.5; upstream generator drewlinsley/pathfinder ``snakes2.py`` with the parameters LRA
+lists in google-research/long-range-arena ``lra_benchmarks/data/pathfinder.py`` (``PARAMS``
+below; everything else at the wrapper's values: no single-paddle distractors, 4 retries per
+distractor). The code is ours; it follows the
 upstream procedure but not its pixel geometry, so the images are alike, not identical in style.
 
 An image: two target contours start from seed points ``seed_distance`` pixels apart and each
@@ -55,6 +56,13 @@ them in file order gives the same distribution.
 
 Tokens: pixel value v (0-255) -> token v + 1; PAD = 0; VOCAB_SIZE = 257; row-major pixel order,
 MAX_LEN = 32 * 32 (Path-X: pass resolution=128, 16384 tokens).
+
+Manifest (``data/lra/__init__.py``): ``<difficulty>/manifest.json`` records source "generated",
+``generator`` "data.lra.pathfinder", ``generator_version``, ``seed``, ``resolution``,
+``difficulty`` and ``sizes`` {"num": images}; ``ensure`` with another seed or ``num`` regenerates
+the folder (``workers`` and ``batch_size`` change no image and are not recorded). A release folder
+found without a manifest is used as it is (its metadata line count becomes ``num``; asking for
+another ``num`` is a ``DataMismatch``).
 """
 import argparse
 import math
@@ -71,6 +79,7 @@ if __package__ in (None, ""):  # run as a script: make the repository's packages
     sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
 import data  # noqa: E402
+from data.lra import prepare, token_dtype  # noqa: E402
 
 NUM_CLASSES = 2
 VOCAB_SIZE = 257  # pixel value v -> token v + 1; 0 = PAD
@@ -98,6 +107,7 @@ MAX_DISTRACTOR_RETRIES = 4  # the wrapper's max_distractor_contour_retrial
 MAX_TARGET_ATTEMPTS = 10000  # whole two-contour draws before giving up (never reached in practice)
 TARGET_BUDGET = 20  # paddles the depth-first search may place per paddle of a target contour
 DISTRACTOR_BUDGET = 5  # the same for a distractor contour
+GENERATOR_VERSION = 1  # raise when a change of the generator changes its images
 
 
 def folder(lra_dir, resolution=32, difficulty=DEFAULT_DIFFICULTY):
@@ -418,7 +428,7 @@ def _batch_job(args):
 
 
 def generate(out_dir, num, resolution=32, difficulty=DEFAULT_DIFFICULTY, seed=0, workers=1,
-             batch_size=1000, progress=True):
+             batch_size=1000, progress=True, replace=False):
     """Write ``num`` images in the release layout to ``out_dir/<difficulty>/``.
 
     Everything is written under ``<difficulty>.tmp.<pid>`` and renamed at the end, so the folder
@@ -427,10 +437,12 @@ def generate(out_dir, num, resolution=32, difficulty=DEFAULT_DIFFICULTY, seed=0,
     Args:
         workers (int): processes (``multiprocessing.Pool`` over batches); 1 = this process.
             The output does not depend on it.
+        replace (bool): an existing ``out_dir/<difficulty>`` is replaced (after the new one is
+            complete) instead of raising FileExistsError.
 
     Raises:
         ValueError: unknown difficulty / resolution, num < 1 or batch_size < 1.
-        FileExistsError: ``out_dir/<difficulty>`` exists already.
+        FileExistsError: ``out_dir/<difficulty>`` exists already and not ``replace``.
     """
     from tqdm import tqdm
 
@@ -441,7 +453,7 @@ def generate(out_dir, num, resolution=32, difficulty=DEFAULT_DIFFICULTY, seed=0,
     if num < 1 or batch_size < 1:
         raise ValueError(f"num ({num}) and batch_size ({batch_size}) must be positive")
     final = os.path.join(out_dir, difficulty)
-    if os.path.exists(final):
+    if os.path.exists(final) and not replace:
         raise FileExistsError(f"{final} exists; delete it to generate it again")
     tmp = f"{final}.tmp.{os.getpid()}"
     os.makedirs(os.path.join(tmp, "metadata"), exist_ok=True)
@@ -457,29 +469,81 @@ def generate(out_dir, num, resolution=32, difficulty=DEFAULT_DIFFICULTY, seed=0,
             else:
                 for job in jobs:
                     bar.update(_batch_job(job))
+        old = f"{final}.old.{os.getpid()}"
+        if os.path.exists(final):
+            os.replace(final, old)
         os.replace(tmp, final)
+        if os.path.exists(old):
+            shutil.rmtree(old)
     finally:
         if os.path.exists(tmp):
             shutil.rmtree(tmp)
 
 
+def expected_manifest(resolution=32, difficulty=DEFAULT_DIFFICULTY, num=200000, seed=0):
+    """The manifest fields that identify generated images (see the module docstring)."""
+    return {"dataset": f"LRA Pathfinder{resolution}", "source": "generated", "generator": "data.lra.pathfinder",
+            "generator_version": GENERATOR_VERSION, "seed": int(seed), "resolution": int(resolution),
+            "difficulty": difficulty, "sizes": {"num": int(num)}}
+
+
+def _metadata_files(directory):
+    meta = os.path.join(directory, "metadata")
+    return [f for f in os.listdir(meta) if f.endswith(".npy")] if os.path.isdir(meta) else []
+
+
+def _found(directory, resolution, difficulty):
+    """Manifest of a release folder present without a manifest, None when the folder is absent."""
+    names = _metadata_files(directory)
+    if not names:
+        if os.path.isdir(directory) and os.listdir(directory):
+            raise data.DataFormatError(directory, "a Pathfinder folder needs metadata/*.npy (an interrupted copy?); "
+                                       "complete the copy or delete the folder to generate it")
+        return None
+    num = 0
+    for name in names:
+        with open(os.path.join(directory, "metadata", name), "rb") as f:
+            num += sum(1 for line in f if line.strip())
+    return {"dataset": f"LRA Pathfinder{resolution}", "resolution": int(resolution), "difficulty": difficulty,
+            "sizes": {"num": num}}
+
+
 def ensure(lra_dir, resolution=32, difficulty=DEFAULT_DIFFICULTY, num=200000, seed=0, workers=None,
            batch_size=1000):
-    """Make ``lra_dir/pathfinder{resolution}/{difficulty}/`` exist: nothing to do when its
-    ``metadata/`` holds a file (the release or an earlier run), else generate ``num`` images
-    (LRA: 200,000 per difficulty, 160k / 20k / 20k after the split).
+    """Make ``lra_dir/pathfinder{resolution}/{difficulty}/`` hold the asked images: nothing to do
+    when its manifest matches (or a release folder is there, see the module docstring), else
+    generate ``num`` images (LRA: 200,000 per difficulty, 160k / 20k / 20k after the split),
+    replacing an earlier generation.
 
     Args:
-        workers (int or None): processes; None = ``os.cpu_count()``.
+        workers (int or None): processes; None = ``os.cpu_count()``. Neither it nor
+            ``batch_size`` (images per metadata file) changes an image.
+
+    Returns:
+        dict: the folder's manifest.
 
     Raises:
-        FileExistsError: the folder exists without metadata (an interrupted copy); delete it.
+        ValueError: unknown resolution or difficulty, num < 1.
+        data.DataFormatError: the folder exists without manifest and metadata (an interrupted copy).
+        data.DataMismatch: a release folder found in place holds another number of images.
     """
+    if difficulty not in DIFFICULTIES:
+        raise ValueError(f"unknown difficulty {difficulty!r}; available: {', '.join(DIFFICULTIES)}")
+    if resolution not in PARAMS:
+        raise ValueError(f"resolution {resolution} not in {sorted(PARAMS)}")
     d = folder(lra_dir, resolution, difficulty)
-    meta = os.path.join(d, "metadata")
-    if os.path.isdir(meta) and any(f.endswith(".npy") for f in os.listdir(meta)):
-        return
-    generate(os.path.dirname(d), num, resolution, difficulty, seed, workers or os.cpu_count() or 1, batch_size)
+
+    def build(directory):
+        generate(os.path.dirname(directory), num, resolution, difficulty, seed, workers or os.cpu_count() or 1,
+                 batch_size, replace=True)
+
+    return prepare(d, expected_manifest(resolution, difficulty, num, seed), build,
+                   f"LRA Pathfinder{resolution}/{difficulty}", found=lambda x: _found(x, resolution, difficulty))
+
+
+def manifest(lra_dir, resolution=32, difficulty=DEFAULT_DIFFICULTY):
+    """The manifest of ``lra_dir/pathfinder{resolution}/{difficulty}/`` (None if there is none)."""
+    return data.read_manifest(folder(lra_dir, resolution, difficulty))
 
 
 # ---------------------------------------------------------------- loader
@@ -493,7 +557,8 @@ def read_metadata(root):
 
     Raises:
         FileNotFoundError: no ``metadata/*.npy``.
-        ValueError: a line with fewer than 4 fields or a label not 0 / 1, naming file and line.
+        data.DataFormatError: a line that is not UTF-8, has fewer than 4 fields or a label not
+            0 / 1, naming file and line.
     """
     meta = os.path.join(root, "metadata")
     names = [f for f in os.listdir(meta) if f.endswith(".npy")] if os.path.isdir(meta) else []
@@ -504,14 +569,20 @@ def read_metadata(root):
     rows = []
     for name in names:
         file = os.path.join(meta, name)
-        with open(file, encoding="utf-8") as f:
-            for line, text in enumerate(f, start=1):
-                fields = text.rstrip("\n").split(" ")
+        with open(file, "rb") as f:
+            for line, raw in enumerate(f, start=1):
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise data.DataFormatError(file, f"not UTF-8 text ({e.reason}); metadata lines are ASCII",
+                                               line=line, content=raw) from None
+                fields = text.rstrip("\r\n").split(" ")
                 if len(fields) < 4:
-                    raise ValueError(f"{file}, line {line}: expected at least 4 space-separated fields "
-                                     f"(subdir, file, index, label, ...), got {len(fields)}")
+                    raise data.DataFormatError(file, f"expected at least 4 space-separated fields (subdir, file, "
+                                               f"index, label, ...), got {len(fields)}", line=line, content=text)
                 if fields[3] not in ("0", "1"):
-                    raise ValueError(f"{file}, line {line}: label {fields[3]!r} is not 0 or 1")
+                    raise data.DataFormatError(file, f"label {fields[3]!r} is not 0 or 1 (the 4th field)",
+                                               line=line, content=text)
                 rows.append((file, line, os.path.join(root, fields[0], fields[1]), int(fields[3])))
     return rows
 
@@ -524,12 +595,13 @@ def load(lra_dir, split, max_len=MAX_LEN, resolution=32, difficulty=DEFAULT_DIFF
         max_len (int): pixel sequences (row-major) truncated / right-padded (PAD = 0) to it.
 
     Returns:
-        dict with ``tokens`` int64 (N, max_len) (pixel value + 1), ``lengths`` int64 (N,)
+        dict with ``tokens`` uint16 (N, max_len) (pixel value + 1), ``lengths`` int64 (N,)
         (min(resolution**2, max_len)), ``labels`` int64 (N,) in {0, 1}.
 
     Raises:
+        ValueError: bad split.
         FileNotFoundError: no metadata (``ensure`` generates it).
-        ValueError: bad split, malformed metadata line, an image that is missing, unreadable,
+        data.DataFormatError: a malformed metadata line, an image that is missing, unreadable,
             not 8-bit grayscale or not resolution x resolution (naming the metadata file and line).
     """
     from PIL import Image
@@ -541,7 +613,7 @@ def load(lra_dir, split, max_len=MAX_LEN, resolution=32, difficulty=DEFAULT_DIFF
     a, b = {"train": (0, n * 8 // 10), "val": (n * 8 // 10, n * 9 // 10), "test": (n * 9 // 10, n)}[split]
     rows = [r for r in rows[a:b] if not (os.path.exists(r[2]) and os.path.getsize(r[2]) == 0)]  # LRA drops empty images
     length = min(resolution * resolution, max_len)
-    tokens = np.zeros((len(rows), max_len), dtype=np.int64)
+    tokens = np.zeros((len(rows), max_len), dtype=token_dtype(VOCAB_SIZE))
     labels = np.empty(len(rows), dtype=np.int64)
     for i, (file, line, img_path, label) in enumerate(rows):
         try:
@@ -549,10 +621,11 @@ def load(lra_dir, split, max_len=MAX_LEN, resolution=32, difficulty=DEFAULT_DIFF
                 if im.mode != "L" or im.size != (resolution, resolution):
                     raise ValueError(f"mode {im.mode} size {im.size}, expected L (8-bit grayscale) "
                                      f"{resolution}x{resolution}")
-                pix = np.asarray(im, dtype=np.int64).reshape(-1)
+                pix = np.asarray(im, dtype=np.uint8).reshape(-1)
         except (OSError, ValueError) as e:
-            raise ValueError(f"{file}, line {line}: image {img_path}: {e}") from None
-        tokens[i, :length] = pix[:length] + 1
+            raise data.DataFormatError(file, f"image {img_path}: {e}", line=line) from None
+        tokens[i, :length] = pix[:length]
+        tokens[i, :length] += 1
         labels[i] = label
     return {"tokens": tokens, "lengths": np.full(len(rows), length, dtype=np.int64), "labels": labels}
 
@@ -569,6 +642,8 @@ def main(argv=None):
     a = ap.parse_args(argv)
     t0 = time.time()
     generate(a.out_dir, a.num, a.resolution, a.difficulty, a.seed, a.workers, a.batch_size)
+    data.write_manifest(os.path.join(a.out_dir, a.difficulty), expected_manifest(a.resolution, a.difficulty, a.num,
+                                                                                  a.seed))
     dt = time.time() - t0
     print(f"wrote {a.num:,} images to {os.path.join(a.out_dir, a.difficulty)} in {dt:.1f} s "
           f"({a.num / dt:.1f} images/s, {a.workers} worker(s))")

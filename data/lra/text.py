@@ -1,13 +1,15 @@
 """LRA "Text": byte-level IMDB sentiment classification (Tay et al., 2021, section 3.2; Maas et
 al., 2011), length 1000 (LRA) or 4000 (DenseAttention) through ``max_len``.
 
-LRA reads ``imdb_reviews`` through TFDS (25,000 train / 25,000 test reviews, labels neg 0 / pos 1)
-and encodes each review's UTF-8 bytes with ids byte + 1 (0 = PAD), truncated to ``max_length``
-(``../shared/data/lra-spec/SPEC.md``, "Text"); there is no release folder for this task. Here:
+LRA (google-research/long-range-arena ``lra_benchmarks/text_classification/input_pipeline.py``)
+reads ``imdb_reviews`` through TFDS (25,000 train / 25,000 test reviews, labels neg 0 / pos 1)
+and encodes each review's UTF-8 bytes with ids byte + 1 (0 = PAD), truncated to ``max_length``;
+there is no release folder for this task. Here:
 
-- Source, first found of: the ``imdb_source`` option; env ``IMDB_DIR``; ``../shared/data/imdb``
-  beside the repository; else Hugging Face ``datasets`` "imdb" (online). A source is the aclImdb
-  tarball (``*.tar.gz``, e.g. ``aclImdb_v1_labeled_50k.tar.gz``) or an extracted directory with
+- Source, first found of: the ``imdb_source`` option; env ``IMDB_DIR``; else the cache already in
+  ``lra_dir/imdb/`` (whatever it was made from); else Hugging Face ``datasets`` "imdb" (online).
+  A source is the aclImdb tarball (``*.tar.gz``, e.g. ``aclImdb_v1.tar.gz`` from
+  https://ai.stanford.edu/~amaas/data/sentiment/) or an extracted directory with
   ``train/{pos,neg}/<id>_<rating>.txt`` and ``test/{pos,neg}/...`` (``aclImdb/`` itself, a folder
   holding it, or ``subset_aclImdb/``); a folder holding both a tarball and an extracted copy is
   read from the tarball (the complete set).
@@ -20,9 +22,16 @@ and encodes each review's UTF-8 bytes with ids byte + 1 (0 = PAD), truncated to 
   the other 90%; "test" = LRA's choice, val = the test set (train = all 25,000). The default keeps
   model selection off the test set; pass ``lra_options={"val": "test"}`` to reproduce LRA exactly.
 
+Manifest (``data/lra/__init__.py``): ``imdb/manifest.json`` records ``source`` ("aclImdb
+tarball", "aclImdb directory" or "Hugging Face datasets 'imdb'"), ``source_sha256`` (of the
+tarball, or of the review files' names and contents), ``converter`` "data.lra.text" and
+``converter_version``; ``sizes`` {"train", "test"} (reviews) and ``source_path`` are recorded, not
+compared. A given source whose digest differs from the manifest's is converted again; a cache
+without a manifest is converted again when a source is given, else used as found in place.
+
 Checks: file names ``<id>_<rating>.txt`` with rating 7-10 under pos/ and 1-4 under neg/, no
 duplicate ids, no empty review, both classes present in each split (counts printed); the cache
-files' keys and offsets. Errors name the offending file.
+files' keys and offsets. Errors (``data.DataFormatError``) name the offending file.
 """
 import os
 import re
@@ -36,6 +45,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
 import data  # noqa: E402
+from data.lra import FOUND_IN_PLACE, prepare, source_digest, token_dtype, write_in_place_manifest  # noqa: E402
 
 NUM_CLASSES = 2
 VOCAB_SIZE = 257  # byte b -> id b + 1; 0 = PAD
@@ -43,7 +53,6 @@ MAX_LEN = 1000  # LRA; DenseAttention uses 4000
 TWO_TOWER = False
 FOLDER = "imdb"
 ENV = "IMDB_DIR"
-SHARED_DEFAULT = os.path.join(os.path.dirname(os.path.dirname(HERE)), "..", "shared", "data", "imdb")
 SOURCE_SPLITS = ("train", "test")
 SPLITS = ("train", "val", "test")
 VAL_MODES = ("holdout", "test")
@@ -53,6 +62,8 @@ LABELS = {"neg": 0, "pos": 1}
 RATINGS = {"neg": range(1, 5), "pos": range(7, 11)}
 MEMBER = re.compile(r"(?:^|/)(train|test)/(pos|neg)/([^/]+)$")
 NAME = re.compile(r"(\d+)_(\d+)\.txt")
+CONVERTER_VERSION = 1  # raise when a change of the conversion changes the cache
+SOURCE_KINDS = {"tar": "aclImdb tarball", "dir": "aclImdb directory", "hf": "Hugging Face datasets 'imdb'"}
 
 
 def cache_path(lra_dir, split):
@@ -72,15 +83,14 @@ def find_source(imdb_source=""):
     """The IMDB source to convert.
 
     Returns:
-        ("tar", path) or ("dir", root) for the first candidate (``imdb_source``, ``$IMDB_DIR``,
-        ``SHARED_DEFAULT``) that holds one, or None when none does. A directory with a ``*.tar.gz``
-        gives the tarball (the complete set), otherwise its extracted copy.
+        ("tar", path) or ("dir", root) for the first given location (``imdb_source``,
+        ``$IMDB_DIR``), or None when neither is given. A directory with a ``*.tar.gz`` gives the
+        tarball (the complete set), otherwise its extracted copy.
 
     Raises:
         FileNotFoundError: ``imdb_source`` or ``$IMDB_DIR`` is set but holds no IMDB data.
     """
-    explicit = [p for p in (imdb_source, os.environ.get(ENV, "")) if p]
-    for path in explicit + [SHARED_DEFAULT]:
+    for path in [p for p in (imdb_source, os.environ.get(ENV, "")) if p]:
         if os.path.isfile(path) and path.endswith((".tar.gz", ".tgz")):
             return ("tar", path)
         if os.path.isdir(path):
@@ -90,20 +100,19 @@ def find_source(imdb_source=""):
             root = _extracted_root(path)
             if root:
                 return ("dir", root)
-        if path in explicit:
-            raise FileNotFoundError(f"{path} holds no IMDB data: expected an aclImdb *.tar.gz or a directory "
-                                    f"with train/pos, train/neg, test/pos, test/neg (aclImdb layout)")
+        raise FileNotFoundError(f"{path} holds no IMDB data: expected an aclImdb *.tar.gz or a directory "
+                                f"with train/pos, train/neg, test/pos, test/neg (aclImdb layout)")
     return None
 
 
 def _parse_name(where, sentiment, name):
     m = NAME.fullmatch(name)
     if not m:
-        raise ValueError(f"{where}: file name {name!r} is not <id>_<rating>.txt (aclImdb layout)")
+        raise data.DataFormatError(where, f"file name {data.quote(name)} is not <id>_<rating>.txt (aclImdb layout)")
     review_id, rating = int(m.group(1)), int(m.group(2))
     if rating not in RATINGS[sentiment]:
-        raise ValueError(f"{where}: rating {rating} of a {sentiment} review outside "
-                         f"{RATINGS[sentiment].start}-{RATINGS[sentiment].stop - 1}")
+        raise data.DataFormatError(where, f"rating {rating} of a {sentiment} review outside "
+                                   f"{RATINGS[sentiment].start}-{RATINGS[sentiment].stop - 1}")
     return review_id, rating
 
 
@@ -123,7 +132,8 @@ def _read_source(kind, path):
                     text = tar.extractfile(member).read()
                     out[split].append((LABELS[sentiment], review_id, rating, text, where))
         except (tarfile.TarError, EOFError, OSError) as e:
-            raise ValueError(f"{path}: unreadable tarball ({type(e).__name__}: {e})") from None
+            raise data.DataFormatError(path, f"unreadable tarball ({type(e).__name__}: {data.quote(str(e))}); an "
+                                       f"aclImdb *.tar.gz is expected") from None
     else:
         for split in SOURCE_SPLITS:
             for sentiment in LABELS:
@@ -140,13 +150,21 @@ def _read_source(kind, path):
 
 
 def _read_hf():
-    """{split: rows} from Hugging Face ``datasets`` "imdb" (online), or None if unavailable."""
+    """{split: rows} from Hugging Face ``datasets`` "imdb" (online).
+
+    Raises:
+        data.DataUnavailable: ``datasets`` cannot load it (the message gives the real error).
+    """
     try:
         import datasets
 
         ds = datasets.load_dataset("imdb")
-    except Exception:
-        return None
+    except Exception as e:  # datasets raises many types (ImportError, ConnectionError, its own offline errors)
+        raise data.DataUnavailable(
+            f"no IMDB data: neither imdb_source nor ${ENV} is set, {os.path.join('lra_dir', FOLDER)} holds no cache, "
+            f"and Hugging Face datasets 'imdb' failed ({type(e).__name__}: {data.quote(str(e), 300)}). Set {ENV} to "
+            f"the aclImdb_v1.tar.gz tarball or its extracted aclImdb/ directory "
+            f"(https://ai.stanford.edu/~amaas/data/sentiment/)") from None
     return {split: [(int(r["label"]), i, -1, r["text"].encode("utf-8"), f"datasets imdb {split}[{i}]")
                     for i, r in enumerate(ds[split])] for split in SOURCE_SPLITS}
 
@@ -155,14 +173,15 @@ def _check_rows(rows, split, source):
     seen = set()
     for label, review_id, _, text, where in rows:
         if (label, review_id) in seen and review_id >= 0:
-            raise ValueError(f"{where}: duplicate review id {review_id} in {split}")
+            raise data.DataFormatError(where, f"duplicate review id {review_id} in {split}; ids are unique per "
+                                       f"class and split")
         seen.add((label, review_id))
         if not text:
-            raise ValueError(f"{where}: empty review")
+            raise data.DataFormatError(where, "empty review; every review needs at least one byte")
     counts = np.bincount([r[0] for r in rows], minlength=NUM_CLASSES)
     if (counts == 0).any():
-        raise ValueError(f"{source}: the {split} split has {counts[0]} neg and {counts[1]} pos reviews; "
-                         f"both classes are needed")
+        raise data.DataFormatError(source, f"the {split} split has {counts[0]} neg and {counts[1]} pos reviews; "
+                                   f"both classes are needed")
     return counts
 
 
@@ -180,35 +199,92 @@ def _write_cache(file, rows, source):
     data.atomic_write(file, write)
 
 
-def ensure(lra_dir, imdb_source=""):
-    """Make ``lra_dir/imdb/{train,test}.npz`` exist: nothing to do when both are there,
-    otherwise convert the source (``find_source``; else ``datasets`` "imdb").
+def _source_files(kind, path):
+    if kind == "tar":
+        return {os.path.basename(path): path}
+    files = {}
+    for split in SOURCE_SPLITS:
+        for sentiment in LABELS:
+            folder = os.path.join(path, split, sentiment)
+            if not os.path.isdir(folder):
+                raise FileNotFoundError(f"{folder} missing (aclImdb layout: train/pos, train/neg, test/pos, "
+                                        f"test/neg)")
+            for name in os.listdir(folder):
+                files[f"{split}/{sentiment}/{name}"] = os.path.join(folder, name)
+    return files
 
-    Raises:
-        FileNotFoundError: no source found (the message lists where it looked and how to supply one).
-        ValueError: a malformed source file (named in the message).
-    """
+
+def expected_manifest(kind, path=None):
+    """The manifest fields that identify a cache converted from source ``(kind, path)`` (kind
+    "tar", "dir" or "hf"; the digest covers the contents, not the path)."""
+    out = {"dataset": "LRA Text (IMDB bytes)", "source": SOURCE_KINDS[kind], "converter": "data.lra.text",
+           "converter_version": CONVERTER_VERSION}
+    if kind != "hf":
+        out["source_sha256"] = source_digest(_source_files(kind, path))
+    return out
+
+
+def _convert(lra_dir, kind, path):
+    """Write both cache files from the source; returns the manifest's extra fields."""
     files = [cache_path(lra_dir, s) for s in SOURCE_SPLITS]
-    if all(os.path.exists(f) for f in files):
-        return
-    found = find_source(imdb_source)
-    if found is not None:
-        kind, path = found
+    if kind == "hf":
+        rows, source = _read_hf(), "datasets:imdb"
+    else:
         print(f"converting IMDB from {path} to {os.path.dirname(files[0])}/", flush=True)
         rows, source = _read_source(kind, path), path
-    else:
-        rows, source = _read_hf(), "datasets:imdb"
-        if rows is None:
-            raise FileNotFoundError(
-                f"no IMDB data: looked at imdb_source, ${ENV} and {os.path.normpath(SHARED_DEFAULT)}, and Hugging "
-                f"Face datasets 'imdb' is unavailable (offline?). Set {ENV} to the aclImdb_v1.tar.gz tarball or its "
-                f"extracted aclImdb/ directory (https://ai.stanford.edu/~amaas/data/sentiment/)")
     os.makedirs(os.path.join(lra_dir, FOLDER), exist_ok=True)
     for split in SOURCE_SPLITS:  # check both splits before writing either
         counts = _check_rows(rows[split], split, source)
         print(f"IMDB {split}: {counts[0]} neg, {counts[1]} pos", flush=True)
     for split, file in zip(SOURCE_SPLITS, files):
         _write_cache(file, rows[split], source)
+    return {"source_path": os.path.abspath(path) if path else source,
+            "sizes": {split: len(rows[split]) for split in SOURCE_SPLITS}}
+
+
+def _found(lra_dir):
+    """Manifest of a cache written without one, or None."""
+    files = [cache_path(lra_dir, s) for s in SOURCE_SPLITS]
+    if not all(os.path.exists(f) for f in files):
+        return None
+    sizes, source = {}, ""
+    for split, f in zip(SOURCE_SPLITS, files):
+        sizes[split] = len(read_cache(f)["labels"])
+        with np.load(f) as z:
+            source = str(z["source"]) if "source" in z.files else source
+    return {"dataset": "LRA Text (IMDB bytes)", "source": FOUND_IN_PLACE, "source_path": source, "sizes": sizes}
+
+
+def ensure(lra_dir, imdb_source=""):
+    """Make ``lra_dir/imdb/{train,test}.npz`` hold IMDB converted from the given source (see the
+    module docstring for the order of the sources and the manifest).
+
+    Returns:
+        dict: the cache's manifest.
+
+    Raises:
+        FileNotFoundError: a given source holds no IMDB data or lacks a folder.
+        data.DataUnavailable: nothing given, no cache, and ``datasets`` "imdb" failed (its real error).
+        data.DataFormatError: a malformed source file (named in the message).
+    """
+    directory = os.path.join(lra_dir, FOLDER)
+    found = find_source(imdb_source)
+    if found is None:
+        stored = data.read_manifest(directory)
+        if stored is not None:
+            return stored
+        in_place = _found(lra_dir)
+        if in_place is not None:
+            print(f"LRA Text: using the cache in {directory} (no manifest: {FOUND_IN_PLACE})", flush=True)
+            return write_in_place_manifest(directory, in_place, "LRA Text")
+        found = ("hf", None)
+    kind, path = found
+    return prepare(directory, expected_manifest(kind, path), lambda d: _convert(lra_dir, kind, path), "LRA Text")
+
+
+def manifest(lra_dir):
+    """The manifest of ``lra_dir/imdb/`` (None if there is none)."""
+    return data.read_manifest(os.path.join(lra_dir, FOLDER))
 
 
 def read_cache(file):
@@ -219,8 +295,8 @@ def read_cache(file):
 
     Raises:
         FileNotFoundError: no such file (``ensure`` writes it).
-        ValueError: unreadable file, missing keys, inconsistent offsets or labels outside {0, 1}
-            (naming the file).
+        data.DataFormatError: unreadable file, missing keys, inconsistent offsets or labels
+            outside {0, 1} (naming the file).
     """
     if not os.path.exists(file):
         raise FileNotFoundError(f"{file} not found; data.lra.text.ensure(lra_dir) converts IMDB into it")
@@ -228,16 +304,18 @@ def read_cache(file):
         with np.load(file) as z:
             arrays = {k: z[k] for k in ("data", "offsets", "labels")}
     except KeyError as e:
-        raise ValueError(f"{file}: malformed IMDB cache, missing {e}; delete it to convert again") from None
+        raise data.DataFormatError(file, f"malformed IMDB cache, missing {e} (expected data, offsets, labels); "
+                                   f"delete it to convert again") from None
     except Exception as e:
-        raise ValueError(f"{file}: unreadable IMDB cache ({type(e).__name__}: {e}); delete it to convert again") \
-            from None
+        raise data.DataFormatError(file, f"unreadable IMDB cache ({type(e).__name__}: {data.quote(str(e))}); "
+                                   f"delete it to convert again") from None
     off, labels = arrays["offsets"], arrays["labels"]
     if (off.ndim != 1 or len(off) != len(labels) + 1 or off[0] != 0 or off[-1] != len(arrays["data"])
             or (np.diff(off) <= 0).any()):
-        raise ValueError(f"{file}: malformed IMDB cache (offsets inconsistent with data / labels); delete it")
+        raise data.DataFormatError(file, "malformed IMDB cache (offsets must rise from 0 to len(data), one more "
+                                   "than labels); delete it to convert again")
     if len(labels) and (labels.min() < 0 or labels.max() >= NUM_CLASSES):
-        raise ValueError(f"{file}: labels outside [0, {NUM_CLASSES})")
+        raise data.DataFormatError(file, f"labels outside [0, {NUM_CLASSES}); delete it to convert again")
     return arrays
 
 
@@ -261,12 +339,13 @@ def load(lra_dir, split, max_len=MAX_LEN, val="holdout"):
         val: "holdout" (val = a fixed 10% of the training reviews) or "test" (LRA: val = test).
 
     Returns:
-        dict ``tokens`` int64 (N, max_len) (byte + 1), ``lengths`` int64 (N,) (min(bytes, max_len)),
+        dict ``tokens`` uint16 (N, max_len) (byte + 1), ``lengths`` int64 (N,) (min(bytes, max_len)),
         ``labels`` int64 (N,) in {0, 1}.
 
     Raises:
-        FileNotFoundError: the cache file is missing. ValueError: bad split / val mode or
-            malformed cache (see ``read_cache``).
+        ValueError: bad split / val mode.
+        FileNotFoundError: the cache file is missing.
+        data.DataFormatError: malformed cache (see ``read_cache``).
     """
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; available: {', '.join(SPLITS)}")
@@ -280,7 +359,9 @@ def load(lra_dir, split, max_len=MAX_LEN, val="holdout"):
         rows = rows[held] if split == "val" else rows[~held]
     off = z["offsets"]
     lengths = np.minimum(off[rows + 1] - off[rows], max_len).astype(np.int64)
-    tokens = np.zeros((len(rows), max_len), dtype=np.int64)
+    tokens = np.zeros((len(rows), max_len), dtype=token_dtype(VOCAB_SIZE))
     for i, r in enumerate(rows):
-        tokens[i, :lengths[i]] = z["data"][off[r]:off[r] + lengths[i]].astype(np.int64) + 1
+        row = tokens[i, :lengths[i]]
+        row[:] = z["data"][off[r]:off[r] + lengths[i]]
+        row += 1
     return {"tokens": tokens, "lengths": lengths, "labels": z["labels"][rows].astype(np.int64)}

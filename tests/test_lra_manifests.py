@@ -303,3 +303,25 @@ def test_sources_come_only_from_options_and_environment(tmp_path, monkeypatch):
     for module in (listops, pathfinder, retrieval, text, image):
         source = open(module.__file__).read()
         assert "../shared" not in source and '"shared"' not in source, module.__name__
+
+
+def test_retrieval_memory_peak_is_the_returned_arrays(tmp_path):
+    """The old loader built int64 (N, max_len) arrays (4x the uint16 ones) from per-line int64
+    copies; the peak must now stay near the returned arrays (numpy reports to tracemalloc)."""
+    import tracemalloc
+
+    folder = tmp_path / retrieval.FOLDER
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    lines = [b"%d\ta\tb\t%s\t%s" % (i % 2, bytes(rng.integers(32, 127, 3000, dtype=np.uint8)), b"q" * 2000)
+             for i in range(300)]
+    (folder / retrieval.FILES["train"]).write_bytes(b"\n".join(lines) + b"\n")
+    tracemalloc.start()
+    try:
+        d = retrieval.load(str(tmp_path), "train", 4000)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    returned = sum(a.nbytes for a in d.values())
+    assert returned >= 2 * 300 * 4000 * 2 and d["lengths"].tolist()[:2] == [3000, 3000]
+    assert peak < 1.25 * returned, (peak, returned)

@@ -47,9 +47,9 @@ class ModelConfig:
         pos_emb: "learned" (GPT-2's added position embedding; T <= block_size), "sinusoidal"
             (the fixed sine / cosine table added to the token embeddings, Vaswani et al. 2017,
             Sec. 3.5; the Long Range Arena transformers' default; any T; n_embd even),
-            "cosine_relpe" (Cosine RelPE, paper Sec. 3.2, Eq. 6: x_i cos(m theta_i) per head dim i
-            at position m, on q and k in a transformer block, on the block's input X in a DANet
-            block; any T) or "none" (any T).
+            "cosine_relpe" (Cosine RelPE, paper Sec. 3.2: x_i cos(m theta_i) per head dim i at
+            position m, on q and k in a transformer block, on the block's input X in a DANet
+            block; frequencies theta_i from ``relpe_freqs``; any T) or "none" (any T).
         embedding_init_std: standard deviation of the token embedding's N(0, std^2) initialisation
             (GPT-2: 0.02; the LRA transformers: 1.0, beside their sinusoidal positions of amplitude 1).
         layer_scheme: DANet layers cycled over the stack, one letter per layer: "G" global, "L"
@@ -63,6 +63,12 @@ class ModelConfig:
         ffn_linf_norm: DANet only; 0 = off; > 0 = after every optimizer step the effective FFN
             weights s * W get this l_inf norm through a non-trainable scale s per matrix
             (paper appendix G); ``fold_ffn_scales`` folds s into W for export.
+        relpe_freqs: frequencies theta_i of Cosine RelPE over the head dims i = 0..D-1 (used only
+            with pos_emb="cosine_relpe"; see ``cosine_relpe``): "paper" (default; Eq. 6,
+            theta_i = 10000^(-2i/D)) or "authors" (theta_i = 10000^(-i/D), the authors' code,
+            andrewargatkiny/dense-attention ``src/positional_embeddings.py``, ``TrigRelPEBase``).
+            With either, positions are global (0..T-1) in every layer; the authors' code restarts
+            them in each window of its local layers (not done here).
     """
     block_size: int = 1024
     vocab_size: int = 50304
@@ -85,6 +91,7 @@ class ModelConfig:
     pad_token_id: int = -1
     maxnorm_eps: float = 1e-3
     ffn_linf_norm: float = 0.0
+    relpe_freqs: str = "paper"
 
     def __post_init__(self):
         if self.n_embd % self.n_head:
@@ -95,6 +102,10 @@ class ModelConfig:
             raise ValueError(f"block must be one of {', '.join(BLOCKS)}; got {self.block!r}")
         if self.pos_emb not in POS_EMBS:
             raise ValueError(f"pos_emb must be one of {', '.join(POS_EMBS)}; got {self.pos_emb!r}")
+        if self.relpe_freqs not in RELPE_FREQS:
+            raise ValueError(f"relpe_freqs must be one of {', '.join(RELPE_FREQS)} (Cosine RelPE frequencies: "
+                             f"paper = 10000^(-2i/D), Eq. 6; authors = 10000^(-i/D), their code); "
+                             f"got {self.relpe_freqs!r}")
         if self.pos_emb == "sinusoidal" and self.n_embd % 2:
             raise ValueError(f"pos_emb='sinusoidal' pairs a sine and a cosine per frequency: n_embd must be even; "
                              f"got {self.n_embd}")
@@ -131,7 +142,7 @@ class ModelConfig:
 
 # The architecture keys above GPT-2's, as config keys of the training tasks (defaults = ModelConfig's).
 ARCHITECTURE_DEFAULTS = dict(block="transformer", pos_emb="learned", embedding_init_std=0.02, layer_scheme="G",
-                             window=0, maxnorm_eps=1e-3, ffn_linf_norm=0.0)
+                             window=0, maxnorm_eps=1e-3, ffn_linf_norm=0.0, relpe_freqs="paper")
 ARCHITECTURE_HELP = dict(
     block="transformer (GPT-2 pre-LN block) | danet (DenseAttention Network block; needs attention=dense)",
     pos_emb="learned (T <= block_size) | sinusoidal (fixed table, any T) | cosine_relpe (Cosine RelPE, any T) | none",
@@ -140,6 +151,8 @@ ARCHITECTURE_HELP = dict(
     window="window of the DANet L and S layers (positions)",
     maxnorm_eps="eps of DANet's MaxNormActivation x / (max|x| + eps)",
     ffn_linf_norm="DANet: l_inf norm of the FFN weights after every optimizer step (0 = no rescaling)",
+    relpe_freqs="Cosine RelPE frequencies over head dims i = 0..D-1: paper (Eq. 6, 10000^(-2i/D)) | "
+                "authors (their code, 10000^(-i/D))",
 )
 
 
@@ -152,6 +165,7 @@ BLOCKS = ("transformer", "danet")
 POS_EMBS = ("learned", "sinusoidal", "cosine_relpe", "none")
 LAYER_KINDS = ("G", "L", "S")
 RELPE_BASE = 10000.0
+RELPE_FREQS = {"paper": 2.0, "authors": 1.0}  # Cosine RelPE: theta_i = RELPE_BASE^(-factor * i / D)
 
 
 def _check_danet_attention_params(params):
@@ -161,16 +175,28 @@ def _check_danet_attention_params(params):
                          f"attention_params")
 
 
-def cosine_relpe(T, head_dim, device=None, dtype=torch.float32):
-    """Cosine RelPE factors cos(m theta_i), theta_i = 10000^(-2i/d) (paper Sec. 3.2, Eq. 6), for
-    positions m = 0..T-1 and head dims i = 0..d-1 with d = ``head_dim``; a (T, d) tensor.
+def cosine_relpe(T, head_dim, device=None, dtype=torch.float32, freqs="paper"):
+    """Cosine RelPE factors cos(m theta_i) (paper Sec. 3.2) for positions m = 0..T-1 and head dims
+    i = 0..d-1 with d = ``head_dim``; a (T, d) tensor of ``dtype``.
 
     Every dim of a head is multiplied by its own factor (the paper's g_1(x_i, m) = x_i cos(m
-    theta_i)); the angles are computed in float64 so long sequences keep their precision. The
-    authors' code uses 10000^(-i/d) instead (RoPE's range of frequencies); Eq. 6 is used here.
+    theta_i)); the angles are computed in float64 so long sequences keep their precision.
+    ``freqs`` picks theta_i:
+
+    - "paper" (default): theta_i = 10000^(-2i/d), Eq. 6 taken over single dims i = 0..d-1. Its
+      lower half of frequencies is slow: with d = 128, 71 dims have cos(m theta_i) > 0.99 for
+      every m < 512, so they carry almost no position.
+    - "authors": theta_i = 10000^(-i/d), i = 0..d-1, as the authors' code
+      (andrewargatkiny/dense-attention, ``src/positional_embeddings.py``, ``TrigRelPEBase``):
+      RoPE's range of frequencies, 1 down to 10000^(-(d-1)/d); 14 of 128 dims near-constant.
+
+    Raises:
+        ValueError: ``freqs`` not "paper" or "authors".
     """
+    if freqs not in RELPE_FREQS:
+        raise ValueError(f"freqs must be one of {', '.join(RELPE_FREQS)}; got {freqs!r}")
     i = torch.arange(head_dim, dtype=torch.float64, device=device)
-    theta = RELPE_BASE ** (-2.0 * i / head_dim)
+    theta = RELPE_BASE ** (-RELPE_FREQS[freqs] * i / head_dim)
     m = torch.arange(T, dtype=torch.float64, device=device)
     return torch.cos(m[:, None] * theta[None, :]).to(dtype)
 
@@ -438,12 +464,13 @@ class Transformer(nn.Module):
 
     def position_table(self, T, device, dtype):
         """The fixed position table of ``config.pos_emb``: (T, D) Cosine RelPE factors
-        (``cosine_relpe``) or the (T, C) sinusoidal embedding (``sinusoidal_positions``); cached
-        for the last (T, device, dtype)."""
-        key = (T, device, dtype)
+        (``cosine_relpe`` with ``config.relpe_freqs``) or the (T, C) sinusoidal embedding
+        (``sinusoidal_positions``); cached for the last (T, device, dtype, relpe_freqs)."""
+        key = (T, device, dtype, self.config.relpe_freqs)
         if self._table_cache is None or self._table_cache[0] != key:
             C, H = self.config.n_embd, self.config.n_head
-            table = (cosine_relpe(T, C // H, device, dtype) if self.config.pos_emb == "cosine_relpe"
+            table = (cosine_relpe(T, C // H, device, dtype, self.config.relpe_freqs)
+                     if self.config.pos_emb == "cosine_relpe"
                      else sinusoidal_positions(T, C, device, dtype))
             self._table_cache = (key, table)
         return self._table_cache[1]

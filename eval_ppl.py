@@ -4,7 +4,9 @@ measurement of "High Attention Scores and Where to Find Them".
 
     python eval_ppl.py --out_dir=out/wikitext2_gpt_mini --split=test --protocol=strided --stride=512
     python eval_ppl.py --init_from=gpt2 --protocol=strided --stride=1024
-    python eval_ppl.py --init_from=../shared/data/gpt2-tiny-hf --attention=tree --attention.E=0.5
+    python eval_ppl.py --init_from=$GPT2_TINY_HF_DIR --attention=tree --attention.E=0.5
+        (any local directory of a Hugging Face GPT-2, e.g. a local copy of a tiny GPT-2 model;
+        the tests read the variable GPT2_TINY_HF_DIR)
     python eval_ppl.py --help
 
 Evaluated range (one rule for every protocol, as in the authors' ``nanoGPT/inference_bench.py``):

@@ -4,7 +4,8 @@
 #   python train.py configs/shakespeare_char_gpt.py --num_threads=2
 #   python scripts/attention_maps.py out/shakespeare_char_gpt out/shakespeare_char_gpt_fastmax2
 # Data: data/shakespeare_char/prepare.py (65 characters, 90/5/5 train/val/test, prepared on the
-# first run from $TINYSHAKESPEARE_FILE, ../shared/data/tinyshakespeare/input.txt or a download).
+# first run from $TINYSHAKESPEARE_FILE, a local copy of karpathy/char-rnn's
+# data/tinyshakespeare/input.txt, else a download; the module docstring gives the full lookup order).
 #
 # Size and time: 0.80M parameters (non-embedding), 250 iterations x 4,096 characters = 1.02M
 # characters (about one pass over the train split), an evaluation (8 batches per split) every 25

@@ -2,7 +2,8 @@
 # DenseAttention comparison; same budget as configs/mlm/wikitext2_danet_mini.py (and about the
 # same number of block parameters: 4 transformer blocks x 12 C^2 = 48 C^2 vs 5 DANet blocks x 9 C^2
 # = 45 C^2, as the paper matched BERT-large's size with more DANet layers).
-#   BERT_VOCAB_FILE=../shared/data/bert-vocab/vocab.txt python train.py configs/mlm/wikitext2_bert_mini.py
+#   python train.py configs/mlm/wikitext2_bert_mini.py
+#   (offline: BERT_VOCAB_FILE=/path/to/bert-base-uncased/vocab.txt, a local copy of the vocabulary)
 #   python eval_mlm.py --out_dir=out/wikitext2_bert_mini --seq_lens=128,512
 out_dir = "out/wikitext2_bert_mini"
 task = "mlm"

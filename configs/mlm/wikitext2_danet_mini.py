@@ -6,7 +6,8 @@
 # Cosine RelPE, FFN weights rescaled to a fixed l_inf norm after every step, no weight decay, no
 # warmup, a constant learning rate (the paper's 2e-4 is for BERT-large; this small model uses 1e-3,
 # untuned).
-#   BERT_VOCAB_FILE=../shared/data/bert-vocab/vocab.txt python train.py configs/mlm/wikitext2_danet_mini.py
+#   python train.py configs/mlm/wikitext2_danet_mini.py
+#   (offline: BERT_VOCAB_FILE=/path/to/bert-base-uncased/vocab.txt, a local copy of the vocabulary)
 #   python eval_mlm.py --out_dir=out/wikitext2_danet_mini --seq_lens=128,512   # both regimes
 out_dir = "out/wikitext2_danet_mini"
 task = "mlm"

@@ -77,19 +77,16 @@ def load_model(out_dir, device):
     Raises:
         ConfigError: no checkpoint, or one of another task.
     """
-    from model import BertEncoder, ModelConfig
+    import model as model_lib
 
     path = os.path.join(out_dir, "ckpt.pt")
     if not os.path.exists(path):
         raise ConfigError(f"no checkpoint at {path}")
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    task = ckpt.get("task", ckpt["config"].get("task", "lm"))
-    if task != "mlm":
-        raise ConfigError(f"{path} was trained on task {task!r}; eval_mlm.py evaluates task 'mlm' checkpoints")
-    model = BertEncoder(ModelConfig(**ckpt["model_args"]))
-    model.load_state_dict(ckpt["model"])
+    model, config, meta = model_lib.load(out_dir)
+    if meta["task"] != "mlm":
+        raise ConfigError(f"{path} was trained on task {meta['task']!r}; eval_mlm.py evaluates task 'mlm' checkpoints")
     model.fold_ffn_scales()  # the inference export (appendix G); same outputs
-    return model.to(device).eval(), ckpt["config"]
+    return model.to(device).eval(), config
 
 
 def evaluate_length(model, tokens, vocab, cfg, L, max_sequences, batch_size, seed, device):

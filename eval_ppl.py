@@ -49,7 +49,7 @@ import attention
 import configurator
 from data import write_json
 from data.wikitext2 import prepare as wt2
-from model import GPT, ModelConfig
+import model as model_lib
 
 DEFAULTS = dict(
     out_dir="out/wikitext2_gpt_mini",
@@ -107,15 +107,14 @@ def load_model(cfg):
             --attention; casino with an attention that has no ``exclude_self`` parameter or
             with ``exclude_self=False``.
     """
-    if cfg["init_from"] == "resume":
-        path = os.path.join(cfg["out_dir"], "ckpt.pt")
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"no checkpoint at {path}; train one with train.py or pass --init_from=gpt2")
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
-        model = GPT(ModelConfig(**ckpt["model_args"]))
-        model.load_state_dict(ckpt["model"])
-    else:
-        model = GPT.from_hf(cfg["init_from"])
+    source = cfg["out_dir"] if cfg["init_from"] == "resume" else cfg["init_from"]
+    if cfg["init_from"] == "resume" and not os.path.exists(os.path.join(source, "ckpt.pt")):
+        raise FileNotFoundError(f"no checkpoint at {os.path.join(source, 'ckpt.pt')}; train one with train.py or "
+                                f"pass --init_from=gpt2")
+    model, _, meta = model_lib.load(source)
+    if meta["task"] != "lm":
+        raise configurator.ConfigError(f"{source} holds a task {meta['task']!r} model; eval_ppl.py measures "
+                                       f"language models (task 'lm') and Hugging Face GPT-2")
     if cfg["attention_params"] and not cfg["attention"]:
         raise configurator.ConfigError("--attention.<param> given without --attention=<name>")
     name = cfg["attention"] or model.config.attention

@@ -3,7 +3,8 @@
 The attention mechanism of every block comes from the registry in ``attention/``:
 ``ModelConfig(attention="tree", attention_params={"E": 0.5})``. Parameter names follow GPT-2
 (``transformer.wte``, ``transformer.h.N.attn.c_attn``, ...) so Hugging Face GPT-2 weights load
-with a transpose of the Conv1D matrices only (``GPT.from_hf``).
+with a transpose of the Conv1D matrices only (``GPT.from_hf``). ``load`` loads a trained model (a run
+of ours or a Hugging Face GPT-2); nothing else in the repository reads a checkpoint.
 
 Two block types (``ModelConfig.block``): the GPT-2 pre-LayerNorm transformer block and the
 DenseAttention Network block (DANet, "DenseAttention", Argatkiny, section 3): MaxNorm, N^(-1/3)
@@ -16,6 +17,7 @@ Shapes: token ids (B, T) int64; hidden states (B, T, C) with C = n_embd; q/k/v p
 (padded keys get no attention; None = no padding).
 """
 import math
+import os
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -638,17 +640,16 @@ class GPT(AttentionSwapMixin, nn.Module):
 
 
 class BertEncoder(AttentionSwapMixin, nn.Module):
-    """Bidirectional encoder (the same blocks with ``causal=False``) with an MLM head and an
-    optional sequence-classification head.
+    """Bidirectional encoder (the same blocks with ``causal=False``) with an MLM head.
 
     ``forward(idx (B, T) int64, attention_mask (B, T) bool or None)`` -> hidden states (B, T, C);
     ``forward(idx, attention_mask, mlm_mask=(B, T) bool)`` -> MLM logits (N, V) of the N
     positions where mlm_mask is True, in row-major order (the vocabulary projection runs only
     there; one forward call, so DDP and torch.compile see the whole computation);
     ``mlm_logits(hidden (..., C))`` -> (..., V) with the decoder tied to ``wte``;
-    ``classify(idx, attention_mask=None, idx2=None, attention_mask2=None)`` -> logits
-    (B, n_classes), where the second sequence (B, T2) is used in ``two_tower`` mode.
-    attention_mask is True for real tokens (padded keys get no attention).
+    ``pool(hidden, attention_mask)`` -> (B, C), the sequence feature of ``config.pooling``.
+    attention_mask is True for real tokens (padded keys get no attention). With
+    ``config.n_classes`` > 0 the encoder also has ``classifier`` (see ``Classifier``).
     """
 
     def __init__(self, config):
@@ -685,18 +686,110 @@ class BertEncoder(AttentionSwapMixin, nn.Module):
         m = attention_mask.unsqueeze(-1).to(hidden.dtype)
         return (hidden * m).sum(1) / m.sum(1).clamp_min(1.0)
 
-    def classify(self, idx, attention_mask=None, idx2=None, attention_mask2=None):
-        if not self.config.n_classes:
-            raise ValueError("this encoder has no classification head (n_classes=0)")
-        u = self.pool(self(idx, attention_mask), attention_mask)
+
+class Classifier(BertEncoder):
+    """Sequence classifier: the encoder, pooling (``config.pooling``: "cls" or "mean") and the
+    head Linear(F, C) - GELU - Linear(C, n_classes), F = C, or 4C in the two-tower mode (Long Range
+    Arena's Retrieval, Tay et al. 2021 section 3.3: the same encoder on both documents, features
+    [u, v, u * v, u - v]). The MLM head is removed (it would get no gradient, which DDP rejects);
+    it is built first and dropped so that the initialisation draws the same numbers as before.
+
+    ``forward(idx (B, T) int64, attention_mask (B, T) bool or None, idx2 (B, T2) int64 or None,
+    attention_mask2 (B, T2) bool or None)`` -> logits (B, n_classes) float.
+
+    Raises:
+        ValueError: ``config.n_classes`` is 0, or two-tower without ``idx2``.
+    """
+
+    def __init__(self, config):
+        if not config.n_classes:
+            raise ValueError("Classifier needs n_classes > 0")
+        super().__init__(config)
+        self.mlm_dense = None
+        self.mlm_ln = None
+        self.mlm_bias = None
+
+    def features(self, idx, attention_mask=None):
+        """Pooled features (B, C) of one sequence batch."""
+        return self.pool(self.transformer(idx, attention_mask), attention_mask)
+
+    def forward(self, idx, attention_mask=None, idx2=None, attention_mask2=None):
+        u = self.features(idx, attention_mask)
         if self.config.two_tower:
             if idx2 is None:
                 raise ValueError("two_tower=True needs the second sequence idx2")
-            w = self.pool(self(idx2, attention_mask2), attention_mask2)
-            u = torch.cat([u, w, u * w, u - w], dim=-1)
+            v = self.features(idx2, attention_mask2)
+            u = torch.cat([u, v, u * v, u - v], dim=-1)
         return self.classifier(u)
 
 
 def config_dict(config):
     """ModelConfig -> plain dict (stored in checkpoints)."""
     return asdict(config)
+
+
+MODEL_CLASSES = {"lm": GPT, "mlm": BertEncoder, "classify": Classifier}  # task -> the model class it trains
+
+
+def read_checkpoint(path):
+    """The dict train.py saved at ``path`` (ckpt.pt or best.pt), on the CPU. ``load`` builds the
+    model from it; train.py's resume reads the optimizer and generator states from it.
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+    """
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no checkpoint at {path}; train one with train.py")
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def checkpoint_task(ckpt):
+    """The task a checkpoint dict was trained on (checkpoints before tasks were all "lm")."""
+    return ckpt.get("task", ckpt.get("config", {}).get("task", "lm"))
+
+
+def load(source, weights="ckpt.pt"):
+    """The one way to load a trained model: a run of ours or a Hugging Face GPT-2.
+
+    Args:
+        source (str): a run directory (holding ``ckpt.pt``, as train.py writes it), a checkpoint
+            file of ours (``*.pt``), or a Hugging Face GPT-2 (hub name such as "gpt2", or a
+            local directory in HF format, i.e. with a ``config.json``).
+        weights (str): for a run directory, the file whose weights are loaded: "ckpt.pt" (the
+            last checkpoint) or "best.pt" (the best BEST_METRIC, which classify runs keep); the
+            run's configuration always comes from ckpt.pt.
+
+    Returns:
+        (model, run_config, meta): the model (``MODEL_CLASSES[task]``) on the CPU in eval mode;
+        the training configuration dict (None for Hugging Face); meta: dict with "source"
+        ("checkpoint" | "huggingface"), "path", "task", "iter_num" (step of the weights) and
+        "checkpoint" (the whole ckpt.pt dict: optimizer, generator states, ... for train.py's
+        resume; None for Hugging Face).
+
+    Raises:
+        FileNotFoundError: no checkpoint file where one was named or expected.
+        ValueError: a checkpoint of an unknown task; a Hugging Face model that is not GPT-2.
+        OSError: from transformers, when a hub model cannot be found or downloaded.
+    """
+    source = str(source)
+    if not os.path.exists(source) and (os.path.isabs(source) or source.startswith((".", "~")) or source.endswith(".pt")):
+        raise FileNotFoundError(f"no checkpoint at {source} (not a run directory, a checkpoint file or a Hugging Face "
+                                f"model directory)")
+    is_run = os.path.isdir(source) and not os.path.exists(os.path.join(source, "config.json"))
+    if not is_run and not source.endswith(".pt"):
+        model = GPT.from_hf(source).eval()
+        return model, None, {"source": "huggingface", "path": source, "task": "lm", "iter_num": None,
+                             "checkpoint": None}
+    ckpt_path = os.path.join(source, "ckpt.pt") if is_run else source
+    weights_path = os.path.join(source, weights) if is_run else source
+    ckpt = read_checkpoint(ckpt_path)
+    task = checkpoint_task(ckpt)
+    if task not in MODEL_CLASSES:
+        raise ValueError(f"{ckpt_path}: unknown task {task!r}; known: {', '.join(MODEL_CLASSES)}")
+    state = ckpt if weights_path == ckpt_path else read_checkpoint(weights_path)
+    model = MODEL_CLASSES[task](ModelConfig(**state["model_args"]))
+    model.load_state_dict(state["model"])
+    iter_num = state.get("iter_num")
+    return model.eval(), ckpt.get("config"), {"source": "checkpoint", "path": weights_path, "task": task,
+                                              "iter_num": None if iter_num is None else int(iter_num),
+                                              "checkpoint": ckpt}

@@ -41,6 +41,7 @@ import torch
 import data as data_lib
 import tasks
 from configurator import ConfigError
+import model as model_lib
 from model import config_dict
 
 COMMON_DEFAULTS = dict(
@@ -305,14 +306,15 @@ def data_summary(data):
 
 
 def read_checkpoint(path):
-    """The checkpoint at ``path``, loaded on the CPU.
+    """The checkpoint dict at ``path`` (``model.read_checkpoint``) for a resumed run.
 
     Raises:
         ConfigError: there is no file at ``path``.
     """
-    if not os.path.exists(path):
-        raise ConfigError(f"init_from=resume but there is no checkpoint at {path}")
-    return torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        return model_lib.read_checkpoint(path)
+    except FileNotFoundError:
+        raise ConfigError(f"init_from=resume but there is no checkpoint at {path}") from None
 
 
 def resume_config(cfg, explicit, ckpt, path="ckpt.pt"):
@@ -338,7 +340,7 @@ def resume_config(cfg, explicit, ckpt, path="ckpt.pt"):
             line naming both values.
     """
     saved = ckpt["config"]
-    saved_task = ckpt.get("task", saved.get("task", "lm"))  # checkpoints before tasks were all "lm"
+    saved_task = model_lib.checkpoint_task(ckpt)
     if explicit.get("task") and cfg["task"] != saved_task:
         raise ConfigError(f"the checkpoint {path} was trained on task {saved_task!r}, not {cfg['task']!r}; "
                           f"resume it with --task={saved_task} (or without --task)")
@@ -513,7 +515,7 @@ def final_evaluation(task, model, data, cfg, device, autocast, run_log, iters, s
                "steps_per_s": (iters - start_iter) / train_time if iters > start_iter else None}
     best_path = os.path.join(cfg["out_dir"], "best.pt")
     if os.path.exists(best_path):
-        best_ckpt = torch.load(best_path, map_location="cpu", weights_only=False)
+        best_ckpt = model_lib.read_checkpoint(best_path)
         model.load_state_dict(best_ckpt["model"])
         summary.update(best_iter=best_ckpt["iter_num"], best_metric=best_ckpt["best_metric"])
     else:

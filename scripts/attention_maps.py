@@ -6,8 +6,8 @@ Tiny Shakespeare).
         [--labels=softmax,fastmax2] [--length=128] [--head=0] [--split=val] [--offset=0] \\
         [--out=results/shakespeare_attention_maps] [--scale=linear|row|log]
 
-Each out_dir's ``ckpt.pt`` becomes a model exactly as in ``eval_ppl.py`` (``eval_ppl.load_model``,
-eval mode, the model's own attention). Every model reads the same input: ``--length`` tokens of
+Each out_dir's ``ckpt.pt`` becomes a model through ``model.load`` (eval mode, the model's own
+attention), as eval_ppl.py loads it. Every model reads the same input: ``--length`` tokens of
 ``--split`` from token ``--offset`` on (character level: the first 128 characters of the val
 split by default; WikiText-2 checkpoints: GPT-2 BPE tokens). All checkpoints must be trained on the
 same data set (and, for shakespeare_char, with the prepared vocabulary).
@@ -45,7 +45,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-import eval_ppl  # noqa: E402
+import model as model_lib  # noqa: E402
 from attention.fastmax.reference import fastmax_weights  # noqa: E402
 from attention.softmax import allowed_keys  # noqa: E402
 
@@ -54,15 +54,16 @@ SCALES = ("linear", "row", "log")
 
 
 def load_checkpoint(out_dir, device="cpu"):
-    """The model of ``out_dir/ckpt.pt`` (through ``eval_ppl.load_model``, eval mode) and the
-    training config stored in the checkpoint.
+    """The model of ``out_dir/ckpt.pt`` (``model.load``, eval mode, on ``device``) and the training
+    config stored in the checkpoint.
 
     Raises:
         FileNotFoundError: no checkpoint in ``out_dir``.
     """
-    model = eval_ppl.load_model(dict(eval_ppl.DEFAULTS, out_dir=out_dir, init_from="resume", device=device))
-    config = torch.load(os.path.join(out_dir, "ckpt.pt"), map_location="cpu", weights_only=False)["config"]
-    return model, config
+    if not os.path.exists(os.path.join(out_dir, "ckpt.pt")):
+        raise FileNotFoundError(f"no checkpoint at {os.path.join(out_dir, 'ckpt.pt')}")
+    model, config, _ = model_lib.load(out_dir)
+    return model.to(device), config
 
 
 def input_tokens(config, split="val", length=128, offset=0):

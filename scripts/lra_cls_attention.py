@@ -36,6 +36,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 import data.lra as lra  # noqa: E402
+import model as model_lib  # noqa: E402
 from data import write_json  # noqa: E402
 from scripts.attention_maps import attention_weights, capture  # noqa: E402
 from tasks import classify  # noqa: E402
@@ -52,22 +53,13 @@ def load_run(out_dir, weights="ckpt.pt"):
     Raises:
         FileNotFoundError: no checkpoint. ValueError: not a CLS-pooled classification run.
     """
-    paths = [os.path.join(out_dir, name) for name in ("ckpt.pt", weights)]
-    for path in paths:
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"no checkpoint at {path}")
-    ckpt = torch.load(paths[0], map_location="cpu", weights_only=False)
-    config = ckpt["config"]
-    if config.get("task") != "classify" or config.get("pooling") != "cls":
-        raise ValueError(f"{paths[0]}: needs a task='classify', pooling='cls' run; got task={config.get('task')!r}, "
+    trained, config, meta = model_lib.load(out_dir, weights)
+    if meta["task"] != "classify" or config.get("pooling") != "cls":
+        raise ValueError(f"{out_dir}: needs a task='classify', pooling='cls' run; got task={meta['task']!r}, "
                          f"pooling={config.get('pooling')!r}")
-    if weights != "ckpt.pt":
-        ckpt = torch.load(paths[1], map_location="cpu", weights_only=False)
-    trained = classify.build_model(config, None, ckpt["model_args"])
-    trained.load_state_dict(ckpt["model"])
     torch.manual_seed(config.get("seed", 1337))
-    init = classify.build_model(config, None, ckpt["model_args"])
-    return trained.eval(), init.eval(), config, int(ckpt["iter_num"])
+    init = type(trained)(trained.config)
+    return trained, init.eval(), config, meta["iter_num"]
 
 
 def examples(config, split, num):

@@ -1,6 +1,6 @@
 """Task "classify": sequence classification on the Long Range Arena tasks (Tay et al., 2021,
 "Long Range Arena: A Benchmark for Efficient Transformers", section 3) with the bidirectional
-encoder of ``model.py`` (``BertEncoder``; transformer or DANet blocks, any registered attention).
+encoder of ``model.py`` (``Classifier``, a ``BertEncoder``; transformer or DANet blocks, any registered attention).
 
 Data: ``data/lra/<lra_task>.py`` (interface in ``data/lra/__init__.py``), read from ``lra_dir``
 (default: env ``LRA_DIR``, else ``data/lra/files``). ``prepare_data`` calls the module's
@@ -11,10 +11,9 @@ for train, val and test. ``lra_options`` (a dict) holds the module's own options
 ``ensure`` and / or ``load``, whichever accepts it by name, and a key neither accepts is a
 ConfigError.
 
-Model: ``LRAClassifier``, a ``BertEncoder`` without the MLM head whose ``forward`` returns class
-logits; classification head = ``BertEncoder.classifier`` (Linear(F, C) - GELU - Linear(C,
-n_classes)), F = C, or 4C in the two-tower mode (Retrieval, LRA section 3.3: the same encoder on
-both documents, features [u, v, u * v, u - v]). ``n_classes`` = the module's ``NUM_CLASSES``.
+Model: ``model.Classifier``, the encoder without the MLM head whose ``forward`` returns class
+logits (head Linear(F, C) - GELU - Linear(C, n_classes), F = C, or 4C in the two-tower mode of
+Retrieval, LRA section 3.3). ``n_classes`` = the module's ``NUM_CLASSES``.
 
 Pooling (``pooling``):
 - "cls": a CLS token is prepended to every sequence (to each document in the two-tower mode) and
@@ -50,7 +49,7 @@ import torch.nn.functional as F
 import data as data_lib
 import data.lra as lra
 from configurator import ConfigError, check_attention_params
-from model import ARCHITECTURE_DEFAULTS, ARCHITECTURE_HELP, BertEncoder, ModelConfig, architecture_args
+from model import ARCHITECTURE_DEFAULTS, ARCHITECTURE_HELP, Classifier, ModelConfig, architecture_args
 
 DEFAULTS = dict(
     lra_task="text",
@@ -83,41 +82,6 @@ RUN_ONLY_ENTRIES = {"lra_options": ("workers", "batch_size", "imdb_source", "cif
 BEST_METRIC = ("val_accuracy", "max")
 SPLITS = ("train", "val", "test")
 POOLINGS = ("cls", "mean")
-
-
-class LRAClassifier(BertEncoder):
-    """``BertEncoder`` used as a classifier: the MLM head is removed (it would get no gradient,
-    which DDP rejects) and ``forward`` returns logits, so DDP and torch.compile wrap the whole
-    computation.
-
-    ``forward(idx (B, T) int64, attention_mask (B, T) bool or None, idx2 (B, T2) int64 or None,
-    attention_mask2 (B, T2) bool or None)`` -> logits (B, n_classes) float; the same values as
-    ``BertEncoder.classify``. ``attention_mask`` True = real token (None = all real).
-
-    Raises:
-        ValueError: ``config.n_classes`` is 0, or two-tower without ``idx2``.
-    """
-
-    def __init__(self, config):
-        if not config.n_classes:
-            raise ValueError("LRAClassifier needs n_classes > 0")
-        super().__init__(config)
-        self.mlm_dense = None
-        self.mlm_ln = None
-        self.mlm_bias = None
-
-    def features(self, idx, attention_mask=None):
-        """Pooled features (B, C) of one sequence batch."""
-        return self.pool(self.transformer(idx, attention_mask), attention_mask)
-
-    def forward(self, idx, attention_mask=None, idx2=None, attention_mask2=None):
-        u = self.features(idx, attention_mask)
-        if self.config.two_tower:
-            if idx2 is None:
-                raise ValueError("two_tower=True needs the second sequence idx2")
-            v = self.features(idx2, attention_mask2)
-            u = torch.cat([u, v, u * v, u - v], dim=-1)
-        return self.classifier(u)
 
 
 def _module(cfg):
@@ -290,16 +254,16 @@ def model_config(cfg, module):
 
 
 def build_model(cfg, data, model_args=None):
-    """An ``LRAClassifier`` from ``cfg`` and the data module, or exactly the model of a
+    """A ``model.Classifier`` from ``cfg`` and the data module, or exactly the model of a
     checkpoint's ``model_args`` (resume).
 
     Raises:
         ConfigError: see ``model_config``.
     """
     if model_args is not None:
-        return LRAClassifier(ModelConfig(**model_args))
+        return Classifier(ModelConfig(**model_args))
     module = data["module"] if isinstance(data, dict) and "module" in data else _module(cfg)
-    return LRAClassifier(model_config(cfg, module))
+    return Classifier(model_config(cfg, module))
 
 
 def encode(tokens, lengths, cls_id, trim, device):

@@ -14,7 +14,7 @@ import tasks
 import train
 import training
 from configurator import ConfigError
-from model import BertEncoder
+from model import BertEncoder, Classifier
 from tasks import classify
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -166,13 +166,12 @@ def test_two_tower_shapes_and_features(stub):
         v = model.features(batch["idx2"], batch["attention_mask2"])
         assert u.shape == v.shape == (8, 16)
         torch.testing.assert_close(logits, model.classifier(torch.cat([u, v, u * v, u - v], -1)))
-        # the same values as model.py's BertEncoder.classify with the same weights
+        # the encoder's weights are a BertEncoder's without the MLM head
         plain = BertEncoder(model.config).eval()
         missing, unexpected = plain.load_state_dict(model.state_dict(), strict=False)
         assert sorted(missing) == ["mlm_bias", "mlm_dense.bias", "mlm_dense.weight", "mlm_ln.bias", "mlm_ln.weight"]
         assert not unexpected
-        torch.testing.assert_close(logits, plain.classify(batch["idx"], batch["attention_mask"], batch["idx2"],
-                                                          batch["attention_mask2"]))
+        torch.testing.assert_close(u, plain.pool(plain(batch["idx"], batch["attention_mask"]), batch["attention_mask"]))
         swapped = model(batch["idx2"], batch["attention_mask2"], batch["idx"], batch["attention_mask"])
         assert not torch.allclose(swapped, logits)  # u - v is not symmetric: the order matters
     with pytest.raises(ValueError, match="idx2"):
@@ -343,7 +342,7 @@ def test_lra_configs_parse_and_build():
             assert mc.embedding_init_std == 1.0, name
             assert mc.pos_emb == ("learned" if task == "image" else "sinusoidal"), name
         if name.endswith("_cpu.py"):
-            classify.LRAClassifier(mc)  # small enough to build here
+            Classifier(mc)  # small enough to build here
     same = ("batch_size", "max_iters", "learning_rate", "max_len", "pooling", "n_embd")
     for t in TASKS:  # within a task every attention gets the same budget
         runs = [configurator.parse(train.DEFAULTS, [os.path.join(CONFIGS, f"{t}_{a}_cpu.py")]) for a in ATTENTIONS]

@@ -3,7 +3,7 @@ import os
 import pytest
 import torch
 
-from model import GPT, BertEncoder, ModelConfig
+from model import GPT, BertEncoder, Classifier, ModelConfig
 
 
 def hf_logits(path, idx):
@@ -82,7 +82,8 @@ def test_attention_from_config():
 
 def test_bert_padding_does_not_change_real_tokens():
     torch.manual_seed(0)
-    model = BertEncoder(small_config(n_classes=3, pooling="mean")).eval()
+    model = BertEncoder(small_config(pooling="mean")).eval()
+    clf = Classifier(small_config(n_classes=3, pooling="mean")).eval()
     idx = torch.randint(0, 50, (1, 10))
     padded = torch.cat([idx, torch.zeros(1, 6, dtype=torch.long)], 1)
     mask = torch.arange(16)[None] < 10
@@ -90,20 +91,22 @@ def test_bert_padding_does_not_change_real_tokens():
         h = model(idx)
         h_pad = model(padded, mask)
         torch.testing.assert_close(h_pad[:, :10], h, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(model.classify(padded, mask), model.classify(idx), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(clf(padded, mask), clf(idx), rtol=1e-5, atol=1e-5)
     assert model.mlm_logits(h).shape == (1, 10, 50)
 
 
 def test_bert_is_bidirectional_and_two_tower():
-    model = BertEncoder(small_config(n_classes=2, two_tower=True)).eval()
+    model = Classifier(small_config(n_classes=2, two_tower=True)).eval()
     idx = torch.randint(0, 50, (2, 8))
     changed = idx.clone()
     changed[:, -1] = (idx[:, -1] + 1) % 50
     with torch.no_grad():
-        assert not torch.allclose(model(idx)[:, 0], model(changed)[:, 0])
-        assert model.classify(idx, idx2=changed).shape == (2, 2)
+        assert not torch.allclose(model.transformer(idx)[:, 0], model.transformer(changed)[:, 0])
+        assert model(idx, idx2=changed).shape == (2, 2)
     with pytest.raises(ValueError, match="idx2"):
-        model.classify(idx)
+        model(idx)
+    with pytest.raises(ValueError, match="n_classes > 0"):
+        Classifier(small_config())
 
 
 @pytest.fixture
@@ -176,12 +179,49 @@ def test_attention_mask_keyword_everywhere():
     mask = torch.ones(2, 8, dtype=torch.bool)
     mask[1, 6:] = False
     gpt = GPT(small_config()).eval()
-    bert = BertEncoder(small_config(n_classes=2, two_tower=True, pooling="mean")).eval()
+    bert = Classifier(small_config(n_classes=2, two_tower=True, pooling="mean")).eval()
     with torch.no_grad():
         logits, _ = gpt(idx, attention_mask=mask)
         torch.testing.assert_close(logits[1, :6], gpt(idx[1:, :6])[0][0], rtol=1e-5, atol=1e-5)
-        hidden = bert(idx, attention_mask=mask)
+        hidden = bert.transformer(idx, attention_mask=mask)
         torch.testing.assert_close(bert.pool(hidden, attention_mask=mask)[1], hidden[1, :6].mean(0))
-        a = bert.classify(idx, attention_mask=mask, idx2=idx, attention_mask2=mask)
-        b = bert.classify(idx[1:, :6], idx2=idx[1:, :6])
+        a = bert(idx, attention_mask=mask, idx2=idx, attention_mask2=mask)
+        b = bert(idx[1:, :6], idx2=idx[1:, :6])
         torch.testing.assert_close(a[1:], b, rtol=1e-5, atol=1e-5)
+
+
+def test_load_reads_runs_checkpoint_files_and_hugging_face(tmp_path):
+    import model as model_lib
+    from model import config_dict
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(vocab_size=101, n_positions=32, n_embd=24, n_layer=2, n_head=3)).save_pretrained(
+        tmp_path / "hf")
+    model, config, meta = model_lib.load(str(tmp_path / "hf"))
+    assert isinstance(model, GPT) and config is None and meta["source"] == "huggingface" and not model.training
+
+    run = tmp_path / "run"
+    run.mkdir()
+    clf_config = small_config(n_classes=3, pooling="mean")
+    last, best = Classifier(clf_config), Classifier(clf_config)
+    torch.save({"model": last.state_dict(), "model_args": config_dict(clf_config), "iter_num": 8,
+                "config": {"task": "classify", "seed": 1}, "task": "classify"}, run / "ckpt.pt")
+    torch.save({"model": best.state_dict(), "model_args": config_dict(clf_config), "iter_num": 4}, run / "best.pt")
+    model, config, meta = model_lib.load(str(run))
+    assert isinstance(model, Classifier) and meta["iter_num"] == 8 and config == {"task": "classify", "seed": 1}
+    torch.testing.assert_close(model.state_dict(), last.state_dict())
+    model, config, meta = model_lib.load(str(run), weights="best.pt")  # best weights, the run's config
+    assert meta["iter_num"] == 4 and config["task"] == "classify" and meta["checkpoint"]["iter_num"] == 8
+    torch.testing.assert_close(model.state_dict(), best.state_dict())
+    model, _, meta = model_lib.load(str(run / "ckpt.pt"))  # a checkpoint file
+    assert meta["task"] == "classify" and meta["iter_num"] == 8
+
+    with pytest.raises(FileNotFoundError, match="no checkpoint at"):
+        model_lib.load(str(tmp_path / "missing"))
+    (run / "best.pt").unlink()
+    with pytest.raises(FileNotFoundError, match="best.pt"):
+        model_lib.load(str(run), weights="best.pt")
+    torch.save({"model": {}, "model_args": {}, "config": {}, "task": "segment"}, run / "odd.pt")
+    with pytest.raises(ValueError, match="unknown task 'segment'; known: lm, mlm, classify"):
+        model_lib.load(str(run / "odd.pt"))

@@ -174,26 +174,20 @@ def _apply_file(config, defaults, path, explicit):
 
 
 def check_attention_params(name, params):
-    """Check an attention name and its parameters against the registry before building.
+    """``attention.check_params`` (the registry's one check of a name and its parameters) with
+    its ValueError turned into a ConfigError, so a command line reports it as ``error:``.
 
     Raises:
-        ConfigError (a ValueError): unknown name (lists registered ones), unknown parameter (lists
-            accepted ones), or a value whose type differs from the parameter's default.
+        ConfigError (a ValueError): unknown name (lists registered ones), a model-context name,
+            unknown parameter (lists accepted ones), or a value whose type differs from the
+            parameter's default.
     """
-    import inspect
-
     import attention
 
     try:
-        accepted = attention.accepted_params(name)
-    except ValueError as e:  # unknown name: the registry's message lists the registered ones
-        raise ConfigError(str(e)) from e
-    for key, value in params.items():
-        if key not in accepted:
-            raise ConfigError(f"attention '{name}' has no parameter '{key}'; accepted: {', '.join(accepted) or 'none'}")
-        default = accepted[key]
-        if default is not None and default is not inspect.Parameter.empty:
-            _check_type(f"attention.{key}", value, default)
+        attention.check_params(name, params)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def run_cli(main, argv=None):

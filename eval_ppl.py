@@ -120,10 +120,6 @@ def load_model(cfg):
     name = cfg["attention"] or model.config.attention
     params = dict(cfg["attention_params"] if cfg["attention"] else model.config.attention_params)
     if cfg["attention"]:
-        reserved = sorted(set(params) & set(attention.MODEL_CONTEXT))
-        if reserved:
-            raise configurator.ConfigError(f"--attention.{reserved[0]} cannot be set: the model supplies "
-                                           f"{' and '.join(attention.MODEL_CONTEXT)} to the attention itself")
         configurator.check_attention_params(name, params)
     if cfg["protocol"] == "casino":
         params = casino_params(name, params)

@@ -26,160 +26,26 @@ sets the class attribute ``trainable = False`` and raises ``InferenceOnlyError``
 gradients enabled; ``is_trainable(name)`` reads the flag, so train.py refuses such a method before
 it prepares any data and reports no other error as "inference-only".
 
-A method is added by a new file in this package that decorates its class with
-``@register("name")``; the file must be imported at the bottom of this module.
+Layout. ``registry.py`` holds the contract's code (``register``, ``build``, ``check_params``,
+``Attention``, ``check_qkv``); this module only re-exports it and imports the families so that
+they register. A method is one file (``softmax.py``) or, when it has several implementations, a
+folder (``tree/``, ``fastmax/``, ``dense/``) whose ``__init__.py`` holds the registered module
+and the backend choice, with one file per implementation named by one rule:
+
+- ``reference.py``: the readable implementation that follows the paper's equations (tests
+  compare every other implementation with it);
+- ``<name>.py`` for each fast path (e.g. ``vectorized.py``, ``chunked.py``, ``compute.py``), and
+  ``triton_kernels.py`` / ``*.cpp`` for kernels, each with its reference beside it;
+- ``authors_baseline.py`` / ``numpy_baseline.py``: the authors' own algorithm, kept to compare with.
+
+Families import ``attention.registry``, never this package. A new method adds its file or folder,
+decorates its class with ``@register("name")`` and is imported at the bottom of this module.
 """
-import difflib
-import inspect
-
-import torch
-import torch.nn as nn
-
-MODEL_CONTEXT = ("layer_idx", "block_size")
-
-_REGISTRY = {}
-
-
-def register(name):
-    """Class decorator that adds an ``Attention`` subclass to the registry under ``name``.
-
-    Raises:
-        ValueError: if ``name`` is already registered.
-    """
-    def decorator(cls):
-        if name in _REGISTRY:
-            raise ValueError(f"attention '{name}' is registered twice ({_REGISTRY[name].__name__} and {cls.__name__})")
-        cls.registry_name = name
-        _REGISTRY[name] = cls
-        return cls
-    return decorator
-
-
-class InferenceOnlyError(RuntimeError):
-    """Raised by an attention with ``trainable = False`` when it is called with gradients
-    enabled; the message says how to evaluate it instead."""
-
-
-def is_trainable(name):
-    """False for a registered attention that declares itself inference-only (``trainable``).
-
-    Raises:
-        ValueError: ``name`` is not registered (the message lists the registered names).
-    """
-    return bool(getattr(_lookup(name), "trainable", True))
-
-
-def registered():
-    """Sorted list of the registered attention names."""
-    return sorted(_REGISTRY)
-
-
-def _constructor_params(cls):
-    """name -> default of the keyword-usable parameters of ``cls.__init__`` (without self)."""
-    sig = inspect.signature(cls.__init__)
-    return {p.name: p.default for p in list(sig.parameters.values())[1:]
-            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-
-
-def accepted_params(name):
-    """Dict of the user parameters (name -> default, ``inspect.Parameter.empty`` if required)
-    that ``build(name, ...)`` accepts; the model-context names of ``MODEL_CONTEXT`` are left out.
-
-    Raises:
-        ValueError: if ``name`` is not registered.
-    """
-    return {k: v for k, v in _constructor_params(_lookup(name)).items() if k not in MODEL_CONTEXT}
-
-
-def build(name, context=None, **params):
-    """Construct the registered attention module ``name``.
-
-    Args:
-        name (str): a registered name (see ``registered()``).
-        context (dict | None): model context with keys from ``MODEL_CONTEXT`` (``layer_idx``,
-            ``block_size``); each key is passed to the constructor only if it declares a
-            parameter of that name. None = no context (the constructor's defaults apply).
-        **params: user parameters of the method (see ``accepted_params(name)``).
-
-    Raises:
-        ValueError: ``name`` is unknown (the message lists the registered names); a parameter
-            is unknown (the message lists the accepted ones); ``params`` holds a model-context
-            name; ``context`` is not a dict or has a key outside ``MODEL_CONTEXT``.
-    """
-    cls = _lookup(name)
-    reserved = sorted(set(params) & set(MODEL_CONTEXT))
-    if reserved:
-        raise ValueError(f"attention '{name}': {reserved} cannot be set as a parameter; the model supplies "
-                         f"{', '.join(MODEL_CONTEXT)} itself (build's context argument)")
-    accepted = accepted_params(name)
-    unknown = sorted(set(params) - set(accepted))
-    if unknown:
-        allowed = ", ".join(accepted) if accepted else "none"
-        raise ValueError(f"attention '{name}' got unknown parameter(s) {unknown}; accepted parameters: {allowed}")
-    if context is None:
-        context = {}
-    if not isinstance(context, dict):
-        raise ValueError(f"context must be a dict with keys from {MODEL_CONTEXT} or None; got {type(context).__name__}")
-    bad = sorted(set(context) - set(MODEL_CONTEXT))
-    if bad:
-        raise ValueError(f"unknown model context key(s) {bad}; allowed: {', '.join(MODEL_CONTEXT)}")
-    declared = _constructor_params(cls)
-    passed = {k: v for k, v in context.items() if k in declared}
-    return cls(**passed, **params)
-
-
-def _lookup(name):
-    if name not in _REGISTRY:
-        close = difflib.get_close_matches(str(name), list(_REGISTRY), n=3)
-        hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise ValueError(f"unknown attention '{name}'{hint}; registered: {', '.join(registered())}")
-    return _REGISTRY[name]
-
-
-class Attention(nn.Module):
-    """Base class of all registered attention mechanisms (no learnable parameters of their own
-    unless the method needs them; projections live in the model). Subclasses implement
-    ``forward(q, k, v, causal, attention_mask=None)`` as described in the module docstring.
-
-    Self-exclusion (optional, per method): a method that supports it declares a constructor
-    parameter ``exclude_self=False`` and stores it as ``self.exclude_self``. When True, query t
-    never attends to key t: with ``causal`` it sees keys 0..t-1 only, so position 0 has no
-    allowed key and its output is zero; without ``causal`` it sees every key but t. It exists for
-    eval_ppl's ``casino`` protocol, which reproduces the measurement of "High Attention Scores and
-    Where to Find Them" (Sec. 3; the authors' model attends to the previous tokens only). When a
-    causal mechanism has ``exclude_self`` True, ``model.SelfAttention`` also zeroes position 0
-    after its output projection (the authors' block adds nothing there, not even the bias).
-    Methods without the parameter do not support self-exclusion (``build`` rejects it).
-    """
-
-    trainable = True  # False: inference only (forward raises InferenceOnlyError under autograd)
-
-    def stats(self):
-        """Counters accumulated since the last ``reset_stats`` (e.g. inner products); a dict of
-        numbers that eval_ppl sums over layers. Methods without cost accounting return {}."""
-        return {}
-
-    def reset_stats(self):
-        """Zero the counters returned by ``stats``."""
-
-
-def check_qkv(q, k, v, attention_mask=None):
-    """Validate q, k, v of shape (B, H, T, D) and an optional (B, T) bool ``attention_mask``
-    (True = real token).
-
-    Raises:
-        ValueError: on a rank other than 4, mismatched shapes, or a bad mask.
-    """
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        raise ValueError(f"q, k, v must have shape (B, H, T, D); got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-    if q.shape[:2] != k.shape[:2] or k.shape[:3] != v.shape[:3] or q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"incompatible q, k, v shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-    if attention_mask is not None:
-        B, _, T, _ = k.shape
-        if attention_mask.dtype != torch.bool or tuple(attention_mask.shape) != (B, T):
-            raise ValueError(f"attention_mask must be a bool tensor of shape (B, T) = ({B}, {T}), True = real "
-                             f"token; got {attention_mask.dtype} {tuple(attention_mask.shape)}")
-
+from attention.registry import (  # noqa: F401  (the public interface)
+    MODEL_CONTEXT, Attention, InferenceOnlyError, accepted_params, build, check_params, check_qkv, is_trainable,
+    register, registered,
+)
+from attention.registry import _REGISTRY, _lookup  # noqa: F401  (tests register probes; configurator)
 
 from attention import softmax  # noqa: E402,F401  (registers softmax, softmax_reference)
 from attention import tree  # noqa: E402,F401

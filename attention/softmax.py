@@ -24,7 +24,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from attention import Attention, check_qkv, register
+from attention.registry import Attention, check_qkv, register
 
 
 def allowed_keys(T, causal, attention_mask=None, exclude_self=False, window=0, device=None):

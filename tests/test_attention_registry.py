@@ -89,3 +89,21 @@ def test_bad_shapes_and_mask_raise():
         attention.build("softmax")(q, k, v, causal=True, attention_mask=torch.ones(2, 6, dtype=torch.bool))
     with pytest.raises(ValueError, match="attention_mask"):
         attention.check_qkv(q, k, v, attention_mask=torch.ones(2, 7))
+
+
+def test_check_params_is_the_one_validation():
+    import configurator
+
+    attention.check_params("softmax", {"window": 4})
+    for params, message in [({"window": "4"}, r"parameter 'window' expects int \(default"),
+                            ({"exclude_self": 1}, "parameter 'exclude_self' expects bool"),
+                            ({"layer_idx": 0}, "model supplies"), ({"E": 0.5}, "unknown parameter")]:
+        with pytest.raises(ValueError, match=message):
+            attention.check_params("softmax", params)
+        if "expects" not in message:  # build runs the same check, less the types (constructors may parse strings)
+            with pytest.raises(ValueError, match=message):
+                attention.build("softmax", **params)
+        with pytest.raises(configurator.ConfigError, match=message):  # the command line's adapter too
+            configurator.check_attention_params("softmax", params)
+    with pytest.raises(ValueError, match="did you mean softmax"):
+        attention.check_params("softmx", {})

@@ -61,7 +61,7 @@ def test_missing_file():
 def test_attention_params_checked():
     with pytest.raises(ValueError, match="registered"):
         configurator.check_attention_params("nope", {})
-    with pytest.raises(ValueError, match="no parameter 'E'"):
+    with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['E'\]; accepted parameters: exclude_self, window"):
         configurator.check_attention_params("softmax", {"E": 0.5})
 
 

@@ -11,7 +11,7 @@ Files: ``reference.py`` (the explicit (T, T) score matrix; the specification), `
 """
 import torch
 
-from attention import Attention, check_qkv, register
+from attention.registry import Attention, check_qkv, register
 from attention.dense.compute import REGIMES, choose_regime, dense_forward, regime_cost  # noqa: F401
 from attention.dense.reference import allowed_pairs, reference_forward, window_ids  # noqa: F401
 

@@ -18,7 +18,7 @@ import warnings
 
 import torch
 
-from attention import Attention, InferenceOnlyError, check_qkv, register
+from attention.registry import Attention, InferenceOnlyError, check_qkv, register
 from attention.feature_maps import RandomFeatureMap
 from attention.tree.cpu import cpu_forward, load_kernel
 from attention.tree.reference import reference_forward

@@ -225,7 +225,27 @@ def max_norm(x, eps):
     return x / (x.abs().amax(dim=-1, keepdim=True) + eps)
 
 
-class SelfAttention(nn.Module):
+class AttentionLayer(nn.Module):
+    """What the two attention layers share: the heads' shape, the causal flag, and the model
+    context ``{"layer_idx", "block_size"}`` handed to ``attention.build`` (see ``attention``)."""
+
+    def __init__(self, config, causal, layer_idx=0):
+        super().__init__()
+        self.n_head = config.n_head
+        self.causal = causal
+        self.layer_idx = layer_idx
+
+    def context(self, config):
+        """The model context handed to ``attention.build`` for this block."""
+        return {"layer_idx": self.layer_idx, "block_size": config.block_size}
+
+    def heads(self, t):
+        """(B, T, C) -> (B, H, T, D)."""
+        B, T, C = t.shape
+        return t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+
+
+class SelfAttention(AttentionLayer):
     """Multi-head self-attention: fused qkv projection (``c_attn``), a registered attention
     mechanism on (B, H, T, D) tensors, output projection (``c_proj``).
 
@@ -242,18 +262,11 @@ class SelfAttention(nn.Module):
     """
 
     def __init__(self, config, causal, layer_idx=0):
-        super().__init__()
-        self.n_head = config.n_head
-        self.causal = causal
-        self.layer_idx = layer_idx
+        super().__init__(config, causal, layer_idx)
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.resid_dropout = nn.Dropout(config.dropout)
         self.mechanism = self.build_mechanism(config, config.attention, config.attention_params)
-
-    def context(self, config):
-        """The model context handed to ``attention.build`` for this block."""
-        return {"layer_idx": self.layer_idx, "block_size": config.block_size}
 
     def build_mechanism(self, config, name, params):
         """``attention.build(name, context, **params)`` with this block's context."""
@@ -261,8 +274,7 @@ class SelfAttention(nn.Module):
 
     def forward(self, x, attention_mask=None, relpe=None):
         B, T, C = x.shape
-        q, k, v = self.c_attn(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        q, k, v = (self.heads(t) for t in self.c_attn(x).split(C, dim=2))
         if relpe is not None:
             q, k = q * relpe, k * relpe
         y = self.mechanism(q, k, v, causal=self.causal, attention_mask=attention_mask)
@@ -306,7 +318,7 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
-class DenseSelfAttention(nn.Module):
+class DenseSelfAttention(AttentionLayer):
     """The attention of a DANet block (paper Sec. 3.1): per head h, queries x W_Q[:, h] (one
     bias-free C x C matrix ``c_q``, split into heads like GPT-2's q), keys = values = x[:, h]
     (the h-th slice of the input; no W_K, W_V, W_O), combined by the registered ``dense``
@@ -320,17 +332,10 @@ class DenseSelfAttention(nn.Module):
     """
 
     def __init__(self, config, causal, layer_idx=0, kind="G"):
-        super().__init__()
-        self.n_head = config.n_head
-        self.causal = causal
-        self.layer_idx = layer_idx
+        super().__init__(config, causal, layer_idx)
         self.kind = kind
         self.c_q = nn.Linear(config.n_embd, config.n_embd, bias=False)
         self.mechanism = self.build_mechanism(config, config.attention, config.attention_params)
-
-    def context(self, config):
-        """The model context handed to ``attention.build`` for this block."""
-        return {"layer_idx": self.layer_idx, "block_size": config.block_size}
 
     def build_mechanism(self, config, name, params):
         """The dense mechanism of this layer: ``params`` plus the window and shift of its kind.
@@ -345,11 +350,9 @@ class DenseSelfAttention(nn.Module):
         return attention.build(name, self.context(config), **params, window=window, shift=self.kind == "S")
 
     def forward(self, x, attention_mask=None):
-        B, T, C = x.shape
-        q = self.c_q(x).view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        kv = x.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        q, kv = self.heads(self.c_q(x)), self.heads(x)
         y = self.mechanism(q, kv, kv, causal=self.causal, attention_mask=attention_mask)
-        return y.transpose(1, 2).reshape(B, T, C)
+        return y.transpose(1, 2).reshape(x.shape)
 
 
 class DANetFFN(nn.Module):

@@ -47,6 +47,11 @@ def main(argv):
     """
     torch.set_flush_denormal(True)  # subnormal floats make CPU backward passes much slower
     cfg, explicit = configurator.parse_explicit(T.DEFAULTS, argv, help=T.HELP)
+    if "out_dir" not in explicit:  # named from the config layers: configs/lra/text.py + attention/fastmax1.py
+        files = [a for a in argv if not a.startswith("--")]
+        attention_file = any(os.path.basename(os.path.dirname(os.path.normpath(f))) == "attention" for f in files)
+        cfg["out_dir"] = T.layered_out_dir(files, None if attention_file or "attention" not in explicit
+                                           else cfg["attention"]) or cfg["out_dir"]
     if cfg["init_from"] not in T.INIT_FROM:
         raise ConfigError(f"init_from must be one of {', '.join(T.INIT_FROM)}, got {cfg['init_from']!r}")
     ckpt = None

@@ -92,8 +92,9 @@ COMMON_DEFAULTS = dict(
     num_threads=0,
 )
 COMMON_HELP = dict(
-    out_dir="directory of ckpt.pt and log.jsonl; a scratch run into a used out_dir renames its log.jsonl "
-            "and final_metrics.json to log.<n>.jsonl / final_metrics.<n>.json (n = 1, 2, ...)",
+    out_dir="directory of ckpt.pt and log.jsonl; unset: out/ + the config files' names (configs/lra/text.py "
+            "configs/attention/fastmax1.py -> out/lra/text_fastmax1). A scratch run into a used out_dir renames "
+            "its log.jsonl and final_metrics.json to log.<n>.jsonl / final_metrics.<n>.json (n = 1, 2, ...)",
     init_from="'scratch' (new model) or 'resume' (continue from out_dir/ckpt.pt with its task, model and data "
               "keys; only --init_from=resume --out_dir=DIR is needed)",
     eval_interval="evaluate (and checkpoint) every this many optimizer steps, and at max_iters",
@@ -394,6 +395,27 @@ def start_log(out_dir, init_from, eval_only):
         moved.append(f"final_metrics.json -> final_metrics.{n}.json")
     print(f"{out_dir} holds an earlier run: kept its files as {', '.join(moved)}")
     return path
+
+
+def layered_out_dir(config_files, attention_name=None):
+    """The output directory of a run whose ``out_dir`` is not set: ``out/`` + the first config
+    file's path under ``configs/`` (without ``.py``) + ``_<stem>`` of every later file, e.g.
+    ``configs/lra/text.py configs/attention/fastmax1.py`` -> ``out/lra/text_fastmax1``; an
+    ``--attention=NAME`` given on the command line without an attention file adds ``_NAME``.
+    None when no config file is given (the default ``out_dir`` applies).
+    """
+    if not config_files:
+        return None
+    parts = []
+    for i, path in enumerate(config_files):
+        rel = os.path.normpath(path)
+        marker = f"configs{os.sep}"
+        rel = rel[rel.rindex(marker) + len(marker):] if marker in rel else os.path.basename(rel)
+        rel = rel[:-3] if rel.endswith(".py") else rel
+        parts.append(rel if i == 0 else os.path.basename(rel))
+    if attention_name:
+        parts.append(attention_name)
+    return os.path.join("out", "_".join(parts))
 
 
 def format_duration(seconds):

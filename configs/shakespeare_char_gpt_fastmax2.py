@@ -8,7 +8,6 @@
 # shared CPU (the same with attention dropout); estimated about 1.45 s per iteration with
 # --num_threads=2 on an idle 2-core CPU, so about 7-8 minutes for the 250 iterations and 10
 # evaluations (up to about twice that if the cores are shared with another job).
-out_dir = "out/shakespeare_char_gpt_fastmax2"
 task = "lm"
 dataset = "shakespeare_char"
 

@@ -7,7 +7,6 @@
 # Needs the lm task to accept the architecture keys (model.ARCHITECTURE_DEFAULTS).
 #   python train.py configs/wikitext2_danet_gpt_mini.py
 #   python eval_ppl.py --out_dir=out/wikitext2_danet_gpt_mini --split=test --protocol=blocks
-out_dir = "out/wikitext2_danet_gpt_mini"
 task = "lm"
 dataset = "wikitext2"
 dataset_config = "wikitext-2-v1"

@@ -1,6 +1,5 @@
 # A GPT small enough to train on WikiText-2 in under an hour on a 2-core CPU.
 # python train.py configs/wikitext2_gpt_mini.py
-out_dir = "out/wikitext2_gpt_mini"
 task = "lm"
 dataset = "wikitext2"
 dataset_config = "wikitext-2-v1"

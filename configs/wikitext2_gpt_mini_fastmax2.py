@@ -4,7 +4,6 @@
 # normalization = the module's default (see docs/fastmax.md for the choice).
 #   python train.py configs/wikitext2_gpt_mini_fastmax2.py
 #   python eval_ppl.py --out_dir=out/wikitext2_gpt_mini_fastmax2 --split=test --protocol=blocks
-out_dir = "out/wikitext2_gpt_mini_fastmax2"
 task = "lm"
 dataset = "wikitext2"
 dataset_config = "wikitext-2-v1"

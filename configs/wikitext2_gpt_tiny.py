@@ -1,5 +1,4 @@
 # A very small GPT for smoke tests and CI: trains in seconds.
-out_dir = "out/wikitext2_gpt_tiny"
 task = "lm"
 n_layer = 2
 n_head = 2

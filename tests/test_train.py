@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+import configurator
 import model as model_lib
 import tasks
 import train
@@ -526,3 +527,32 @@ def test_torchrun_resume_is_exact_with_per_rank_generators(tmp_path, wikitext2_d
     a, b = step_losses(read_log(tmp_path / "a")), step_losses(read_log(tmp_path / "b"))
     assert sorted(a) == sorted(b) == [1, 2, 3, 4]
     assert [b[i] for i in (3, 4)] == [a[i] for i in (3, 4)]
+
+
+def test_out_dir_is_named_from_the_config_layers(tmp_path, monkeypatch):
+    assert training.layered_out_dir(["configs/lra/text.py", "configs/attention/fastmax1.py"]) == \
+        os.path.join("out", "lra", "text_fastmax1")
+    assert training.layered_out_dir([os.path.join(ROOT, "configs", "wikitext2_gpt_mini.py")]) == \
+        os.path.join("out", "wikitext2_gpt_mini")
+    assert training.layered_out_dir(["configs/wikitext2_gpt_mini.py"], "fastmax") == \
+        os.path.join("out", "wikitext2_gpt_mini_fastmax")
+    assert training.layered_out_dir([]) is None
+    # through train.py: the attention file's settings apply and the run lands in the layered folder
+    monkeypatch.chdir(tmp_path)
+    seen = {}
+    monkeypatch.setattr(train, "train", lambda cfg, task, dist, ckpt=None: seen.update(cfg))
+    train.main([TINY, os.path.join(ROOT, "configs", "attention", "fastmax2.py")])
+    assert seen["out_dir"] == os.path.join("out", "wikitext2_gpt_tiny_fastmax2")
+    assert (seen["attention"], seen["attention_params"]) == ("fastmax", {"p": 2})
+    train.main([TINY, "--attention=fastmax"])
+    assert seen["out_dir"] == os.path.join("out", "wikitext2_gpt_tiny_fastmax")
+    train.main([TINY, "--out_dir=mine"])
+    assert seen["out_dir"] == "mine"
+
+
+def test_attention_config_files_build():
+    import attention
+    folder = os.path.join(ROOT, "configs", "attention")
+    for name in sorted(os.listdir(folder)):
+        cfg = configurator.parse(train.DEFAULTS, [os.path.join(folder, name)])
+        attention.check_params(cfg["attention"], cfg["attention_params"])

@@ -15,12 +15,30 @@ Tokenizers (``tokenizer``):
   new ids after GPT-2's 50257: [MASK] 50257, [CLS] 50258, [SEP] 50259, [PAD] 50260 (the model's
   vocabulary is 50304, as for the lm task). GPT-2 has no [UNK].
 
-Token files: ``<dir>/{train,val,test}.bin`` (uint16) and ``meta.json``; the directory is
+Token files: ``<dir>/{train,val,test}.bin`` (uint16) and, last, ``manifest.json``; the directory is
 ``data/wikitext2/<config>/`` for WikiText-2 with gpt2 (shared with the lm task),
 ``data/wikitext2/<config>/bert-wordpiece/`` for WikiText-2 with WordPiece and
 ``data/hf/<path>[__<config>]/<tokenizer>/`` for Hugging Face corpora. The token stream of a split
 is its lines' tokens concatenated; sequences are windows of it (they may cross article borders,
 as in the lm task).
+
+Manifest (``manifest.json``; WikiText-2 with gpt2 uses ``data/wikitext2/prepare.py``'s). The
+fields compared before the tokens are reused: ``dataset``, ``config``, ``tokenizer``, for
+WordPiece ``vocab_sha256`` (hex SHA-256 of vocab.txt's bytes, or "hub:bert-base-uncased") and
+``lowercase`` (True), and, when the text was read for the check, ``sha256`` (split -> SHA-256 of
+the split's lines joined by newlines). Recorded besides: ``source``, ``vocab_file``, ``tokens``
+(split -> count), ``dtype``. Reuse rules (``prepare``): a manifest whose tokenizer fields differ
+(a changed vocab.txt, another file) is rebuilt; the text is read and hashed when a local copy is
+named (``source_dir`` / ``WIKITEXT2_DIR``) and a manifest with other hashes is rebuilt; with no
+local copy named, a complete manifest with the same tokenizer is reused as it is (Hugging Face is
+not asked again). Token files whose sizes differ from the manifest are rebuilt, and refused by
+``open_split``. A rebuild that needs a source which cannot be read raises ``data.DataMismatch``
+naming the prepared and the asked values. A folder from before manifests (``meta.json`` only)
+recorded the vocabulary's path, not its hash, so it cannot be verified: it is rebuilt.
+
+Vocabulary checks, before ``tokenizers`` sees the file (``check_vocab_file``): UTF-8 text, one
+token per line, not empty, holding [PAD] [UNK] [CLS] [SEP] [MASK], at most 65,536 lines (ids
+must fit the uint16 token files); each failure is a ``data.DataFormatError`` naming the file.
 
 Masking (``mask_tokens``): each token that is not special is chosen independently with
 probability ``mask_prob`` (0.15); a chosen token becomes [MASK] with probability ``mask_frac``
@@ -29,7 +47,6 @@ otherwise. Special tokens are never chosen. The labels hold the original ids of 
 tokens and -1 elsewhere.
 """
 import hashlib
-import json
 import os
 from dataclasses import dataclass
 
@@ -82,19 +99,71 @@ def _bert_vocab_source(bert_vocab):
     return bert_vocab or os.environ.get("BERT_VOCAB_FILE", "")
 
 
+MAX_TOKEN_ID = (1 << 16) - 1  # the token files are uint16
+
+
+def check_vocab_file(path):
+    """Read and check a WordPiece vocab.txt (one token per line, id = line number - 1) before the
+    ``tokenizers`` library sees it.
+
+    Returns:
+        dict token -> id.
+
+    Raises:
+        DataUnavailable: the file does not exist.
+        data.DataFormatError: not UTF-8, empty, a special token missing (all of [PAD] [UNK]
+            [CLS] [SEP] [MASK] are needed), or its largest id exceeds 65,535 (uint16 token files).
+    """
+    if not os.path.exists(path):
+        raise DataUnavailable(f"BERT vocabulary {path} not found (bert_vocab / BERT_VOCAB_FILE)")
+    text = wt2.read_text_file(path)
+    tokens = text.splitlines()
+    if not tokens:
+        raise data.DataFormatError(path, "empty vocabulary; a WordPiece vocab.txt has one token per line")
+    ids = {}
+    for i, token in enumerate(tokens):
+        ids.setdefault(token.strip(), i)
+    missing = [t for t in BERT_SPECIAL_TOKENS if t not in ids]
+    if missing:
+        raise data.DataFormatError(path, f"the vocabulary lacks {', '.join(missing)}; a BERT vocabulary must hold "
+                                   f"each of {', '.join(BERT_SPECIAL_TOKENS)} on a line of its own")
+    largest = len(tokens) - 1
+    if largest > MAX_TOKEN_ID:
+        raise data.DataFormatError(path, f"largest token id {largest:,} (line {largest + 1:,}) exceeds "
+                                   f"{MAX_TOKEN_ID:,}, the largest id the uint16 token files hold; use a "
+                                   f"vocabulary of at most {MAX_TOKEN_ID + 1:,} tokens")
+    return ids
+
+
+def vocab_identity(tokenizer, bert_vocab=""):
+    """The manifest fields that identify ``tokenizer``'s token ids (see the module docstring).
+
+    Raises:
+        DataUnavailable / data.DataFormatError: see ``check_vocab_file``.
+    """
+    if tokenizer == "gpt2":
+        return {"tokenizer": "gpt2", "encoding": "tiktoken:gpt2"}
+    path = _bert_vocab_source(bert_vocab)
+    if not path:
+        return {"tokenizer": tokenizer, "vocab_sha256": f"hub:{BERT_HUB_NAME}", "lowercase": True}
+    check_vocab_file(path)
+    return {"tokenizer": tokenizer, "vocab_sha256": data.file_sha256(path), "lowercase": True}
+
+
 def bert_tokenizer(bert_vocab=""):
     """The uncased BERT WordPiece tokenizer (``tokenizers`` library) from ``bert_vocab`` (a
-    vocab.txt), else env ``BERT_VOCAB_FILE``, else bert-base-uncased from the Hugging Face hub.
+    vocab.txt, checked by ``check_vocab_file`` first), else env ``BERT_VOCAB_FILE``, else
+    bert-base-uncased from the Hugging Face hub.
 
     Raises:
         DataUnavailable: the file does not exist, or the hub cannot be reached.
+        data.DataFormatError: a malformed vocab.txt (see ``check_vocab_file``).
     """
     from tokenizers import BertWordPieceTokenizer, Tokenizer
 
     path = _bert_vocab_source(bert_vocab)
     if path:
-        if not os.path.exists(path):
-            raise DataUnavailable(f"BERT vocabulary {path} not found (bert_vocab / BERT_VOCAB_FILE)")
+        check_vocab_file(path)
         return BertWordPieceTokenizer(path, lowercase=True)
     try:
         return Tokenizer.from_pretrained(BERT_HUB_NAME)
@@ -109,6 +178,7 @@ def vocab_info(tokenizer, bert_vocab=""):
     Raises:
         ValueError: unknown tokenizer.
         DataUnavailable: the BERT vocabulary cannot be found.
+        data.DataFormatError: a malformed vocab.txt (see ``check_vocab_file``).
     """
     if tokenizer == "gpt2":
         return Vocab("gpt2", GPT2_MODEL_VOCAB, GPT2_SPECIAL["pad"], GPT2_SPECIAL["cls"], GPT2_SPECIAL["sep"],
@@ -118,8 +188,11 @@ def vocab_info(tokenizer, bert_vocab=""):
         raise ValueError(f"unknown tokenizer {tokenizer!r}; allowed: {', '.join(TOKENIZERS)}")
     ids = bert_tokenizer(bert_vocab).get_vocab()  # token -> id
     missing = [t for t in BERT_SPECIAL_TOKENS if t not in ids]
-    if missing:
-        raise DataUnavailable(f"the BERT vocabulary lacks {missing}")
+    if missing:  # the hub's vocabulary (a file was checked by check_vocab_file)
+        raise data.DataFormatError(f"hub:{BERT_HUB_NAME}", f"the vocabulary lacks {', '.join(missing)}")
+    if max(ids.values()) > MAX_TOKEN_ID:
+        raise data.DataFormatError(f"hub:{BERT_HUB_NAME}", f"largest token id {max(ids.values()):,} exceeds "
+                                   f"{MAX_TOKEN_ID:,} (uint16 token files)")
     ordinary = sorted(i for t, i in ids.items() if not (t.startswith("[") and t.endswith("]") and len(t) > 2))
     return Vocab("bert-wordpiece", _pad64(len(ids)), ids["[PAD]"], ids["[CLS]"], ids["[SEP]"], ids["[MASK]"],
                  tuple(sorted(ids[t] for t in BERT_SPECIAL_TOKENS)), np.asarray(ordinary, dtype=np.int64))
@@ -160,12 +233,13 @@ def read_texts(dataset, dataset_config="wikitext-2-v1", source_dir=""):
     Raises:
         ValueError: unknown dataset.
         DataUnavailable: the corpus cannot be found locally or online (message says how to supply it).
+        data.DataFormatError: a local file is not UTF-8.
     """
     hf = _parse_dataset(dataset)
     if hf is None:
         if dataset_config not in wt2.CONFIGS:
             raise ValueError(f"unknown dataset_config {dataset_config!r}; allowed: {', '.join(wt2.CONFIGS)}")
-        texts, source = wt2._read_texts(dataset_config, source_dir or os.environ.get("WIKITEXT2_DIR"))
+        texts, source = wt2._read_texts(dataset_config, source_dir or os.environ.get("WIKITEXT2_DIR", ""))
         return {split: text.splitlines() for split, text in texts.items()}, source
     path, config = hf
     try:
@@ -180,7 +254,11 @@ def read_texts(dataset, dataset_config="wikitext-2-v1", source_dir=""):
 
 def encode_lines(lines, tokenizer, bert_vocab=""):
     """Token ids of ``lines`` concatenated, a uint16 array. WordPiece: "<unk>" -> [UNK], no
-    special tokens added; gpt2: tiktoken's ``encode_ordinary`` of the lines joined by newlines."""
+    special tokens added; gpt2: tiktoken's ``encode_ordinary`` of the lines joined by newlines.
+
+    Raises:
+        data.DataFormatError: a token id above 65,535 (the vocabulary checks should have caught it).
+    """
     if tokenizer == "gpt2":
         import tiktoken
 
@@ -192,65 +270,179 @@ def encode_lines(lines, tokenizer, bert_vocab=""):
         chunk = [line.replace("<unk>", "[UNK]") for line in lines[start:start + batch]]
         for enc in tok.encode_batch(chunk, add_special_tokens=False):
             ids.extend(enc.ids)
-    return np.asarray(ids, dtype=np.uint16)  # BERT's 30522 ids fit in 16 bits
+    ids = np.asarray(ids, dtype=np.int64)
+    if ids.size and ids.max() > MAX_TOKEN_ID:  # checked before the cast: NumPy 1.x would wrap silently
+        raise data.DataFormatError(_bert_vocab_source(bert_vocab) or f"hub:{BERT_HUB_NAME}",
+                                   f"token id {int(ids.max()):,} exceeds {MAX_TOKEN_ID:,}, the largest id the "
+                                   f"uint16 token files hold")
+    return ids.astype(np.uint16)
+
+
+def _local_source(dataset, source_dir):
+    """The local WikiText-2 directory named by ``source_dir`` or ``WIKITEXT2_DIR`` ("" if none or
+    not WikiText-2)."""
+    if _parse_dataset(dataset) is not None:
+        return ""
+    return source_dir or os.environ.get("WIKITEXT2_DIR", "")
 
 
 def is_prepared(dataset, dataset_config, tokenizer):
-    """True if every split's token file and meta.json exist."""
+    """True if the folder has a manifest and every split's token file of the recorded size."""
     out = data_dir(dataset, dataset_config, tokenizer)
-    return all(os.path.exists(os.path.join(out, f)) for f in [f"{s}.bin" for s in SPLITS] + ["meta.json"])
+    if _parse_dataset(dataset) is None and tokenizer == "gpt2":
+        return wt2.is_prepared(dataset_config, out)
+    manifest = wt2.stored_manifest(out)
+    return manifest is not None and wt2.files_match(out, manifest, SPLITS)
+
+
+def _split_sha256(lines):
+    return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
 
 
 def prepare(dataset="wikitext2", dataset_config="wikitext-2-v1", tokenizer="bert-wordpiece", source_dir="",
             bert_vocab="", verbose=True):
-    """Write the token files of ``dataset`` with ``tokenizer`` unless they are already there;
-    return the meta dict. WikiText-2 with gpt2 is ``data/wikitext2/prepare.py``'s job (called here).
+    """Write the token files of ``dataset`` with ``tokenizer`` unless the folder already holds
+    them from the same text and vocabulary (rules in the module docstring); return the manifest.
+    WikiText-2 with gpt2 is ``data/wikitext2/prepare.py``'s job (called here).
+
+    Returns:
+        dict: the manifest (keys in the module docstring; "tokens": split -> count).
 
     Raises:
         ValueError: unknown dataset, dataset_config or tokenizer.
         DataUnavailable: the corpus or the BERT vocabulary cannot be found.
+        data.DataFormatError: a malformed vocab.txt or source file, or a split without tokens.
+        data.DataMismatch: the prepared tokens differ from what is asked and the source cannot be read.
     """
     if tokenizer not in TOKENIZERS:
         raise ValueError(f"unknown tokenizer {tokenizer!r}; allowed: {', '.join(TOKENIZERS)}")
     out = data_dir(dataset, dataset_config, tokenizer)
-    if _parse_dataset(dataset) is None and tokenizer == "gpt2":
+    if _parse_dataset(dataset) is None:
         if dataset_config not in wt2.CONFIGS:
             raise ValueError(f"unknown dataset_config {dataset_config!r}; allowed: {', '.join(wt2.CONFIGS)}")
-        return wt2.prepare(dataset_config, source_dir or None, verbose=verbose)
-    meta_path = os.path.join(out, "meta.json")
-    if is_prepared(dataset, dataset_config, tokenizer):
-        with open(meta_path) as f:
-            return json.load(f)
-    lines, source = read_texts(dataset, dataset_config, source_dir)
-    os.makedirs(out, exist_ok=True)
-    counts = {}
+        if tokenizer == "gpt2":
+            manifest = wt2.prepare(dataset_config, source_dir or None, verbose=verbose)
+            _check_no_empty_split(manifest, dataset, wt2.data_dir(dataset_config))
+            return manifest
+    expected = {"dataset": dataset, "config": dataset_config, **vocab_identity(tokenizer, bert_vocab)}
+    stored = wt2.stored_manifest(out)
+    if stored is not None and not wt2.files_match(out, stored, SPLITS):
+        stored = None  # token files changed since: prepare again
+    local = _local_source(dataset, source_dir)
+    texts = None
+    if local or stored is None or data.manifest_differences(stored, expected):
+        try:
+            texts = read_texts(dataset, dataset_config, local)
+        except DataUnavailable as e:
+            if stored is None:
+                raise
+            raise data.DataMismatch(
+                f"MLM tokens in {out} were prepared with other options "
+                f"({data.describe_differences(data.manifest_differences(stored, expected))}) and the corpus "
+                f"needed to prepare them again cannot be read ({e})") from None
+        lines, source = texts
+        expected["sha256"] = {split: _split_sha256(lines[split]) for split in SPLITS}
+    elif "sha256" in stored:
+        expected["sha256"] = stored["sha256"]  # no local copy named: reuse (module docstring)
+    if stored is None and data.read_manifest(out) is not None:
+        os.remove(os.path.join(out, data.MANIFEST))
+
+    def build(directory):
+        lines, source = texts
+        legacy = os.path.join(directory, "meta.json")  # from before manifests: superseded
+        if os.path.exists(legacy):
+            os.remove(legacy)
+        counts = {}
+        for split in SPLITS:
+            ids = encode_lines(lines[split], tokenizer, bert_vocab)
+            if ids.size == 0:
+                raise data.DataFormatError(_source_file(source, split), f"split {split!r} has no tokens; MLM "
+                                           f"needs text in each of {', '.join(SPLITS)}")
+            data.atomic_write(os.path.join(directory, f"{split}.bin"), ids.tofile)
+            counts[split] = int(ids.size)
+            if verbose:
+                print(f"{dataset} {split}: {len(lines[split]):,} lines -> {ids.size:,} {tokenizer} tokens")
+        return {"source": source, "vocab_file": _bert_vocab_source(bert_vocab) or f"hub:{BERT_HUB_NAME}",
+                "tokens": counts, "dtype": "uint16"}
+
+    return data.ensure_manifest(out, expected, build, what=f"MLM tokens ({dataset}, {tokenizer})")
+
+
+def _source_file(source, split):
+    """The file (or data set id) a split came from, for messages."""
+    if source.startswith("local:"):
+        return os.path.join(source[len("local:"):], f"wiki.{wt2.SPLITS[split]}.tokens")
+    return f"{source} [{split}]"
+
+
+def _check_no_empty_split(manifest, dataset, directory):
     for split in SPLITS:
-        ids = encode_lines(lines[split], tokenizer, bert_vocab)
-        data.atomic_write(os.path.join(out, f"{split}.bin"), ids.tofile)
-        counts[split] = int(ids.size)
-        if verbose:
-            print(f"{dataset} {split}: {len(lines[split]):,} lines -> {ids.size:,} {tokenizer} tokens")
-    digest = hashlib.sha256("\n".join(lines["train"]).encode("utf-8")).hexdigest()
-    meta = {"dataset": dataset, "config": dataset_config, "source": source, "tokenizer": tokenizer,
-            "bert_vocab": _bert_vocab_source(bert_vocab) or BERT_HUB_NAME, "dtype": "uint16", "tokens": counts,
-            "train_sha256": digest}
-    data.write_json(meta_path, meta, indent=2)
-    return meta
+        if not manifest.get("tokens", {}).get(split):
+            raise data.DataFormatError(os.path.join(directory, f"{split}.bin"), f"split {split!r} of {dataset} has "
+                                       f"no tokens; MLM needs text in each of {', '.join(SPLITS)}")
+
+
+def summary(manifest):
+    """The run log's summary of an MLM token folder's manifest: source, sizes in tokens,
+    tokenizer identity (small and JSON-serialisable)."""
+    tokens = manifest.get("tokens", {})
+    out = {"dataset": manifest.get("dataset"), "config": manifest.get("config"), "source": str(manifest.get("source")),
+           "train_size": int(tokens.get("train", 0)), "train_size_unit": "tokens",
+           "val_size": int(tokens.get("val", 0)), "test_size": int(tokens.get("test", 0)),
+           "tokenizer": manifest.get("tokenizer")}
+    for key in ("vocab_sha256", "lowercase", "encoding"):
+        if key in manifest:
+            out[key] = manifest[key]
+    return out
+
+
+def manifest(dataset="wikitext2", dataset_config="wikitext-2-v1", tokenizer="bert-wordpiece"):
+    """The manifest of a prepared token folder.
+
+    Raises:
+        DataUnavailable: not prepared.
+        data.DataFormatError: manifest.json is not JSON.
+    """
+    out = data_dir(dataset, dataset_config, tokenizer)
+    found = wt2.stored_manifest(out)
+    if found is None:
+        raise DataUnavailable(f"{os.path.join(out, data.MANIFEST)} not found; prepare it first "
+                              f"(python train.py --task=mlm does so)")
+    if _parse_dataset(dataset) is None and tokenizer == "gpt2":
+        found = {**found, "dataset": dataset, "tokenizer": "gpt2", "encoding": found.get("tokenizer")}
+    return found
 
 
 def open_split(split, dataset="wikitext2", dataset_config="wikitext-2-v1", tokenizer="bert-wordpiece"):
     """Read-only uint16 memmap of a prepared split (nothing is prepared here).
 
+    Returns:
+        np.memmap of shape (tokens,), dtype uint16.
+
     Raises:
         ValueError: unknown split.
         DataUnavailable: the file is missing (run ``prepare`` first).
+        data.DataFormatError: the file is empty (a split without tokens) or has an odd size.
+        data.DataMismatch: its size differs from the manifest's count.
     """
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; allowed: {', '.join(SPLITS)}")
-    path = os.path.join(data_dir(dataset, dataset_config, tokenizer), f"{split}.bin")
+    directory = data_dir(dataset, dataset_config, tokenizer)
+    path = os.path.join(directory, f"{split}.bin")
+    how = "prepare it first (python train.py --task=mlm does so)"
     if not os.path.exists(path):
-        raise DataUnavailable(f"{path} not found; prepare it first (python train.py --task=mlm does so)")
-    return np.memmap(path, dtype=np.uint16, mode="r")
+        raise DataUnavailable(f"{path} not found; {how}")
+    return wt2.open_token_file(path, how, wt2.stored_manifest(directory), split)
+
+
+def check_window_fits(tokens, block_size, name="split"):
+    """Raise ValueError unless ``tokens`` (a split) holds one MLM window: block_size - 2 tokens
+    ([CLS] and [SEP] are added around them)."""
+    need = block_size - 2
+    if len(tokens) < need:
+        raise ValueError(f"{name} has {len(tokens):,} tokens, fewer than the {need:,} an MLM sequence needs "
+                         f"(block_size - 2 = {block_size} - 2, beside [CLS] and [SEP]); use a smaller block_size "
+                         f"or more data")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -39,8 +39,8 @@ DEFAULTS = dict(
 HELP = dict(
     dataset_config="WikiText-2 variant: wikitext-2-v1 (<unk>-processed) or wikitext-2-raw-v1",
     data_source_dir="directory with wiki.{train,valid,test}.tokens ('' = env WIKITEXT2_DIR, else Hugging Face)",
-    data_source_file="shakespeare_char: the Tiny Shakespeare text ('' = env TINYSHAKESPEARE_FILE, else "
-                     "../shared/data/tinyshakespeare/input.txt if it exists, else download)",
+    data_source_file="shakespeare_char: the Tiny Shakespeare text ('' = env TINYSHAKESPEARE_FILE, else a copy "
+                     "downloaded earlier, else download from char-rnn's GitHub)",
     **ARCHITECTURE_HELP,
 )
 DATASETS = ("wikitext2", "shakespeare_char")
@@ -71,34 +71,46 @@ def _check_dataset(cfg):
 
 
 def prepare_data(cfg):
-    """Tokenize WikiText-2 into ``data/wikitext2/<dataset_config>/`` unless already there; for
-    shakespeare_char, ``shakespeare.prepare`` (a no-op when the prepared files hold the source's
-    sha256, so a changed source is re-prepared).
+    """Tokenize WikiText-2 into ``data/wikitext2/<dataset_config>/`` unless its manifest shows the
+    same text (``wt2.prepare``: a named local copy is hashed and compared; another copy is
+    tokenized again); for shakespeare_char, ``shakespeare.prepare`` (a no-op when the manifest
+    holds the source's sha256, so a changed source is re-prepared).
 
     Raises:
         ConfigError: unknown dataset or dataset_config, or a key of the other data set.
         data.DataUnavailable: no local copy and no Hugging Face access / download (message says
             how to supply it).
+        data.DataFormatError: a source file that is not UTF-8 (names the file and line), an empty text.
     """
     _check_dataset(cfg)
     if cfg["dataset"] == "shakespeare_char":
         shakespeare.prepare(cfg["data_source_file"] or None)
         return
-    if not wt2.is_prepared(cfg["dataset_config"]):
-        wt2.prepare(cfg["dataset_config"], cfg["data_source_dir"] or None)
+    wt2.prepare(cfg["dataset_config"], cfg["data_source_dir"] or None)
 
 
 def load_data(cfg):
     """dict split -> read-only uint16 memmap of token ids (GPT-2 BPE or characters), for "train"
-    and "val"; for shakespeare_char also "meta" -> the prepared meta dict (vocabulary).
+    and "val"; "manifest" -> the prepared data's summary for the run log (source, train_size,
+    train_size_unit "tokens", val_size, test_size, tokenizer; ``wt2.summary`` /
+    ``shakespeare.summary``); for shakespeare_char also "meta" -> the prepared meta dict
+    (vocabulary).
 
     Raises:
-        data.DataUnavailable: a split file is missing (prepare_data not run).
+        data.DataUnavailable: a split file or the manifest is missing (prepare_data not run).
+        data.DataFormatError: an empty or odd-sized token file.
+        data.DataMismatch: a token file's size differs from its manifest.
     """
     _check_dataset(cfg)
     if cfg["dataset"] == "shakespeare_char":
-        return {**{split: shakespeare.open_split(split) for split in SPLITS}, "meta": shakespeare.load_meta()}
-    return {split: wt2.open_split(split, cfg["dataset_config"]) for split in SPLITS}
+        return {**{split: shakespeare.open_split(split) for split in SPLITS}, "meta": shakespeare.load_meta(),
+                "manifest": shakespeare.summary()}
+    manifest = wt2.stored_manifest(wt2.data_dir(cfg["dataset_config"]))
+    if manifest is None:
+        raise data_lib.DataUnavailable(f"{wt2.data_dir(cfg['dataset_config'])} has no {data_lib.MANIFEST}; prepare it "
+                                       f"with python data/wikitext2/prepare.py --config={cfg['dataset_config']}")
+    return {**{split: wt2.open_split(split, cfg["dataset_config"]) for split in SPLITS},
+            "manifest": wt2.summary(manifest)}
 
 
 def vocab_size(cfg, data=None):

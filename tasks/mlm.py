@@ -66,30 +66,46 @@ def _check(cfg):
 
 
 def prepare_data(cfg):
-    """Tokenize the corpus into ``data_dir`` unless already there (``data.mlm.prepare``).
+    """Tokenize the corpus into ``data_dir`` unless it already holds the same text and
+    vocabulary (``data.mlm.prepare``; its manifest decides, e.g. a changed vocab.txt re-tokenizes).
 
     Raises:
         ConfigError: unknown dataset, dataset_config, tokenizer or masking probabilities.
         data.DataUnavailable: the corpus or the BERT vocabulary is missing (message says how to supply it).
+        data.DataFormatError: a malformed vocab.txt or corpus file, or a split without tokens.
+        data.DataMismatch: prepared tokens differ from what is asked and cannot be prepared again.
     """
     _check(cfg)
     try:
         mlm_data.prepare(cfg["dataset"], cfg["dataset_config"], cfg["tokenizer"], cfg["data_source_dir"],
                          cfg["bert_vocab"])
+    except data_lib.DataError:
+        raise  # a data-file problem (DataFormatError is also a ValueError): not a config mistake
     except ValueError as e:
         raise ConfigError(str(e)) from None
 
 
 def load_data(cfg):
-    """dict: "train", "val" -> read-only uint16 memmaps of token ids; "vocab" -> ``data.mlm.Vocab``.
+    """dict: "train", "val" -> read-only uint16 memmaps of token ids; "vocab" -> ``data.mlm.Vocab``;
+    "manifest" -> the prepared tokens' summary (``data.mlm.summary``: source, train_size,
+    train_size_unit "tokens", val_size, test_size, tokenizer identity) for the run log.
 
     Raises:
-        data.DataUnavailable: a split file or the BERT vocabulary is missing.
+        ConfigError: a split holds fewer than block_size - 2 tokens (one MLM sequence).
+        data.DataUnavailable: a split file, the manifest or the BERT vocabulary is missing.
+        data.DataFormatError: an empty or malformed token file or vocab.txt.
+        data.DataMismatch: a token file's size differs from its manifest.
     """
     _check(cfg)
     out = {split: mlm_data.open_split(split, cfg["dataset"], cfg["dataset_config"], cfg["tokenizer"])
            for split in SPLITS}
+    for split in SPLITS:
+        try:
+            mlm_data.check_window_fits(out[split], cfg["block_size"], name=f"split {split!r}")
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     out["vocab"] = mlm_data.vocab_info(cfg["tokenizer"], cfg["bert_vocab"])
+    out["manifest"] = mlm_data.summary(mlm_data.manifest(cfg["dataset"], cfg["dataset_config"], cfg["tokenizer"]))
     return out
 
 
@@ -145,8 +161,9 @@ def get_batch(data, split, cfg, seed, device):
         dict "idx", "labels": (batch_size, block_size) int64 on ``device`` (see ``make_batch``).
 
     Raises:
-        ValueError: the split has fewer than block_size - 2 tokens.
+        ValueError: the split has fewer than block_size - 2 tokens (the message speaks of MLM).
     """
+    mlm_data.check_window_fits(data[split], cfg["block_size"], name=f"split {split!r}")
     windows = data_lib.sample_windows(data[split], cfg["batch_size"], cfg["block_size"] - 2, seed,
                                       name=f"split {split!r}")
     rng = np.random.default_rng(_seed_list(seed) + [1])

@@ -7,7 +7,7 @@ import pytest
 from data import write_json
 from data.wikitext2 import prepare as wt2
 
-# GPT-2 BPE token counts of the WikiText-2 v1 copy in ../shared (sha256 recorded in meta.json)
+# GPT-2 BPE token counts of the WikiText-2 v1 copy in ../shared (sha256 recorded in manifest.json)
 EXPECTED_TOKENS = {"train": 2_448_405, "val": 258_659, "test": 295_877}
 
 
@@ -18,7 +18,7 @@ def test_prepare_real_wikitext2(tmp_path, wikitext2_dir):
     for split, n in EXPECTED_TOKENS.items():
         ids = np.fromfile(out / f"{split}.bin", dtype=np.uint16)
         assert ids.size == n and ids.max() < 50257
-    assert json.loads((out / "meta.json").read_text())["sha256"]["test"].startswith("d790b833")
+    assert json.loads((out / "manifest.json").read_text())["sha256"]["test"].startswith("d790b833")
     # decoding gives back the source text
     import tiktoken
     test_ids = np.fromfile(out / "test.bin", dtype=np.uint16)[:200].tolist()
@@ -91,7 +91,7 @@ def test_prepare_leaves_no_temporary_files(tmp_path, wikitext2_dir, monkeypatch)
         (src / f"wiki.{name}.tokens").write_text(text, encoding="utf-8")
     out = tmp_path / "out"
     meta = wt2.prepare("wikitext-2-v1", source_dir=str(src), out_dir=str(out), verbose=False)
-    assert sorted(os.listdir(out)) == ["meta.json", "test.bin", "train.bin", "val.bin"]
+    assert sorted(os.listdir(out)) == ["manifest.json", "test.bin", "train.bin", "val.bin"]
     assert wt2.is_prepared(out_dir=str(out)) and all(n > 1000 for n in meta["tokens"].values())
 
 

@@ -110,7 +110,6 @@ def test_download_when_nothing_is_local_then_the_cached_copy(tmp_path, monkeypat
 
     calls = []
     monkeypatch.delenv("TINYSHAKESPEARE_FILE", raising=False)
-    monkeypatch.setattr(shakespeare, "SHARED_FILE", str(tmp_path / "no_shared" / "input.txt"))
     monkeypatch.setattr(urllib.request, "urlopen",
                         lambda url, timeout: calls.append(url) or Response(TEXT.encode()))
     out = tmp_path / "out"

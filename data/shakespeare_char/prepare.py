@@ -17,19 +17,32 @@ test = [b, n) with a = floor(0.90 n), b = a + floor(0.05 n)). nanoGPT's shakespe
 so that a held-out test split exists.
 
 Written to ``data/shakespeare_char/prepared/`` (``DEFAULT_OUT_DIR``): ``{train,val,test}.bin``
-(uint16 token ids) and ``meta.json`` (vocabulary, vocab_size, characters and tokens per split,
-the character ranges of the splits, the source and the sha256 of its bytes). Every file is written
-through ``data.atomic_write`` (temporary name, then rename). Preparing again from a source with
-the same sha256 is a no-op.
+(uint16 token ids), ``meta.json`` (vocabulary, vocab_size, characters and tokens per split,
+the character ranges of the splits, the source and the sha256 of its bytes) and, last,
+``manifest.json`` (``data.write_manifest``). Every file is written through ``data.atomic_write``
+(temporary name, then rename).
 
-Source lookup, first match wins:
+Manifest: the fields compared before reuse are ``dataset`` ("shakespeare_char"), ``sha256`` (hex
+SHA-256 of the source's bytes), ``tokenizer`` ("characters (sorted distinct characters)") and
+``split_percent``; recorded besides: ``source``, ``source_lookup``, ``characters``, ``tokens``
+(split -> count), ``vocab_size``, ``dtype``. Preparing again from a source with the same sha256
+is a no-op; another sha256 prepares again. When no source can be found locally, a prepared folder
+whose token files have the sizes its manifest records is used as it is (no download). A folder
+prepared before manifests existed (``meta.json`` only) is adopted when its meta.json records the
+source's sha256 (or, with no source at hand, any sha256) and its token files have the recorded
+sizes; otherwise it is prepared again.
+
+Source lookup, first match wins (nothing else is read: no path beside the repository):
 1. ``source_file`` (``--source_file``; the lm task's ``data_source_file`` key);
 2. the environment variable ``TINYSHAKESPEARE_FILE``;
-3. ``../shared/data/tinyshakespeare/input.txt`` next to the repository, if it exists;
-4. a copy downloaded earlier into the output directory (``input.txt``);
-5. a download from ``URL`` (saved as that copy).
+3. a copy downloaded earlier into the output directory (``input.txt``);
+4. a download from ``URL`` (saved as that copy).
 A path given in 1 or 2 that does not exist is an error (``DataUnavailable`` naming the path and
-the variable); it never falls through to a download.
+the variable); it never falls through to a download. Offline with none of them:
+``DataUnavailable`` saying how to supply the file.
+
+Errors: a source that is not UTF-8 raises ``data.DataFormatError`` naming the file and the line;
+an empty source, or one with more than 65,536 distinct characters, ``data.DataFormatError``.
 """
 import argparse
 import hashlib
@@ -49,7 +62,6 @@ import data  # noqa: E402
 URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 KNOWN_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"  # the char-rnn file
 ENV_VAR = "TINYSHAKESPEARE_FILE"
-SHARED_FILE = os.path.join(os.path.dirname(REPO), "shared", "data", "tinyshakespeare", "input.txt")
 DEFAULT_OUT_DIR = os.path.join(HERE, "prepared")
 DOWNLOAD_NAME = "input.txt"
 SPLITS = ("train", "val", "test")
@@ -69,7 +81,7 @@ def find_source(source_file=None, out_dir=None):
     """The local text file to read, following the lookup order of the module docstring.
 
     Returns:
-        (path, how): path of an existing file and "argument", "env", "shared" or "downloaded";
+        (path, how): path of an existing file and "argument", "env" or "downloaded";
         (None, "download") when nothing local exists and the text must be downloaded.
 
     Raises:
@@ -82,8 +94,6 @@ def find_source(source_file=None, out_dir=None):
                 raise DataUnavailable(f"Tiny Shakespeare source {path} not found (given by {given}); point "
                                       f"{ENV_VAR} or data_source_file at char-rnn's tinyshakespeare/input.txt")
             return path, how
-    if os.path.isfile(SHARED_FILE):
-        return SHARED_FILE, "shared"
     cached = os.path.join(out_dir or data_dir(), DOWNLOAD_NAME)
     if os.path.isfile(cached):
         return cached, "downloaded"
@@ -105,7 +115,7 @@ def download(path, url=URL, timeout=60):
         raise DataUnavailable(
             f"could not download Tiny Shakespeare from {url} ({type(e).__name__}: {e}). Offline, set "
             f"{ENV_VAR}=/path/to/input.txt (char-rnn's data/tinyshakespeare/input.txt), pass "
-            f"--source_file=PATH, or put the file at {SHARED_FILE}") from e
+            f"--source_file=PATH (the lm task's data_source_file)") from e
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
 
     def write(tmp):
@@ -161,6 +171,14 @@ def decode(ids, vocab):
     return "".join(vocab[int(i)] for i in ids)
 
 
+TOKENIZER = "characters (sorted distinct characters)"
+
+
+def _files_match(out_dir, counts):
+    return all(os.path.isfile(os.path.join(out_dir, f"{s}.bin"))
+               and os.path.getsize(os.path.join(out_dir, f"{s}.bin")) == 2 * counts.get(s, -1) for s in SPLITS)
+
+
 def is_prepared(out_dir=None):
     """True if the three ``.bin`` files and ``meta.json`` exist in ``out_dir`` (default ``data_dir()``)."""
     out_dir = out_dir or data_dir()
@@ -172,16 +190,72 @@ def load_meta(out_dir=None):
 
     Raises:
         DataUnavailable: not prepared (the message says how to prepare it).
+        data.DataFormatError: meta.json is not JSON.
     """
     path = os.path.join(out_dir or data_dir(), "meta.json")
     if not os.path.exists(path):
         raise DataUnavailable(f"{path} not found; prepare it with python data/shakespeare_char/prepare.py")
     with open(path) as f:
-        return json.load(f)
+        try:
+            return json.load(f)
+        except ValueError as e:
+            raise data.DataFormatError(path, f"not valid JSON ({e.msg}); prepare the data again",
+                                       line=getattr(e, "lineno", None)) from None
+
+
+def _manifest_of_meta(meta):
+    """The manifest fields of a meta dict (identity first, then what is recorded besides)."""
+    return {"dataset": "shakespeare_char", "sha256": meta["sha256"], "tokenizer": TOKENIZER,
+            "split_percent": meta.get("split_percent", dict(SPLIT_PERCENT)), "source": meta.get("source"),
+            "source_lookup": meta.get("source_lookup"), "characters": meta.get("characters"),
+            "tokens": meta["tokens"], "vocab_size": meta["vocab_size"], "dtype": "uint16"}
+
+
+def read_manifest(out_dir=None):
+    """The manifest of the prepared folder; a folder from before manifests whose meta.json and
+    token files agree is adopted (a manifest is written from its meta.json). None if neither.
+
+    Raises:
+        data.DataFormatError: manifest.json or meta.json is not JSON.
+    """
+    out_dir = out_dir or data_dir()
+    path = os.path.join(out_dir, data.MANIFEST)
+    try:
+        manifest = data.read_manifest(out_dir)
+    except ValueError as e:
+        raise data.DataFormatError(path, f"not valid JSON ({e.msg}); delete it to prepare the data again",
+                                   line=getattr(e, "lineno", None)) from None
+    if manifest is not None or not is_prepared(out_dir):
+        return manifest
+    meta = load_meta(out_dir)
+    if not isinstance(meta, dict) or not {"sha256", "tokens", "vocab_size"} <= set(meta) \
+            or not _files_match(out_dir, meta["tokens"]):
+        return None
+    manifest = {**_manifest_of_meta(meta), "adopted_from": "meta.json"}
+    data.write_manifest(out_dir, manifest)
+    return manifest
+
+
+def summary(out_dir=None):
+    """The run log's summary of the prepared data: source, sizes in characters (= tokens),
+    tokenizer, vocab_size, sha256 (small, JSON-serialisable).
+
+    Raises:
+        DataUnavailable: not prepared.
+    """
+    manifest = read_manifest(out_dir)
+    if manifest is None:
+        raise DataUnavailable(f"{os.path.join(out_dir or data_dir(), data.MANIFEST)} not found; prepare it with "
+                              f"python data/shakespeare_char/prepare.py")
+    tokens = manifest["tokens"]
+    return {"dataset": "shakespeare_char", "source": str(manifest.get("source")), "train_size": int(tokens["train"]),
+            "train_size_unit": "tokens", "val_size": int(tokens["val"]), "test_size": int(tokens["test"]),
+            "tokenizer": TOKENIZER, "vocab_size": int(manifest["vocab_size"]), "sha256": manifest["sha256"]}
 
 
 def prepare(source_file=None, out_dir=None, verbose=True):
-    """Write the token files and meta.json unless they already hold this source; return the meta.
+    """Write the token files, meta.json and manifest.json unless they already hold this source
+    (reuse rules in the module docstring); return the meta.
 
     Args:
         source_file: path of the text (None = ``$TINYSHAKESPEARE_FILE``, then the lookup of the
@@ -196,16 +270,17 @@ def prepare(source_file=None, out_dir=None, verbose=True):
     Raises:
         DataUnavailable: a named source file is missing, or nothing local exists and the download
             fails.
-        ValueError: the text is empty or has too many distinct characters.
+        data.DataFormatError: the text is not UTF-8, is empty or has too many distinct characters.
     """
     out_dir = out_dir or data_dir()
     path, how = find_source(source_file, out_dir)
-    if path is None and is_prepared(out_dir):
-        # prepared earlier from a source that is gone (e.g. a copied directory): use it as it is
-        if verbose:
-            print(f"{out_dir}: prepared, source not available to re-check; using it as it is")
-        return load_meta(out_dir)
     if path is None:
+        stored = read_manifest(out_dir)
+        if stored is not None and _files_match(out_dir, stored["tokens"]):
+            # prepared earlier from a source that is gone (e.g. a copied directory): use it as it is
+            if verbose:
+                print(f"{out_dir}: prepared from {stored.get('source')}, source not available to re-check; using it")
+            return load_meta(out_dir)
         path = os.path.join(out_dir, DOWNLOAD_NAME)
         if verbose:
             print(f"downloading Tiny Shakespeare from {URL}")
@@ -214,35 +289,52 @@ def prepare(source_file=None, out_dir=None, verbose=True):
         with open(path, "rb") as f:
             raw = f.read()
     digest = hashlib.sha256(raw).hexdigest()
-    if is_prepared(out_dir):
-        meta = load_meta(out_dir)
-        if meta.get("sha256") == digest:
-            if verbose:
-                print(f"{out_dir}: already prepared ({meta['tokens']})")
-            return meta
-    text = raw.decode("utf-8")
-    vocab = build_vocab(text)
-    ids = encode(text, vocab)
-    ranges = split_ranges(len(text))
-    os.makedirs(out_dir, exist_ok=True)
-    counts = {}
-    for split in SPLITS:
-        start, end = ranges[split]
-        part = np.ascontiguousarray(ids[start:end])
-        data.atomic_write(os.path.join(out_dir, f"{split}.bin"), part.tofile)
-        counts[split] = int(part.size)
-        if verbose:
-            print(f"{split}: {part.size:,} characters")
+    stored = read_manifest(out_dir)
+    if stored is not None and not _files_match(out_dir, stored["tokens"]):
+        os.remove(os.path.join(out_dir, data.MANIFEST))  # token files changed since: prepare again
     source = URL if how == "downloaded" and path == os.path.join(out_dir, DOWNLOAD_NAME) else os.path.abspath(path)
-    meta = {"dataset": "shakespeare_char", "source": source, "source_lookup": how, "sha256": digest,
-            "is_char_rnn_file": digest == KNOWN_SHA256, "tokenizer": "characters (sorted distinct characters)",
-            "dtype": "uint16", "vocab": vocab, "vocab_size": len(vocab), "characters": len(text),
-            "tokens": counts, "split_percent": dict(SPLIT_PERCENT),
-            "split_ranges": {s: list(r) for s, r in ranges.items()}}
-    data.write_json(os.path.join(out_dir, "meta.json"), meta, indent=2)  # last: it marks the set complete
+    built = {}
+
+    def build(directory):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise data.DataFormatError(path, "not UTF-8 text; Tiny Shakespeare must be a UTF-8 text file",
+                                       line=raw.count(b"\n", 0, e.start) + 1, content=raw[e.start:e.start + 16]) from None
+        try:
+            vocab = build_vocab(text)
+        except ValueError as e:
+            raise data.DataFormatError(path, f"{e}; a non-empty text file is needed") from None
+        ids = encode(text, vocab)
+        ranges = split_ranges(len(text))
+        counts = {}
+        for split in SPLITS:
+            start, end = ranges[split]
+            part = np.ascontiguousarray(ids[start:end])
+            data.atomic_write(os.path.join(directory, f"{split}.bin"), part.tofile)
+            counts[split] = int(part.size)
+            if verbose:
+                print(f"{split}: {part.size:,} characters")
+        meta = {"dataset": "shakespeare_char", "source": source, "source_lookup": how, "sha256": digest,
+                "is_char_rnn_file": digest == KNOWN_SHA256, "tokenizer": TOKENIZER,
+                "dtype": "uint16", "vocab": vocab, "vocab_size": len(vocab), "characters": len(text),
+                "tokens": counts, "split_percent": dict(SPLIT_PERCENT),
+                "split_ranges": {s: list(r) for s, r in ranges.items()}}
+        data.write_json(os.path.join(directory, "meta.json"), meta, indent=2)
+        built["meta"] = meta
+        if verbose:
+            print(f"vocabulary: {len(vocab)} characters; written to {directory}")
+        manifest = _manifest_of_meta(meta)
+        return {k: manifest[k] for k in ("source", "source_lookup", "characters", "tokens", "vocab_size", "dtype")}
+
+    expected = {"dataset": "shakespeare_char", "sha256": digest, "tokenizer": TOKENIZER,
+                "split_percent": dict(SPLIT_PERCENT)}
+    data.ensure_manifest(out_dir, expected, build, what="Tiny Shakespeare")
+    if "meta" in built:
+        return built["meta"]
     if verbose:
-        print(f"vocabulary: {len(vocab)} characters; written to {out_dir}")
-    return meta
+        print(f"{out_dir}: already prepared")
+    return load_meta(out_dir)
 
 
 def open_split(split, out_dir=None):
@@ -255,12 +347,16 @@ def open_split(split, out_dir=None):
     Raises:
         ValueError: unknown split.
         DataUnavailable: the file is missing (run ``prepare`` first).
+        data.DataFormatError: the file is empty (the text was too short for this split).
     """
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; allowed: {', '.join(SPLITS)}")
     path = os.path.join(out_dir or data_dir(), f"{split}.bin")
     if not os.path.exists(path):
         raise DataUnavailable(f"{path} not found; prepare it with python data/shakespeare_char/prepare.py")
+    if os.path.getsize(path) == 0:
+        raise data.DataFormatError(path, f"the {split} split has no characters; the source text must be long enough "
+                                   f"for each of the 90/5/5 splits to hold a window")
     return np.memmap(path, dtype=np.uint16, mode="r")
 
 
@@ -271,7 +367,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         prepare(args.source_file, args.out_dir)
-    except (DataUnavailable, ValueError) as e:
+    except data.DataError as e:
         sys.exit(f"error: {e}")
 
 

@@ -2,13 +2,35 @@
 
     python data/wikitext2/prepare.py [--config=wikitext-2-v1|wikitext-2-raw-v1] [--source_dir=DIR]
 
-Writes ``data/wikitext2/<config>/{train,val,test}.bin`` (uint16 GPT-2 token ids) and
-``meta.json`` (token counts, source, config name, sha256 of the text). Sources, in order:
-``--source_dir`` (or the env var ``WIKITEXT2_DIR``) holding ``wiki.{train,valid,test}.tokens``
-(``.raw`` for the raw config), else Hugging Face ``datasets`` ("wikitext", <config>).
-Each split is the concatenation of the dataset's lines, i.e. the original file's text.
-Rerunning with the same source is a no-op. Files are written under temporary names unique to
+Writes ``data/wikitext2/<config>/{train,val,test}.bin`` (uint16 GPT-2 token ids) and, last,
+``manifest.json`` (``data.write_manifest``). Sources, in order: ``--source_dir`` (or the env var
+``WIKITEXT2_DIR``) holding ``wiki.{train,valid,test}.tokens`` (``.raw`` for the raw config), else
+Hugging Face ``datasets`` ("wikitext", <config>). Each split is the concatenation of the
+dataset's lines, i.e. the original file's text. Files are written under temporary names unique to
 the process and renamed, so concurrent preparations never see half-written files.
+
+Manifest (``manifest.json``), the fields that identify the data and are compared before reuse:
+``dataset`` ("wikitext-2"), ``config``, ``tokenizer`` ("tiktoken:gpt2", tiktoken's encoding name)
+and ``sha256`` (split -> hex SHA-256 of the split's UTF-8 text); recorded besides: ``source``
+("local:<dir>" or "huggingface:wikitext/<config>"), ``tokens`` (split -> token count),
+``vocab_size`` and ``dtype``. The identity is the text's content, not its location: a copy of the
+same files elsewhere reuses the prepared tokens.
+
+Reuse rules (``prepare``):
+
+- a local source is named (argument or ``WIKITEXT2_DIR``): its three files are hashed; a manifest
+  with other hashes (a different copy or config) is rebuilt, tokenizing takes about a minute;
+- no local source is named: prepared files with a complete manifest are used as they are (the
+  manifest says where they came from); otherwise Hugging Face is asked;
+- token files whose sizes differ from the manifest's counts (truncated, overwritten) are rebuilt
+  when the source can be read; ``open_split`` refuses them (``data.DataMismatch``);
+- a folder prepared before manifests existed (``meta.json``, no ``manifest.json``) is adopted
+  without re-tokenizing when its meta.json names this config and tokenizer, its token files have
+  the sizes it records and, when a source is named, its sha256 values equal the source's;
+  otherwise it is rebuilt.
+
+Errors: a source file that is not UTF-8 raises ``data.DataFormatError`` naming the file and line;
+an empty or odd-sized token file raises ``data.DataFormatError`` from ``open_split``.
 """
 import argparse
 import hashlib
@@ -39,7 +61,29 @@ def data_dir(config="wikitext-2-v1"):
     return os.path.join(HERE, config)
 
 
+def read_text_file(path):
+    """The UTF-8 text of ``path``.
+
+    Raises:
+        data.DataFormatError: the bytes are not UTF-8 (names the file, the line and the bytes).
+    """
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise data.DataFormatError(path, "not UTF-8 text; the corpus files must be UTF-8", line=line,
+                                   content=raw[e.start:e.start + 16]) from None
+
+
 def _read_texts(config, source_dir):
+    """dict split -> text and the source ("local:<dir>" or "huggingface:wikitext/<config>").
+
+    Raises:
+        DataUnavailable: a local file is missing, or Hugging Face is unreachable.
+        data.DataFormatError: a local file is not UTF-8.
+    """
     if source_dir:
         ext = "raw" if "raw" in config else "tokens"
         texts = {}
@@ -47,8 +91,7 @@ def _read_texts(config, source_dir):
             path = os.path.join(source_dir, f"wiki.{theirs}.{ext}")
             if not os.path.exists(path):
                 raise DataUnavailable(f"{path} not found (expected wiki.{{train,valid,test}}.{ext} in --source_dir)")
-            with open(path, encoding="utf-8") as f:
-                texts[ours] = f.read()
+            texts[ours] = read_text_file(path)
         return texts, f"local:{os.path.abspath(source_dir)}"
     try:
         from datasets import load_dataset
@@ -60,6 +103,11 @@ def _read_texts(config, source_dir):
             f"Offline, pass --source_dir=DIR or set WIKITEXT2_DIR=DIR to a directory with "
             f"wiki.train.tokens, wiki.valid.tokens, wiki.test.tokens") from e
     return {ours: "".join(ds[theirs]["text"]) for ours, theirs in SPLITS.items()}, f"huggingface:wikitext/{config}"
+
+
+def text_sha256(text):
+    """Hex SHA-256 of ``text``'s UTF-8 bytes (for a local file: the file's own sha256)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _is_cut_point(text, p):
@@ -98,49 +146,159 @@ def encode(text, enc, desc="tokenizing"):
     return np.concatenate(ids) if ids else np.zeros(0, dtype=np.uint16)
 
 
+TOKENIZER = "tiktoken:gpt2"
+DTYPE_BYTES = 2  # uint16
+
+
+def files_match(out_dir, manifest, splits=SPLITS):
+    """True if every split's ``.bin`` in ``out_dir`` exists with the size the manifest's
+    ``tokens`` counts give (2 bytes per token)."""
+    tokens = (manifest or {}).get("tokens") or {}
+    for split in splits:
+        path = os.path.join(out_dir, f"{split}.bin")
+        if split not in tokens or not os.path.exists(path) or os.path.getsize(path) != DTYPE_BYTES * tokens[split]:
+            return False
+    return True
+
+
+def _adopt_legacy(out_dir, config, digests=None):
+    """Write a manifest for a folder prepared before manifests existed (see the module docstring)
+    when its meta.json verifies; return the manifest or None."""
+    path = os.path.join(out_dir, "meta.json")
+    if data.read_manifest(out_dir) is not None or not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            meta = json.load(f)
+    except ValueError:
+        return None
+    if not isinstance(meta, dict) or meta.get("config") != config or meta.get("tokenizer") != TOKENIZER:
+        return None
+    if not isinstance(meta.get("sha256"), dict) or (digests is not None and meta["sha256"] != digests):
+        return None
+    if not files_match(out_dir, meta):
+        return None
+    manifest = {"dataset": "wikitext-2", "config": config, "tokenizer": TOKENIZER, "sha256": meta["sha256"],
+                "source": meta.get("source", "unknown"), "tokens": meta["tokens"], "vocab_size": meta.get("vocab_size"),
+                "dtype": "uint16", "adopted_from": "meta.json"}
+    data.write_manifest(out_dir, manifest)
+    return manifest
+
+
+def stored_manifest(out_dir):
+    """The manifest of ``out_dir``, or None.
+
+    Raises:
+        data.DataFormatError: manifest.json is not valid JSON.
+    """
+    try:
+        return data.read_manifest(out_dir)
+    except ValueError as e:
+        raise data.DataFormatError(os.path.join(out_dir, data.MANIFEST), f"not valid JSON ({e.msg}); delete the "
+                                   f"folder to prepare it again", line=getattr(e, "lineno", None)) from None
+
+
 def is_prepared(config="wikitext-2-v1", out_dir=None):
-    """True if the three ``.bin`` files and ``meta.json`` of ``config`` exist."""
+    """True if ``out_dir`` (default ``data_dir(config)``) holds a manifest of ``config`` and the
+    three ``.bin`` files of the sizes it records (a folder from before manifests: its meta.json
+    verifies, see the module docstring)."""
     out_dir = out_dir or data_dir(config)
-    return all(os.path.exists(os.path.join(out_dir, name)) for name in [f"{s}.bin" for s in SPLITS] + ["meta.json"])
+    manifest = stored_manifest(out_dir) or _adopt_legacy(out_dir, config)
+    return bool(manifest) and manifest.get("config") == config and files_match(out_dir, manifest)
 
 
 def prepare(config="wikitext-2-v1", source_dir=None, out_dir=None, verbose=True):
-    """Tokenize the three splits if not already done; return the meta dict.
+    """Tokenize the three splits unless ``out_dir`` already holds them from the same text (rules
+    in the module docstring); return the manifest.
+
+    Returns:
+        dict: the manifest ("dataset", "config", "tokenizer", "sha256", "source", "tokens",
+        "vocab_size", "dtype").
 
     Raises:
         ValueError: unknown config.
         DataUnavailable: no local copy and Hugging Face unreachable (message says how to supply it).
+        data.DataFormatError: a source file is not UTF-8, or manifest.json is not JSON.
     """
     if config not in CONFIGS:
         raise ValueError(f"unknown WikiText-2 config {config!r}; allowed: {', '.join(CONFIGS)}")
     source_dir = source_dir or os.environ.get("WIKITEXT2_DIR")
     out_dir = out_dir or data_dir(config)
-    meta_path = os.path.join(out_dir, "meta.json")
-    texts, source = _read_texts(config, source_dir)
-    digests = {s: hashlib.sha256(t.encode("utf-8")).hexdigest() for s, t in texts.items()}
-    if os.path.exists(meta_path):
-        with open(meta_path) as f:
-            meta = json.load(f)
-        complete = all(os.path.exists(os.path.join(out_dir, f"{s}.bin")) for s in SPLITS)
-        if complete and meta.get("sha256") == digests:
-            if verbose:
-                print(f"{out_dir}: already prepared ({meta['tokens']})")
-            return meta
-    import tiktoken
-
-    enc = tiktoken.get_encoding("gpt2")
-    os.makedirs(out_dir, exist_ok=True)
-    counts = {}
-    for split, text in texts.items():
-        ids = encode(text, enc, desc=f"tokenizing {split}")
-        data.atomic_write(os.path.join(out_dir, f"{split}.bin"), ids.tofile)
-        counts[split] = int(ids.size)
+    if not source_dir and is_prepared(config, out_dir):
+        manifest = stored_manifest(out_dir)
         if verbose:
-            print(f"{split}: {len(text):,} characters -> {ids.size:,} tokens")
-    meta = {"dataset": "wikitext-2", "config": config, "source": source, "tokenizer": "tiktoken:gpt2",
-            "dtype": "uint16", "vocab_size": enc.n_vocab, "tokens": counts, "sha256": digests}
-    data.write_json(meta_path, meta, indent=2)
-    return meta
+            print(f"{out_dir}: already prepared from {manifest.get('source')} ({manifest['tokens']})")
+        return manifest
+    texts, source = _read_texts(config, source_dir)
+    digests = {s: text_sha256(t) for s, t in texts.items()}
+    _adopt_legacy(out_dir, config, digests)
+    stored = stored_manifest(out_dir)
+    if stored is not None and not files_match(out_dir, stored):
+        if verbose:
+            print(f"{out_dir}: token files differ from the manifest's counts; preparing again")
+        os.remove(os.path.join(out_dir, data.MANIFEST))
+
+    def build(directory):
+        import tiktoken
+
+        enc = tiktoken.get_encoding("gpt2")
+        counts = {}
+        for split, text in texts.items():
+            ids = encode(text, enc, desc=f"tokenizing {split}")
+            data.atomic_write(os.path.join(directory, f"{split}.bin"), ids.tofile)
+            counts[split] = int(ids.size)
+            if verbose:
+                print(f"{split}: {len(text):,} characters -> {ids.size:,} tokens")
+        return {"source": source, "tokens": counts, "vocab_size": enc.n_vocab, "dtype": "uint16"}
+
+    expected = {"dataset": "wikitext-2", "config": config, "tokenizer": TOKENIZER, "sha256": digests}
+    before = stored_manifest(out_dir)
+    manifest = data.ensure_manifest(out_dir, expected, build, what=f"WikiText-2 ({config})")
+    if verbose and before is not None and manifest == before:
+        print(f"{out_dir}: already prepared ({manifest['tokens']})")
+    return manifest
+
+
+def summary(manifest):
+    """The run log's summary of a WikiText-2 manifest: source, train / val / test sizes in tokens,
+    tokenizer (JSON-serialisable, small)."""
+    tokens = manifest.get("tokens", {})
+    return {"dataset": "wikitext-2", "config": manifest.get("config"), "source": str(manifest.get("source")),
+            "train_size": int(tokens.get("train", 0)), "train_size_unit": "tokens",
+            "val_size": int(tokens.get("val", 0)), "test_size": int(tokens.get("test", 0)),
+            "tokenizer": manifest.get("tokenizer"), "train_sha256": manifest.get("sha256", {}).get("train")}
+
+
+def open_token_file(path, how_to_prepare, manifest=None, split=None):
+    """Read-only uint16 memmap of the token file ``path``.
+
+    Args:
+        path: the ``.bin`` file.
+        how_to_prepare: the sentence telling the user how to make it (for a missing file).
+        manifest: the folder's manifest, if any: the file's size must match ``tokens[split]``.
+        split: the split name in the manifest.
+
+    Returns:
+        np.memmap of shape (tokens,), dtype uint16.
+
+    Raises:
+        data.DataUnavailable: the file is missing.
+        data.DataFormatError: the file is empty (a split without tokens) or has an odd size.
+        data.DataMismatch: its size differs from the manifest's count.
+    """
+    if not os.path.exists(path):
+        raise data.DataUnavailable(f"{path} not found; {how_to_prepare}")
+    size = os.path.getsize(path)
+    if size == 0:
+        raise data.DataFormatError(path, "the split has no tokens; every split needs at least one window of "
+                                   "tokens (is its source text empty?)")
+    if size % DTYPE_BYTES:
+        raise data.DataFormatError(path, f"{size:,} bytes is not a whole number of uint16 tokens (2 bytes each); "
+                                   f"{how_to_prepare}")
+    if manifest is not None and split in (manifest.get("tokens") or {}) and size != DTYPE_BYTES * manifest["tokens"][split]:
+        raise data.DataMismatch(f"{path} holds {size // DTYPE_BYTES:,} tokens but its manifest records "
+                                f"{manifest['tokens'][split]:,}; {how_to_prepare}")
+    return np.memmap(path, dtype=np.uint16, mode="r")
 
 
 def open_split(split, config="wikitext-2-v1"):
@@ -150,13 +308,15 @@ def open_split(split, config="wikitext-2-v1"):
     Raises:
         ValueError: unknown split.
         DataUnavailable: the file is missing (run ``prepare`` first).
+        data.DataFormatError / data.DataMismatch: see ``open_token_file``.
     """
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; allowed: {', '.join(SPLITS)}")
     path = os.path.join(data_dir(config), f"{split}.bin")
+    how = f"prepare it with python data/wikitext2/prepare.py --config={config}"
     if not os.path.exists(path):
-        raise DataUnavailable(f"{path} not found; prepare it with python data/wikitext2/prepare.py --config={config}")
-    return np.memmap(path, dtype=np.uint16, mode="r")
+        raise DataUnavailable(f"{path} not found; {how}")
+    return open_token_file(path, how, stored_manifest(data_dir(config)), split)
 
 
 def load_split(split, config="wikitext-2-v1", source_dir=None):
@@ -176,7 +336,7 @@ def load_split(split, config="wikitext-2-v1", source_dir=None):
             prepare(config, source_dir)
         except DataUnavailable as e:
             raise DataUnavailable(f"no WikiText-2 data at {path}: {e}") from e
-    return np.memmap(path, dtype=np.uint16, mode="r")
+    return open_split(split, config)
 
 
 def main(argv=None):
@@ -187,7 +347,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         prepare(args.config, args.source_dir, args.out_dir)
-    except DataUnavailable as e:
+    except data.DataError as e:
         sys.exit(f"error: {e}")
 
 

@@ -89,7 +89,8 @@ def test_a_truncated_token_file_is_prepared_again_and_refused_when_opened(tmp_pa
     meta = mlm_data.prepare(DATASET, bert_vocab=vocab, verbose=False)
     path = os.path.join(mlm_data.data_dir(DATASET, "", "bert-wordpiece"), "val.bin")
     np.zeros(3, np.uint16).tofile(path)
-    with pytest.raises(data.DataMismatch, match=rf"val.bin holds 3 tokens but its manifest records {meta['tokens']['val']}"):
+    recorded = meta["tokens"]["val"]
+    with pytest.raises(data.DataMismatch, match=rf"val.bin holds 3 tokens but its manifest records {recorded}"):
         mlm_data.open_split("val", DATASET)
     assert mlm_data.prepare(DATASET, bert_vocab=vocab, verbose=False)["tokens"] == meta["tokens"]
     assert len(mlm_data.open_split("val", DATASET)) == meta["tokens"]["val"]
@@ -212,8 +213,8 @@ def test_wikitext2_manifest_rebuilds_for_another_copy_and_adopts_an_old_folder(t
     # a folder from before manifests is adopted without tokenizing again when meta.json verifies
     folder = wt2.data_dir()
     os.remove(os.path.join(folder, data.MANIFEST))
-    meta = {"dataset": "wikitext-2", "config": "wikitext-2-v1", "source": f"local:{other}", "tokenizer": "tiktoken:gpt2",
-            "dtype": "uint16", "vocab_size": 50257, "tokens": second["tokens"], "sha256": second["sha256"]}
+    meta = {"dataset": "wikitext-2", "config": "wikitext-2-v1", "source": f"local:{other}",
+            "tokenizer": "tiktoken:gpt2", "dtype": "uint16", "vocab_size": 50257, "tokens": second["tokens"], "sha256": second["sha256"]}
     (tmp_path / "prepared" / "wikitext-2-v1" / "meta.json").write_text(json.dumps(meta))
     mtime = os.stat(os.path.join(folder, "train.bin")).st_mtime_ns
     adopted = wt2.prepare(source_dir=other, verbose=False)
@@ -236,7 +237,8 @@ def test_lm_load_data_returns_the_manifest_summary(tmp_path, monkeypatch):
     text = "ROMEO: I love thee, Juliet!\n" * 200
     (tmp_path / "input.txt").write_text(text, encoding="utf-8")
     monkeypatch.setattr(shakespeare, "DEFAULT_OUT_DIR", str(tmp_path / "chars"))
-    cfg = {**train.DEFAULTS, "task": "lm", "dataset": "shakespeare_char", "data_source_file": str(tmp_path / "input.txt")}
+    cfg = {**train.DEFAULTS, "task": "lm", "dataset": "shakespeare_char",
+           "data_source_file": str(tmp_path / "input.txt")}
     lm.prepare_data(cfg)
     d = lm.load_data(cfg)
     n = len(text)

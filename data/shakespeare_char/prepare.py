@@ -300,7 +300,8 @@ def prepare(source_file=None, out_dir=None, verbose=True):
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
             raise data.DataFormatError(path, "not UTF-8 text; Tiny Shakespeare must be a UTF-8 text file",
-                                       line=raw.count(b"\n", 0, e.start) + 1, content=raw[e.start:e.start + 16]) from None
+                                       line=raw.count(b"\n", 0, e.start) + 1,
+                                       content=raw[e.start:e.start + 16]) from None
         try:
             vocab = build_vocab(text)
         except ValueError as e:

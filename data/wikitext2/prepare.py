@@ -295,7 +295,8 @@ def open_token_file(path, how_to_prepare, manifest=None, split=None):
     if size % DTYPE_BYTES:
         raise data.DataFormatError(path, f"{size:,} bytes is not a whole number of uint16 tokens (2 bytes each); "
                                    f"{how_to_prepare}")
-    if manifest is not None and split in (manifest.get("tokens") or {}) and size != DTYPE_BYTES * manifest["tokens"][split]:
+    recorded = (manifest or {}).get("tokens") or {}
+    if split in recorded and size != DTYPE_BYTES * recorded[split]:
         raise data.DataMismatch(f"{path} holds {size // DTYPE_BYTES:,} tokens but its manifest records "
                                 f"{manifest['tokens'][split]:,}; {how_to_prepare}")
     return np.memmap(path, dtype=np.uint16, mode="r")

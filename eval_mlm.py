@@ -119,11 +119,12 @@ def main(argv):
     """Evaluate and write the JSON; return the result dict.
 
     Raises:
-        SystemExit: --help (status 0); missing data (status 1).
-        ConfigError: bad settings (``configurator.run_cli`` turns it into status 2).
+        SystemExit: --help (status 0).
+        ConfigError: bad settings or data (missing, malformed, prepared with other options);
+            ``configurator.run_cli`` turns it into one ``error:`` line and status 2.
     """
     from data import mlm as mlm_data
-    from data import DataUnavailable
+    from data import DataError
 
     args = configurator.parse(DEFAULTS, argv, help=HELP)
     seq_lens = _int_list(args["seq_lens"], "seq_lens")
@@ -145,9 +146,7 @@ def main(argv):
                          args["data_source_dir"] or cfg.get("data_source_dir", ""), bert_vocab, verbose=False)
         tokens = mlm_data.open_split(args["split"], cfg["dataset"], cfg["dataset_config"], cfg["tokenizer"])
         vocab = mlm_data.vocab_info(cfg["tokenizer"], bert_vocab)
-    except DataUnavailable as e:
-        raise SystemExit(f"error: {e}") from None
-    except ValueError as e:
+    except (DataError, ValueError) as e:
         raise ConfigError(str(e)) from None
 
     base_params = dict(model.config.attention_params)

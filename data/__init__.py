@@ -76,12 +76,24 @@ def file_sha256(path, chunk=1 << 20):
 
 
 def read_manifest(directory):
-    """The manifest dict of a prepared data directory, or None if it has none."""
+    """The manifest dict of a prepared data directory, or None if it has none.
+
+    Raises:
+        DataFormatError: the manifest is not a JSON object (names the file and the line).
+    """
     path = os.path.join(directory, MANIFEST)
     if not os.path.exists(path):
         return None
     with open(path) as f:
-        return json.load(f)
+        text = f.read()
+    try:
+        manifest = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DataFormatError(path, f"not valid JSON ({e.msg}); remove it to prepare the data again",
+                              line=e.lineno, content=text.splitlines()[e.lineno - 1] if text else "") from None
+    if not isinstance(manifest, dict):
+        raise DataFormatError(path, "expected a JSON object of the fields that made the data", content=text)
+    return manifest
 
 
 def write_manifest(directory, manifest):

@@ -106,3 +106,14 @@ def test_write_json_creates_the_directory_and_never_leaves_a_half_written_file(t
     assert os.listdir(path.parent) == ["result.json"]  # no temporary file left behind
     write_json(str(path), {"when": object()}, default=lambda o: "obj")  # dump keywords pass through
     assert json.loads(path.read_text()) == {"when": "obj"}
+
+
+def test_a_broken_manifest_is_a_data_format_error(tmp_path):
+    import data
+    (tmp_path / "manifest.json").write_text('{"source": "x",\n "sizes": }\n')
+    with pytest.raises(data.DataFormatError, match=r"manifest.json, line 2: not valid JSON .*; got ' \"sizes\": }'"):
+        data.read_manifest(str(tmp_path))
+    (tmp_path / "manifest.json").write_text("[1, 2]")
+    with pytest.raises(data.DataFormatError, match="expected a JSON object"):
+        data.read_manifest(str(tmp_path))
+    assert data.read_manifest(str(tmp_path / "none")) is None

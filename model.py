@@ -158,9 +158,24 @@ ARCHITECTURE_HELP = dict(
 )
 
 
-def architecture_args(cfg):
-    """The ``ARCHITECTURE_DEFAULTS`` keys of a config dict, as ``ModelConfig`` keyword arguments."""
-    return {key: cfg[key] for key in ARCHITECTURE_DEFAULTS}
+RUN_KEYS = ("n_layer", "n_head", "n_embd", "dropout", "bias", "attention", "attention_params", *ARCHITECTURE_DEFAULTS)
+
+
+def config_from_run(cfg, **sizes):
+    """The ``ModelConfig`` of a run configuration: the model keys of ``cfg`` (``RUN_KEYS``: sizes,
+    dropout, bias, the attention and its parameters, every ``ARCHITECTURE_DEFAULTS`` key) plus
+    what the task's data decides, ``sizes`` (``block_size``, ``vocab_size``, and for an encoder
+    ``pad_token_id``, ``n_classes``, ``pooling``, ``two_tower``). Tasks call it through
+    ``tasks.model_config``, which turns its errors into ConfigErrors.
+
+    Raises:
+        ValueError: unknown attention or parameter (``attention.check_params``), or an invalid
+            architecture combination (``ModelConfig``).
+    """
+    attention.check_params(cfg["attention"], cfg["attention_params"])
+    args = {key: cfg[key] for key in RUN_KEYS}
+    args["attention_params"] = dict(args["attention_params"])
+    return ModelConfig(**args, **sizes)
 
 
 BLOCKS = ("transformer", "danet")
@@ -751,6 +766,14 @@ def checkpoint_task(ckpt):
     return ckpt.get("task", ckpt.get("config", {}).get("task", "lm"))
 
 
+def from_checkpoint(state, task):
+    """The model (``MODEL_CLASSES[task]``, in training mode) of a checkpoint dict's ``model_args``
+    with its ``model`` weights."""
+    model = MODEL_CLASSES[task](ModelConfig(**state["model_args"]))
+    model.load_state_dict(state["model"])
+    return model
+
+
 def load(source, weights="ckpt.pt"):
     """The one way to load a trained model: a run of ours or a Hugging Face GPT-2.
 
@@ -790,8 +813,7 @@ def load(source, weights="ckpt.pt"):
     if task not in MODEL_CLASSES:
         raise ValueError(f"{ckpt_path}: unknown task {task!r}; known: {', '.join(MODEL_CLASSES)}")
     state = ckpt if weights_path == ckpt_path else read_checkpoint(weights_path)
-    model = MODEL_CLASSES[task](ModelConfig(**state["model_args"]))
-    model.load_state_dict(state["model"])
+    model = from_checkpoint(state, task)
     iter_num = state.get("iter_num")
     return model.eval(), ckpt.get("config"), {"source": "checkpoint", "path": weights_path, "task": task,
                                               "iter_num": None if iter_num is None else int(iter_num),

@@ -31,6 +31,7 @@ import torch
 
 import attention
 import configurator
+import model as model_lib
 import tasks
 import training as T
 from configurator import ConfigError
@@ -87,9 +88,7 @@ def train(cfg, task, dist, ckpt=None):
     ckpt_path, best_path = os.path.join(cfg["out_dir"], "ckpt.pt"), os.path.join(cfg["out_dir"], "best.pt")
     best_name, best_mode = task.BEST_METRIC
     final_evaluate = getattr(task, "final_evaluate", None)
-    raw_model = task.build_model(cfg, data, model_args=ckpt["model_args"] if ckpt else None)
-    if ckpt is not None:
-        raw_model.load_state_dict(ckpt["model"])
+    raw_model = model_lib.from_checkpoint(ckpt, cfg["task"]) if ckpt else task.build_model(cfg, data)
     iter_num, best = (ckpt["iter_num"] if ckpt else 0), T.best_metric_value(ckpt, best_mode)
     raw_model.to(device)
     optimizer = T.configure_optimizer(raw_model, cfg, device_type)

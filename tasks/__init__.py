@@ -22,9 +22,9 @@ A task module defines:
                             dict saying what was prepared (``source``, ``train_size``,
                             ``train_size_unit``, ...) that train.py writes to the run log and
                             final_metrics.json. Data problems raise ``data.DataError`` subclasses
-    build_model(cfg, data, model_args=None) -> torch.nn.Module
-                            a new model from cfg, or exactly the model of a checkpoint's
-                            ``model_args`` (resume)
+    build_model(cfg, data) -> torch.nn.Module
+                            a new model from cfg (``model_config`` below gives its ModelConfig;
+                            a resumed run's model comes from its checkpoint, ``model.from_checkpoint``)
     get_batch(data, split, cfg, seed, device) -> batch
                             a batch (dict of tensors) that depends only on ``seed``
     loss(model, batch) -> (loss, metrics)
@@ -56,14 +56,14 @@ prefixed with the tasks that use it. Two tasks may declare the same key (e.g. Wi
 ``dataset_config`` for lm and mlm) only with the same default; a task key may not shadow a
 train.py key. Setting a key that only other tasks use is an error (``check_task_keys``).
 
-Registering a task: add ``name: "tasks.<module>"`` to ``REGISTRY``.
+Registering a task: add ``name: "tasks.<module>"`` to ``REGISTRY``. What several tasks share
+(the batch seeds, the model config, evaluation over fixed batches) is in ``tasks/common.py``;
+task modules import it, never this package.
 """
 import importlib
-import time
-
-import torch
 
 from configurator import ConfigError
+from tasks.common import batch_seed, mean_over_batches, model_config, to_float  # noqa: F401  (re-exported)
 
 REGISTRY = {
     "lm": "tasks.lm",
@@ -149,35 +149,3 @@ def check_task_keys(cfg, defaults, task):
             if key not in own and cfg[key] != defaults[key]:
                 raise ConfigError(f"config key {key!r} belongs to task(s) {', '.join(owners(key))}, "
                                   f"not to task {task!r}; remove it or set --task")
-
-
-def batch_seed(cfg, rank, it, micro_step, stream=0):
-    """Seed of one batch: distinct and reproducible per (seed, stream, rank, iteration,
-    micro-step). Stream 0 = training batches, 1 = evaluation batches."""
-    return [cfg["seed"], stream, rank, it, micro_step]
-
-
-def mean_over_batches(task, model, data, split, cfg, device, n_batches):
-    """Mean of each metric of ``task.loss`` over ``n_batches`` fixed batches of ``split``
-    (evaluation stream; the same batches at every call), with a tqdm bar (tokens/s) on stderr.
-
-    Returns:
-        dict metric name -> float (the "loss" metric is the mean loss).
-    """
-    from tqdm import tqdm
-
-    sums, t0 = {}, time.perf_counter()
-    tokens = task.batch_tokens(cfg)
-    with tqdm(range(n_batches), desc=f"eval {split}", unit="batch", disable=None, leave=False) as bar:
-        for k in bar:
-            batch = task.get_batch(data, split, cfg, batch_seed(cfg, 0, k, 0, stream=1), device)
-            loss, metrics = task.loss(model, batch)
-            for name, value in {"loss": loss, **metrics}.items():
-                sums[name] = sums.get(name, 0.0) + float(value)
-            bar.set_postfix(tok_per_s=f"{(k + 1) * tokens / max(time.perf_counter() - t0, 1e-9):,.0f}")
-    return {name: total / n_batches for name, total in sums.items()}
-
-
-def to_float(metrics):
-    """A metrics dict with every value (float or 0-dim tensor) as a Python float."""
-    return {k: float(v.item() if isinstance(v, torch.Tensor) else v) for k, v in metrics.items()}

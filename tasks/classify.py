@@ -48,8 +48,9 @@ import torch.nn.functional as F
 
 import data as data_lib
 import data.lra as lra
-from configurator import ConfigError, check_attention_params
-from model import ARCHITECTURE_DEFAULTS, ARCHITECTURE_HELP, Classifier, ModelConfig, architecture_args
+from configurator import ConfigError
+from model import ARCHITECTURE_DEFAULTS, ARCHITECTURE_HELP, Classifier
+from tasks import common
 
 DEFAULTS = dict(
     lra_task="text",
@@ -241,27 +242,17 @@ def model_config(cfg, module):
     Raises:
         ConfigError: unknown attention or parameter, or an invalid architecture combination.
     """
-    check_attention_params(cfg["attention"], cfg["attention_params"])
     vocab = module.VOCAB_SIZE + (1 if cfg["pooling"] == "cls" else 0)
-    try:
-        return ModelConfig(block_size=seq_len(cfg, module), vocab_size=vocab, n_layer=cfg["n_layer"],
-                           n_head=cfg["n_head"], n_embd=cfg["n_embd"], dropout=cfg["dropout"], bias=cfg["bias"],
-                           attention=cfg["attention"], attention_params=dict(cfg["attention_params"]),
-                           n_classes=module.NUM_CLASSES, pooling=cfg["pooling"], two_tower=module.TWO_TOWER,
-                           pad_token_id=0, **architecture_args(cfg))
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+    return common.model_config(cfg, block_size=seq_len(cfg, module), vocab_size=vocab, n_classes=module.NUM_CLASSES,
+                              pooling=cfg["pooling"], two_tower=module.TWO_TOWER, pad_token_id=0)
 
 
-def build_model(cfg, data, model_args=None):
-    """A ``model.Classifier`` from ``cfg`` and the data module, or exactly the model of a
-    checkpoint's ``model_args`` (resume).
+def build_model(cfg, data):
+    """A ``model.Classifier`` from ``cfg`` and the data module.
 
     Raises:
         ConfigError: see ``model_config``.
     """
-    if model_args is not None:
-        return Classifier(ModelConfig(**model_args))
     module = data["module"] if isinstance(data, dict) and "module" in data else _module(cfg)
     return Classifier(model_config(cfg, module))
 

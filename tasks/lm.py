@@ -24,11 +24,11 @@ import sys
 import torch
 
 import data as data_lib
-import tasks
-from configurator import ConfigError, check_attention_params
+from configurator import ConfigError
 from data.shakespeare_char import prepare as shakespeare
 from data.wikitext2 import prepare as wt2
-from model import ARCHITECTURE_DEFAULTS, ARCHITECTURE_HELP, GPT, ModelConfig, architecture_args
+from model import ARCHITECTURE_DEFAULTS, ARCHITECTURE_HELP, GPT
+from tasks import common
 
 DEFAULTS = dict(
     dataset_config="wikitext-2-v1",
@@ -126,24 +126,14 @@ def vocab_size(cfg, data=None):
     return VOCAB_SIZE
 
 
-def build_model(cfg, data, model_args=None):
-    """A ``GPT`` with the architecture keys of ``cfg`` (vocabulary: ``vocab_size``, i.e. 50304
-    for WikiText-2), or, with ``model_args`` (a checkpoint's ``model_args``), exactly that model.
+def build_model(cfg, data):
+    """A ``GPT`` with the model keys of ``cfg`` (vocabulary: ``vocab_size``, i.e. 50304 for
+    WikiText-2).
 
     Raises:
-        ConfigError: unknown attention name or parameter.
+        ConfigError: unknown attention name or parameter, or an invalid architecture.
     """
-    if model_args is not None:
-        return GPT(ModelConfig(**model_args))
-    check_attention_params(cfg["attention"], cfg["attention_params"])
-    try:
-        config = ModelConfig(block_size=cfg["block_size"], vocab_size=vocab_size(cfg, data), n_layer=cfg["n_layer"],
-                             n_head=cfg["n_head"], n_embd=cfg["n_embd"], dropout=cfg["dropout"], bias=cfg["bias"],
-                             attention=cfg["attention"], attention_params=dict(cfg["attention_params"]),
-                             **architecture_args(cfg))
-    except ValueError as e:
-        raise ConfigError(str(e)) from e
-    return GPT(config)
+    return GPT(common.model_config(cfg, block_size=cfg["block_size"], vocab_size=vocab_size(cfg, data)))
 
 
 def get_batch(data, split, cfg, seed, device):
@@ -176,7 +166,7 @@ def evaluate(model, data, cfg, device):
     out = {}
     for split in SPLITS:
         this_task = sys.modules[__name__]
-        out[f"{split}_loss"] = tasks.mean_over_batches(this_task, model, data, split, cfg, device,
+        out[f"{split}_loss"] = common.mean_over_batches(this_task, model, data, split, cfg, device,
                                                        cfg["eval_iters"])["loss"]
     out["val_ppl"] = math.exp(min(out["val_loss"], 700.0))  # exp overflows a float beyond ~709
     return out

@@ -20,10 +20,10 @@ import torch
 import torch.nn.functional as F
 
 import data as data_lib
-import tasks
-from configurator import ConfigError, check_attention_params
+from configurator import ConfigError
 from data import mlm as mlm_data
-from model import ARCHITECTURE_DEFAULTS, ARCHITECTURE_HELP, BertEncoder, ModelConfig, architecture_args
+from model import ARCHITECTURE_DEFAULTS, ARCHITECTURE_HELP, BertEncoder
+from tasks import common
 
 DEFAULTS = dict(
     dataset_config="wikitext-2-v1",
@@ -115,25 +115,17 @@ def model_config(cfg, vocab):
     Raises:
         ConfigError: unknown attention or parameter, or an invalid architecture combination.
     """
-    check_attention_params(cfg["attention"], cfg["attention_params"])
-    try:
-        return ModelConfig(block_size=cfg["block_size"], vocab_size=vocab.model_vocab_size, n_layer=cfg["n_layer"],
-                           n_head=cfg["n_head"], n_embd=cfg["n_embd"], dropout=cfg["dropout"], bias=cfg["bias"],
-                           attention=cfg["attention"], attention_params=dict(cfg["attention_params"]),
-                           pad_token_id=vocab.pad_id, **architecture_args(cfg))
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+    return common.model_config(cfg, block_size=cfg["block_size"], vocab_size=vocab.model_vocab_size,
+                              pad_token_id=vocab.pad_id)
 
 
-def build_model(cfg, data, model_args=None):
+def build_model(cfg, data):
     """A ``BertEncoder`` (MLM head tied to the token embedding; PAD = the tokenizer's [PAD]) from
-    ``cfg``, or exactly the model of a checkpoint's ``model_args`` (resume).
+    ``cfg``.
 
     Raises:
         ConfigError: see ``model_config``.
     """
-    if model_args is not None:
-        return BertEncoder(ModelConfig(**model_args))
     return BertEncoder(model_config(cfg, data["vocab"]))
 
 
@@ -206,7 +198,7 @@ def evaluate(model, data, cfg, device):
     out = {}
     this_task = sys.modules[__name__]
     for split in SPLITS:
-        metrics = tasks.mean_over_batches(this_task, model, data, split, cfg, device, cfg["eval_iters"])
+        metrics = common.mean_over_batches(this_task, model, data, split, cfg, device, cfg["eval_iters"])
         out[f"{split}_loss"], out[f"{split}_accuracy"] = metrics["loss"], metrics["accuracy"]
     return out
 

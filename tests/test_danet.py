@@ -343,7 +343,7 @@ def test_danet_gpt_config_has_the_softmax_gpt_budget():
 
     import configurator
     import train
-    from model import architecture_args
+    from model import config_from_run
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     softmax, danet = (configurator.parse(train.DEFAULTS, [os.path.join(root, "configs", name)])
@@ -353,9 +353,7 @@ def test_danet_gpt_config_has_the_softmax_gpt_budget():
         assert softmax[key] == danet[key], key
     sizes = []
     for cfg in (softmax, danet):
-        model = GPT(ModelConfig(block_size=cfg["block_size"], vocab_size=64, n_layer=cfg["n_layer"],
-                                n_head=cfg["n_head"], n_embd=cfg["n_embd"], attention=cfg["attention"],
-                                attention_params=dict(cfg["attention_params"]), **architecture_args(cfg)))
+        model = GPT(config_from_run(cfg, block_size=cfg["block_size"], vocab_size=64))
         sizes.append(sum(p.numel() for n, p in model.named_parameters() if ".h." in n))
     assert 0.9 < sizes[1] / sizes[0] < 1.0, sizes
     assert danet["block"] == "danet" and danet["layer_scheme"] == "LSG"

@@ -108,7 +108,7 @@ def load_data(cfg):
     manifest = wt2.stored_manifest(wt2.data_dir(cfg["dataset_config"]))
     if manifest is None:
         raise data_lib.DataUnavailable(f"{wt2.data_dir(cfg['dataset_config'])} has no {data_lib.MANIFEST}; prepare it "
-                                       f"with python data/wikitext2/prepare.py --config={cfg['dataset_config']}")
+                                       f"with python -m data.wikitext2.prepare --config={cfg['dataset_config']}")
     return {**{split: wt2.open_split(split, cfg["dataset_config"]) for split in SPLITS},
             "manifest": wt2.summary(manifest)}
 

@@ -62,7 +62,7 @@ def test_open_split_never_prepares(tmp_path, monkeypatch):
     import pytest
     import data
     monkeypatch.setattr(wt2, "HERE", str(tmp_path))
-    with pytest.raises(data.DataUnavailable, match="prepare.py --config=wikitext-2-v1"):
+    with pytest.raises(data.DataUnavailable, match="data.wikitext2.prepare --config=wikitext-2-v1"):
         wt2.open_split("train")
     assert not wt2.is_prepared() and os.listdir(tmp_path) == []
     with pytest.raises(ValueError, match="allowed: train, val, test"):

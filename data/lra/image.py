@@ -37,18 +37,13 @@ import http.client
 import os
 import pickle
 import shutil
-import sys
 import tarfile
 import urllib.request
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
-
-import data  # noqa: E402
-from data.lra import FOUND_IN_PLACE, prepare, source_digest, token_dtype, write_in_place_manifest  # noqa: E402
+import data
+from data.lra import FOUND_IN_PLACE, prepare, source_digest, token_dtype, write_in_place_manifest
 
 NUM_CLASSES = 10
 VOCAB_SIZE = 257  # gray value g -> id g + 1; 0 = PAD

@@ -1,7 +1,7 @@
 """ListOps (Nangia & Bowman, 2018) as used by Long Range Arena (Tay et al., 2021): generator,
 evaluator and loader of the LRA release files ``listops-1000/basic_{train,val,test}.tsv``.
 
-    python data/lra/listops.py --out_dir=DIR [--num_train=96000 --num_val=2000 --num_test=2000 --seed=0 --workers=N]
+    python -m data.lra.listops --out_dir=DIR [--num_train=96000 --num_val=2000 --num_test=2000 --seed=0 --workers=N]
 
 The LRA release data could not be obtained here, so this module generates data with LRA's
 generator (upstream google-research/long-range-arena ``lra_benchmarks/data/listops.py``; Tay et
@@ -45,18 +45,13 @@ import csv
 import math
 import os
 import random
-import sys
 import time
 from multiprocessing import Pool
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-if __package__ in (None, ""):  # run as a script: make the repository's packages importable
-    sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
-
-import data  # noqa: E402
-from data.lra import prepare, token_dtype  # noqa: E402
+import data
+from data.lra import prepare, token_dtype
 
 NUM_CLASSES = 10
 MAX_LEN = 2000

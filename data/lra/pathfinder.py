@@ -2,7 +2,7 @@
 Range Arena (Tay et al., 2021): our own contour-integration image generator and a loader of the
 release layout.
 
-    python data/lra/pathfinder.py --out_dir=DIR/pathfinder32 --resolution=32 \\
+    python -m data.lra.pathfinder --out_dir=DIR/pathfinder32 --resolution=32 \\
         --difficulty=curv_contour_length_14 --num=200000 --seed=0 [--workers=N --batch_size=1000]
 
 writes ``DIR/pathfinder32/<difficulty>/imgs/<batch>/sample_<i>.png`` (8-bit grayscale,
@@ -68,18 +68,13 @@ import argparse
 import math
 import os
 import shutil
-import sys
 import time
 from multiprocessing import Pool
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-if __package__ in (None, ""):  # run as a script: make the repository's packages importable
-    sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
-
-import data  # noqa: E402
-from data.lra import prepare, token_dtype  # noqa: E402
+import data
+from data.lra import prepare, token_dtype
 
 NUM_CLASSES = 2
 VOCAB_SIZE = 257  # pixel value v -> token v + 1; 0 = PAD

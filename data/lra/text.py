@@ -35,17 +35,12 @@ files' keys and offsets. Errors (``data.DataFormatError``) name the offending fi
 """
 import os
 import re
-import sys
 import tarfile
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
-
-import data  # noqa: E402
-from data.lra import FOUND_IN_PLACE, prepare, source_digest, token_dtype, write_in_place_manifest  # noqa: E402
+import data
+from data.lra import FOUND_IN_PLACE, prepare, source_digest, token_dtype, write_in_place_manifest
 
 NUM_CLASSES = 2
 VOCAB_SIZE = 257  # byte b -> id b + 1; 0 = PAD

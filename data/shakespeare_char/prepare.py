@@ -1,6 +1,6 @@
 """Tiny Shakespeare (Karpathy's char-rnn corpus, 1,115,394 characters) as character-level tokens.
 
-    python data/shakespeare_char/prepare.py [--source_file=PATH] [--out_dir=DIR]
+    python -m data.shakespeare_char.prepare [--source_file=PATH] [--out_dir=DIR]
 
 The FAST paper (Gerami et al. 2024, section 3.1, Figure 4) trains small character-level
 transformers on Tiny Shakespeare to compare Fastmax and softmax attention maps; this module gives
@@ -54,10 +54,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-if __package__ in (None, ""):  # run as a script: make the repository's packages importable
-    sys.path.insert(0, REPO)
-
-import data  # noqa: E402
+import data
 
 URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 KNOWN_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"  # the char-rnn file
@@ -194,7 +191,7 @@ def load_meta(out_dir=None):
     """
     path = os.path.join(out_dir or data_dir(), "meta.json")
     if not os.path.exists(path):
-        raise DataUnavailable(f"{path} not found; prepare it with python data/shakespeare_char/prepare.py")
+        raise DataUnavailable(f"{path} not found; prepare it with python -m data.shakespeare_char.prepare")
     with open(path) as f:
         try:
             return json.load(f)
@@ -246,7 +243,7 @@ def summary(out_dir=None):
     manifest = read_manifest(out_dir)
     if manifest is None:
         raise DataUnavailable(f"{os.path.join(out_dir or data_dir(), data.MANIFEST)} not found; prepare it with "
-                              f"python data/shakespeare_char/prepare.py")
+                              f"python -m data.shakespeare_char.prepare")
     tokens = manifest["tokens"]
     return {"dataset": "shakespeare_char", "source": str(manifest.get("source")), "train_size": int(tokens["train"]),
             "train_size_unit": "tokens", "val_size": int(tokens["val"]), "test_size": int(tokens["test"]),
@@ -354,7 +351,7 @@ def open_split(split, out_dir=None):
         raise ValueError(f"unknown split {split!r}; allowed: {', '.join(SPLITS)}")
     path = os.path.join(out_dir or data_dir(), f"{split}.bin")
     if not os.path.exists(path):
-        raise DataUnavailable(f"{path} not found; prepare it with python data/shakespeare_char/prepare.py")
+        raise DataUnavailable(f"{path} not found; prepare it with python -m data.shakespeare_char.prepare")
     if os.path.getsize(path) == 0:
         raise data.DataFormatError(path, f"the {split} split has no characters; the source text must be long enough "
                                    f"for each of the 90/5/5 splits to hold a window")

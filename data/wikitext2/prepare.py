@@ -1,6 +1,6 @@
 """Tokenize WikiText-2 (Merity et al. 2016) with tiktoken's "gpt2" BPE into uint16 token files.
 
-    python data/wikitext2/prepare.py [--config=wikitext-2-v1|wikitext-2-raw-v1] [--source_dir=DIR]
+    python -m data.wikitext2.prepare [--config=wikitext-2-v1|wikitext-2-raw-v1] [--source_dir=DIR]
 
 Writes ``data/wikitext2/<config>/{train,val,test}.bin`` (uint16 GPT-2 token ids) and, last,
 ``manifest.json`` (``data.write_manifest``). Sources, in order: ``--source_dir`` (or the env var
@@ -42,10 +42,7 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-if __package__ in (None, ""):  # run as a script: make the repository's packages importable
-    sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
-
-import data  # noqa: E402
+import data
 
 CONFIGS = ("wikitext-2-v1", "wikitext-2-raw-v1")
 SPLITS = {"train": "train", "val": "valid", "test": "test"}  # our name -> the dataset's name
@@ -314,7 +311,7 @@ def open_split(split, config="wikitext-2-v1"):
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; allowed: {', '.join(SPLITS)}")
     path = os.path.join(data_dir(config), f"{split}.bin")
-    how = f"prepare it with python data/wikitext2/prepare.py --config={config}"
+    how = f"prepare it with python -m data.wikitext2.prepare --config={config}"
     if not os.path.exists(path):
         raise DataUnavailable(f"{path} not found; {how}")
     return open_token_file(path, how, stored_manifest(data_dir(config)), split)

@@ -319,6 +319,23 @@ def test_rows_without_allowed_key_are_zero_with_finite_gradients():
         assert all(torch.isfinite(g).all() for g in grads)
 
 
+@pytest.mark.parametrize("implementation", ["reference", "pytorch", "triton"])
+def test_p1_zero_denominator_is_guarded(implementation):
+    """p = 1, causal max_norm (the defaults): q0 and k0 antiparallel give s = -1, f = 1 + s = 0 at
+    position 0, the row's only key, so its denominator is exactly 0. The guard makes such a row
+    output zeros with zero gradient (like a row without an allowed key) instead of 0/0 = NaN."""
+    q, k, v = _qkv(B=1, H=1, T=20, D=16, dtype=torch.float32)
+    q[0, 0, 0], k[0, 0, 0] = 0.0, 0.0
+    q[0, 0, 0, 0], k[0, 0, 0, 0] = 2.0, -3.0  # exactly antiparallel: q_hat0 . k_hat0 = -1 exactly
+    q, k, v = (t.requires_grad_(True) for t in (q, k, v))
+    out = attention.build("fastmax", p=1, implementation=implementation, chunk_size=16)(q, k, v, True)
+    assert torch.isfinite(out).all() and (out[0, 0, 0] == 0).all()
+    grads = torch.autograd.grad(out.sum(), (q, k, v))
+    assert all(torch.isfinite(g).all() for g in grads)
+    later = reference_forward(q.detach(), k.detach(), v.detach(), True, p=1)[0, 0, 1:]
+    torch.testing.assert_close(out[0, 0, 1:].detach(), later, rtol=1e-5, atol=1e-5)  # other rows unchanged
+
+
 @pytest.mark.parametrize("implementation", ["reference", "pytorch"])
 @pytest.mark.parametrize("normalization", NORMALIZATIONS)
 def test_causal_outputs_ignore_later_tokens_and_padding(implementation, normalization):
@@ -460,7 +477,33 @@ def test_registered_with_parameters():
     assert "fastmax" in attention.registered()
     assert attention.accepted_params("fastmax") == {
         "p": 2, "a0": 1.0, "a1": 1.0, "a2": 0.5, "temperature": 1.0, "normalization": "max_norm", "lim": 1.0,
-        "dropout": 0.0, "dropout_variant": "quadratic", "implementation": "auto", "chunk_size": 64}
+        "dropout": 0.0, "dropout_variant": "auto", "implementation": "auto", "chunk_size": 64}
+
+
+def test_default_dropout_variant_is_valid_for_both_degrees():
+    q, k, v = _qkv(T=20, dtype=torch.float32)
+    for p, resolved in ((1, "standard"), (2, "quadratic")):
+        module = attention.build("fastmax", p=p, dropout=0.1)  # raised for p = 1 before
+        assert module.dropout_variant == resolved
+        torch.manual_seed(0)
+        out = module.train()(q, k, v, True)
+        assert torch.isfinite(out).all()
+        assert not torch.allclose(out, module.eval()(q, k, v, True))  # dropout acts in training only
+
+
+def test_output_noise_variant_is_the_authors_cuda_dropout():
+    """The authors' CUDA extension: output x (1 + rate N(0, 1)) per element; the same draw here."""
+    q, k, v = _qkv(T=20, dtype=torch.float32)
+    module = attention.build("fastmax", p=2, dropout=0.25, dropout_variant="output_noise").train()
+    clean = module.eval()(q, k, v, True)
+    module.train()
+    torch.manual_seed(3)
+    noisy = module(q, k, v, True)
+    torch.manual_seed(3)
+    expected = clean * (1.0 + 0.25 * torch.randn_like(clean))
+    torch.testing.assert_close(noisy, expected, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="allowed: auto, quadratic, standard, 1d, output_noise"):
+        attention.build("fastmax", dropout_variant="2d")
 
 
 def test_auto_uses_pytorch_on_cpu_and_matches():
@@ -474,8 +517,8 @@ def test_auto_uses_pytorch_on_cpu_and_matches():
     (dict(p=3), r"p must be 1 or 2"),
     (dict(p=2.5), r"p must be 1 or 2"),
     (dict(normalization="layer"), r"normalization 'layer' unknown; allowed: max_norm, paper, none"),
-    (dict(dropout_variant="2d"), r"dropout_variant '2d' unknown; allowed: quadratic, standard, 1d"),
-    (dict(p=1, dropout=0.1), r"'quadratic' needs p = 2.*'standard' or '1d'"),
+    (dict(dropout_variant="2d"), r"dropout_variant '2d' unknown; allowed: auto, quadratic, standard, 1d"),
+    (dict(p=1, dropout=0.1, dropout_variant="quadratic"), r"'quadratic' needs p = 2.*'standard' or '1d'"),
     (dict(implementation="cuda"), r"implementation 'cuda' unknown; allowed: auto, pytorch, triton, reference"),
     (dict(temperature=0), r"temperature must be > 0"),
     (dict(lim=-1.0), r"lim must be > 0"),

@@ -22,6 +22,9 @@ from attention.fastmax.reference import (NORMALIZATIONS, kernel_minimum, max_nor
                                          reference_forward, score_bound)
 
 IMPLEMENTATIONS = ("auto", "pytorch", "triton", "reference")
+# the module's dropout variants: ours on the factorized terms (dropout.py), the authors' CUDA
+# extension's multiplicative output noise, and "auto" = quadratic for p = 2, standard for p = 1
+MODULE_DROPOUT_VARIANTS = ("auto", *DROPOUT_VARIANTS, "output_noise")
 TRITON_HEAD_DIMS = (16, 32, 64, 128)
 
 
@@ -56,9 +59,14 @@ class Fastmax(Attention):
             mean over D, divided by its standard deviation) or "none".
         lim (float): > 0, the bound on ||q_hat||, ||k_hat|| of "max_norm" (ignored otherwise).
         dropout (float): rate in [0, 1); active in training mode only.
-        dropout_variant (str): "quadratic" (only the quadratic terms; needs p = 2), "standard"
-            (linear and quadratic features independently) or "1d" (whole key tokens); section 2.4,
-            defined in ``dropout.py``. Only the numerator is dropped, so E[output] is unchanged.
+        dropout_variant (str): "auto" (default: "quadratic" for p = 2, "standard" for p = 1),
+            "quadratic" (only the quadratic terms; needs p = 2), "standard" (linear and quadratic
+            features independently) or "1d" (whole key tokens): section 2.4 on the factorized
+            terms, defined in ``dropout.py``; only the numerator is dropped, so E[output] is
+            unchanged. "output_noise": the authors' CUDA extension's variant, the output times
+            (1 + dropout * N(0, 1)) per element (also E[output] unchanged). The authors' PyTorch
+            path drops entries of q (x) q and k (x) k, which feed numerator and denominator alike;
+            that variant is not implemented (docs/fastmax.md compares the three).
         implementation (str): "auto" (Triton kernels for CUDA tensors of at most float32 precision
             when the head dim is one of 16, 32, 64, 128, else the PyTorch path), "pytorch" (chunked.py), "triton"
             (triton_kernels.py; CPU tensors need TRITON_INTERPRET=1) or "reference" (the (T, T)
@@ -80,7 +88,7 @@ class Fastmax(Attention):
     """
 
     def __init__(self, p=2, a0=1.0, a1=1.0, a2=0.5, temperature=1.0, normalization="max_norm", lim=1.0,
-                 dropout=0.0, dropout_variant="quadratic", implementation="auto", chunk_size=64):
+                 dropout=0.0, dropout_variant="auto", implementation="auto", chunk_size=64):
         super().__init__()
         if p not in (1, 2) or isinstance(p, bool):
             raise ValueError(f"p must be 1 or 2 (the degree of f); got p={p!r}")
@@ -94,8 +102,11 @@ class Fastmax(Attention):
         self.normalization = normalization
         self.lim = _number("lim", lim, lambda x: 0 < x < float("inf"), "> 0")
         self.dropout = _number("dropout", dropout, lambda x: 0 <= x < 1, "in [0, 1)")
-        if dropout_variant not in DROPOUT_VARIANTS:
-            raise ValueError(f"dropout_variant '{dropout_variant}' unknown; allowed: {', '.join(DROPOUT_VARIANTS)}")
+        if dropout_variant not in MODULE_DROPOUT_VARIANTS:
+            raise ValueError(f"dropout_variant '{dropout_variant}' unknown; allowed: "
+                             f"{', '.join(MODULE_DROPOUT_VARIANTS)}")
+        if dropout_variant == "auto":
+            dropout_variant = "quadratic" if self.p == 2 else "standard"
         if dropout_variant == "quadratic" and self.p == 1 and self.dropout > 0:
             raise ValueError("dropout_variant 'quadratic' needs p = 2 (p = 1 has no quadratic term); "
                              "with p = 1 use 'standard' or '1d'")
@@ -135,16 +146,23 @@ class Fastmax(Attention):
         self._warn_negative_weights(q.shape[-1])
         causal = bool(causal)
         masks = None
-        if self.training and self.dropout > 0:
+        noise = self.training and self.dropout > 0 and self.dropout_variant == "output_noise"
+        if self.training and self.dropout > 0 and not noise:
             masks = draw_dropout_masks(self.dropout_variant, self.dropout, self.p, tuple(k.shape), k.device)
         params = dict(p=self.p, a0=self.a0, a1=self.a1, a2=self.a2, temperature=self.temperature,
-                      normalization=self.normalization, lim=self.lim, dropout_variant=self.dropout_variant,
-                      dropout_rate=self.dropout, dropout_masks=masks)
+                      normalization=self.normalization, lim=self.lim,
+                      dropout_variant=None if noise else self.dropout_variant,
+                      dropout_rate=0.0 if noise else self.dropout, dropout_masks=masks)
         # the states must accumulate in float32 or wider: no autocast to bf16 / fp16 inside
         with torch.autocast(device_type=q.device.type, enabled=False):
             if impl == "reference":
-                return reference_forward(q, k, v, causal, attention_mask, **params)
-            return fast_forward(q, k, v, causal, attention_mask, **params, chunk_size=self.chunk_size, backend=impl)
+                out = reference_forward(q, k, v, causal, attention_mask, **params)
+            else:
+                out = fast_forward(q, k, v, causal, attention_mask, **params, chunk_size=self.chunk_size,
+                                   backend=impl)
+        if noise:  # the authors' CUDA extension: multiplicative Gaussian noise on the output
+            out = out * (1.0 + self.dropout * torch.randn_like(out))
+        return out
 
     def _warn_negative_weights(self, D):
         if self._warned:

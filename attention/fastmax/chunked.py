@@ -164,8 +164,9 @@ def row_counts(rho, causal):
 
 def output_gradients(grad_out, out, den, rho, causal):
     """g_i = dL/do_i / den_i (N, T, Dv) and delta_i = (dL/do_i . o_i) / den_i (N, T); zero on rows
-    without an allowed key. dL/d numerator_i = g_i and dL/d denominator_i = -delta_i."""
-    has_key = row_counts(rho, causal) > 0
+    without an allowed key or with a zero denominator. dL/d numerator_i = g_i and
+    dL/d denominator_i = -delta_i."""
+    has_key = (row_counts(rho, causal) > 0) & (den != 0)
     safe = torch.where(has_key, den, torch.ones_like(den))
     g = torch.where(has_key[..., None], grad_out / safe[..., None], 0.0)
     delta = torch.where(has_key, (grad_out * out).sum(-1) / safe, 0.0)
@@ -173,8 +174,8 @@ def output_gradients(grad_out, out, den, rho, causal):
 
 
 def finish_output(num, den, rho, causal):
-    """num / den, zero on rows without an allowed key (N, T, Dv)."""
-    has_key = row_counts(rho, causal) > 0
+    """num / den, zero on rows without an allowed key or with a zero denominator (N, T, Dv)."""
+    has_key = (row_counts(rho, causal) > 0) & (den != 0)
     scale = torch.where(has_key, den.reciprocal(), 0.0)  # (N, T): one pass over num instead of three
     return num * scale.unsqueeze(-1)
 
@@ -352,9 +353,9 @@ def _scaled(x, scale, i0, i1):
 
 def _finish_block(n, has_key, out, den):
     """Split [numerator, denominator] n (..., Dv + 1) into the views out (..., Dv) = numerator /
-    denominator (zero on rows without an allowed key) and den (...)."""
+    denominator (zero on rows without an allowed key or with a zero denominator) and den (...)."""
     den.copy_(n[..., -1])
-    scale = torch.where(has_key, den.reciprocal(), 0.0)
+    scale = torch.where(has_key & (den != 0), den.reciprocal(), 0.0)
     torch.mul(n[..., :-1], scale.unsqueeze(-1), out=out)
 
 

@@ -163,7 +163,7 @@ def fastmax_weights(q, k, causal, attention_mask=None, p=2, a0=1.0, a1=1.0, a2=0
     allowed = allowed_pairs(q.shape[2], causal, attention_mask, q.device)
     weights = kernel(scores, p, a0, a1, a2) * allowed
     denominator = weights.sum(dim=-1, keepdim=True)
-    has_key = allowed.any(dim=-1, keepdim=True)
+    has_key = allowed.any(dim=-1, keepdim=True) & (denominator != 0)  # the zero-denominator guard
     return torch.where(has_key, weights / torch.where(has_key, denominator, 1.0), 0.0)
 
 
@@ -195,7 +195,7 @@ def reference_forward(q, k, v, causal, attention_mask=None, p=2, a0=1.0, a1=1.0,
         numerator_weights = _dropped_numerator_weights(q_hat, k_hat, scores, p, a0, a1, a2, temperature,
                                                        dropout_variant, dropout_rate, dropout_masks)
     numerator = (numerator_weights * allowed) @ v
-    has_key = allowed.any(dim=-1, keepdim=True)
+    has_key = allowed.any(dim=-1, keepdim=True) & (denominator != 0)  # the zero-denominator guard
     out = torch.where(has_key, numerator / torch.where(has_key, denominator, 1.0), 0.0)
     return out.to(out_dtype)
 

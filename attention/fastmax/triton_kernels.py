@@ -140,7 +140,7 @@ def _fwd_kernel(Q, K, KL, KA, KB, V, RHO, OUT, DEN, X3, Y3, T, n_chunks, c0, c1,
                              x3m + tl.dot(tl.trans(kam[:, None] * kb), v, input_precision="ieee"))
                     tl.store(y3_base + m * D + offs_d, y3m + tl.sum(km[:, None] * k, 0))
             tl.debug_barrier()
-        has_key = count > 0
+        has_key = (count > 0) & (den != 0)  # the zero-denominator guard, as chunked.finish_output
         out = tl.where(has_key[:, None], num / tl.where(has_key, den, 1.0)[:, None], 0.0)
         _store_tile(OUT + n * T * DV, rows, rmask, offs_v, DV, out)
         if iv == 0:

@@ -613,3 +613,31 @@ def test_autocast_does_not_lower_the_accumulation_precision():
         torch.testing.assert_close(out, plain, rtol=1e-6, atol=1e-6)  # bf16 matmuls would give ~1e-2
         for a, b in zip(torch.autograd.grad(out.sum(), (q, k, v)), grads):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# Triton launch checks (no GPU here: the check is a function of the launch and the device's limit)
+
+
+def test_shared_memory_estimate_matches_the_compiled_kernels_and_limits():
+    from attention.fastmax import triton_kernels as tk
+    # ptxas figures of the two largest kernels (chunk 64, float32): D = 64 and D = 128
+    assert tk.shared_memory_bytes(64, 64, 64) == 115_200
+    assert tk.shared_memory_bytes(64, 128, 128) == 197_120
+    sm86, a100 = 101_376, 166_912
+    with pytest.raises(ValueError, match=r"need about 115,200 B .*allows 101,376 B\. chunk_size=32 fits"):
+        tk.check_shared_memory(64, 64, 64, sm86, "sm_86")
+    assert tk.check_shared_memory(32, 64, 64, sm86) <= sm86
+    assert tk.check_shared_memory(64, 64, 64, a100) == 115_200
+    with pytest.raises(ValueError, match=r"197,120 B .*allows 166,912 B.*implementation='pytorch'"):
+        tk.check_shared_memory(64, 128, 128, a100, "A100")
+    assert tk.check_shared_memory(16, 128, 128, sm86) <= sm86
+
+
+def test_auto_never_picks_the_unverified_triton_kernels():
+    import types
+    module = attention.build("fastmax", p=2)
+    for device in ("cuda", "cpu"):
+        fake = types.SimpleNamespace(device=torch.device(device), shape=(1, 1, 8, 64), dtype=torch.float32)
+        assert module.implementation_for(fake) == "pytorch"
+    assert attention.build("fastmax", implementation="triton").implementation_for(fake) == "triton"  # opt-in

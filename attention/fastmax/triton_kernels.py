@@ -30,6 +30,45 @@ from attention.fastmax.chunked import output_gradients
 
 BLOCK_V = 64  # value columns per program (fewer when Dv is smaller)
 
+# Shared memory per block that a launch needs, as ptxas reported it for the two largest kernels
+# (p = 1 causal forward, p = 2 key/value backward; Triton 3.9 compiled offline for sm_80/86/90):
+# 115,200 B at D = Dv = 64 and 197,120 B at D = Dv = 128, chunk 64, float32. Both fit
+# 4 * (5 * BT * D + 2 * BT^2 + 2 * BT) bytes: five chunk x D tiles, two chunk x chunk score
+# tiles and two chunk vectors staged in shared memory. It is an estimate for the launch check
+# below (the compiled kernel's own number, ``kernel.metadata.shared``, is the exact one on a GPU).
+SHARED_MEMORY_LIMITS = {"sm_80 (A100)": 166_912, "sm_86": 101_376, "sm_89": 101_376, "sm_90 (H100)": 232_448}
+
+
+def shared_memory_bytes(chunk, D, Dv=None, element_bytes=4):
+    """Estimated shared memory (bytes) per block of the largest Fastmax kernel launched with
+    chunk size ``chunk`` (BT) and head dims D, Dv (float32 elements by default); see the note at
+    ``SHARED_MEMORY_LIMITS``."""
+    width = max(D, Dv or D)
+    return element_bytes * (5 * chunk * width + 2 * chunk * chunk + 2 * chunk)
+
+
+def check_shared_memory(chunk, D, Dv, limit_bytes, device="the device"):
+    """Refuse a launch that needs more shared memory per block than ``limit_bytes`` (the device's
+    opt-in maximum, e.g. 101,376 B on sm_86, 166,912 B on an A100).
+
+    Raises:
+        ValueError: names the need, the limit, and the chunk sizes that fit (or the PyTorch path).
+    """
+    need = shared_memory_bytes(chunk, D, Dv)
+    if need <= limit_bytes:
+        return need
+    fits = [c for c in (16, 32, 64, 128) if shared_memory_bytes(c, D, Dv) <= limit_bytes]
+    hint = f"chunk_size={max(fits)} fits" if fits else "no chunk size fits"
+    raise ValueError(f"fastmax Triton kernels at chunk_size={chunk}, head dim {max(D, Dv or D)} need about "
+                     f"{need:,} B of shared memory per block; {device} allows {limit_bytes:,} B. {hint}; or use "
+                     f"implementation='pytorch'")
+
+
+def device_shared_memory_limit(device):
+    """The opt-in shared memory per block of a CUDA ``device`` (bytes), or None if unknown."""
+    props = torch.cuda.get_device_properties(device)
+    return getattr(props, "shared_memory_per_block_optin", None) or getattr(props, "shared_memory_per_block", None)
+
 
 @triton.jit
 def _tile(base, rows, row_mask, cols, width):
@@ -51,7 +90,7 @@ def _store_tile(base, rows, row_mask, cols, width, value):
 def _fwd_kernel(Q, K, KL, KA, KB, V, RHO, OUT, DEN, X3, Y3, T, n_chunks, c0, c1, c2,
                 D: tl.constexpr, DV: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
                 CAUSAL: tl.constexpr, QUAD: tl.constexpr, SEPARATE: tl.constexpr):
-    n = tl.program_id(0)
+    n = tl.program_id(0).to(tl.int64)  # int64 offsets: n * T * D may pass 2^31
     iv = tl.program_id(1)
     nv = tl.num_programs(1)
     offs_c = tl.arange(0, BT)
@@ -156,7 +195,7 @@ def _fwd_kernel(Q, K, KL, KA, KB, V, RHO, OUT, DEN, X3, Y3, T, n_chunks, c0, c1,
 def _dq_kernel(Q, K, KL, KA, KB, V, G, DELTA, DQ, X3, Y3, T, n_chunks, c0, c1, c2,
                D: tl.constexpr, DV: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
                CAUSAL: tl.constexpr, QUAD: tl.constexpr, SEPARATE: tl.constexpr):
-    n = tl.program_id(0)
+    n = tl.program_id(0).to(tl.int64)  # int64 offsets: n * T * D may pass 2^31
     iv = tl.program_id(1)
     nv = tl.num_programs(1)
     first = (iv == 0).to(tl.float32)  # denominator terms: once, not per value block
@@ -250,7 +289,7 @@ def _dq_kernel(Q, K, KL, KA, KB, V, G, DELTA, DQ, X3, Y3, T, n_chunks, c0, c1, c
 def _dkv_kernel(Q, K, KL, KA, KB, V, RHO, G, DELTA, DK, DKL, DKA, DKB, DVOUT, R2, S2, T, n_chunks, c0, c1, c2,
                 D: tl.constexpr, DV: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
                 CAUSAL: tl.constexpr, QUAD: tl.constexpr, SEPARATE: tl.constexpr):
-    n = tl.program_id(0)
+    n = tl.program_id(0).to(tl.int64)  # int64 offsets: n * T * D may pass 2^31
     iv = tl.program_id(1)
     nv = tl.num_programs(1)
     n_all = tl.num_programs(0)
@@ -363,6 +402,14 @@ def _check_float32(*tensors):
             raise ValueError(f"the Triton kernels take float32 tensors; got {t.dtype} (fast_forward casts)")
 
 
+def _check_launch(q, v, chunk):
+    if q.device.type != "cuda":
+        return  # the interpreter has no shared-memory limit
+    limit = device_shared_memory_limit(q.device)
+    if limit:
+        check_shared_memory(int(chunk), q.shape[-1], v.shape[-1], limit, torch.cuda.get_device_name(q.device))
+
+
 def _prepare(q, k, v, kl, ka, kb, coeffs, chunk):
     N, T, D = q.shape
     DV = v.shape[-1]
@@ -383,6 +430,7 @@ class TritonBackend:
     @staticmethod
     def forward(q, k, v, kl, ka, kb, rho, causal, coeffs, chunk):
         _check_float32(q, k, v, kl, ka, kb)
+        _check_launch(q, v, chunk)
         q, k, v, rho = q.contiguous(), k.contiguous(), v.contiguous(), rho.contiguous()
         (kl, ka, kb), meta, n_chunks, nv, scratch = _prepare(q, k, v, kl, ka, kb, coeffs, chunk)
         N, T, _ = q.shape

@@ -370,7 +370,9 @@ def test_sweep_script(tmp_path):
     import subprocess
 
     env = dict(os.environ, TASKS="image", ATTENTIONS="softmax bogus", OUT_ROOT=str(tmp_path / "runs"),
-               TABLE_OUT=str(tmp_path / "table"), LRA_DIR=str(tmp_path / "lra"), THREADS="1", PYTHONPATH=ROOT)
+               TABLE_OUT=str(tmp_path / "table"), LRA_DIR=str(tmp_path / "lra"), THREADS="1", PYTHONPATH=ROOT,
+               PYTHON=sys.executable,  # the test's own interpreter, not whatever python is on PATH
+               PATH="/usr/bin:/bin")  # a PATH without this environment's python: PYTHON must be used
     env["CIFAR10_DIR"] = os.path.join(os.path.dirname(ROOT), "shared", "data", "cifar10-subset")
     args = ["bash", os.path.join(ROOT, "scripts", "sweep_lra.sh"), "--max_iters=1", "--batch_size=2",
             "--eval_max_batches=1", "--test_max_batches=1", "--eval_interval=1"]

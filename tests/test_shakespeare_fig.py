@@ -329,7 +329,7 @@ def test_plot_loss_curves_png_and_csv(tmp_path, capsys):
 
 
 def test_dropout_script_runs_the_four_variants_then_plots():
-    env = dict(os.environ, DRY_RUN="1", RATE="0.2", OUT="out/x")
+    env = dict(os.environ, DRY_RUN="1", RATE="0.2", OUT="out/x", PYTHON=sys.executable)
     proc = subprocess.run(["bash", os.path.join(ROOT, "scripts", "shakespeare_dropout.sh"), "--num_threads=2"],
                           capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr

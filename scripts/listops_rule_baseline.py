@@ -8,7 +8,7 @@ In LRA's tokenization the first token of every ListOps sequence is the outermost
 (``[MIN``, ``[MAX``, ``[MED`` or ``[SM``; data/lra/listops.py). Its value is strongly tied to the
 label (MIN of many arguments is usually 0, MAX usually 9), so a classifier that reads only that
 one token, from a table counted on the train split, reaches an accuracy well above the majority
-rate. The published transformer results on ListOps (36-38%, ``../shared/NOTES.md`` section 4)
+rate. The published transformer results on ListOps (36-38%: the LRA paper's Table 1 and FAST's Table 1)
 lie at this rule's level; a model at it has learned to find the first token, not to evaluate the
 expression. The bag-of-tokens probe measures how much of the label the token counts alone carry:
 a model whose attention is still uniform over the sequence sees little more than that.

@@ -7,20 +7,25 @@ Reads every ``final_metrics.json`` under the given paths (written by train.py fo
 "classify": ``test_accuracy``, ``steps_per_s``, ``config``). A run's column comes from its
 ``lra_task`` (Pathfinder with ``lra_options["resolution"] == 128`` is Path-X), its row from the
 attention: ``softmax``, ``fastmax<p>`` (``attention_params["p"]``, default 2), ``dense`` (DANet),
-else the registered name. When several runs fill one cell, the most recent file wins (all are
-listed in the runs table).
+else the registered name. When several runs fill one cell, ``choose`` picks one by a rule: the run
+that saw the most training examples (iters x batch_size), then the higher validation accuracy
+(model selection never looks at test), then the path; the runs table lists every run and which
+one fills the cell.
 
 Writes to ``--out``: ``lra_table.md`` (accuracy table in the papers' layout, rows = attention,
 columns ListOps / Text / Retrieval / Image / Pathfinder / Path-X / Avg, test accuracy in %; our
 rows "(ours)", the published rows labelled with their source; then steps per second; then every
 run), ``lra_accuracy.csv`` and ``lra_steps_per_s.csv`` (columns attention, source, the six tasks,
-avg). Our Avg is the mean over the tasks that every one of our rows has, so that our averages
-compare with each other ('-' when no task is common to all; the published averages are the
-papers' own: FAST over five tasks, DenseAttention over six); our steps-per-second Avg only when
-the five FAST tasks are all there. Published numbers: ``../shared/NOTES.md`` section 4 (LRA
-paper Table 1 as quoted by DenseAttention's Table 5, FAST Tables 1 and 2, DenseAttention Table
-1). Our numbers come from this CPU with reduced models and steps (see each run's config), the
-published ones from full-size GPU runs: compare them as reference points, not as a reproduction.
+avg). Our Avg (accuracy and steps per second) only for a row that has all five tasks
+ListOps .. Pathfinder, as the papers average ('-' otherwise; the published averages are the
+papers' own: LRA and FAST over five tasks, DenseAttention over six). A cell at chance is marked as
+the papers mark Path-X, "fail", with the majority-class rate beside it: test accuracy at most
+the majority rate plus two binomial standard errors, sqrt(m (1 - m) / n) on the n test examples.
+Published numbers: the LRA paper (Tay et al. 2021, "Long Range Arena: A Benchmark for Efficient
+Transformers", Table 1), FAST ("FAST: Factorizable Attention for Speeding up Transformers",
+Tables 1 and 2) and DenseAttention (Table 1). Our numbers come from this CPU with reduced models
+and steps (see each run's config), the published ones from full-size GPU runs: compare them as
+reference points, not as a reproduction.
 
 Exit status 1 (SystemExit) when no final_metrics.json is found.
 """
@@ -30,6 +35,8 @@ import io
 import json
 import os
 import sys
+
+from data import atomic_write
 
 TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
 TITLES = ("ListOps", "Text", "Retrieval", "Image", "Pathfinder", "Path-X")
@@ -91,9 +98,34 @@ def read_runs(files):
         runs.append({"file": f, "label": attention_label(cfg), "task": task_column(cfg),
                      "test_accuracy": m["test_accuracy"], "val_accuracy": m.get("val_accuracy"),
                      "steps_per_s": m.get("steps_per_s"), "iters": m.get("iters"), "best_iter": m.get("best_iter"),
-                     "majority": m.get("test_majority"),
-                     "max_len": cfg.get("max_len"), "mtime": os.path.getmtime(f)})
+                     "majority": m.get("test_majority"), "test_examples": m.get("test_examples"),
+                     "examples_seen": (m.get("iters") or 0) * cfg.get("batch_size", 0),
+                     "max_len": cfg.get("max_len")})
     return runs
+
+
+def choose(runs):
+    """The run of one cell: the most training examples seen, then the higher val accuracy, then
+    the path (a rule, so the table does not depend on which file was written last)."""
+    return max(runs, key=lambda r: (r["examples_seen"], r["val_accuracy"] or 0.0, r["file"]))
+
+
+def at_chance(run):
+    """True when the run's test accuracy is within two binomial standard errors of (or below) the
+    majority-class rate of its test examples."""
+    m, n = run["majority"], run["test_examples"]
+    if m is None or not n:
+        return False
+    return run["test_accuracy"] <= m + 2 * (m * (1 - m) / n) ** 0.5
+
+
+def _cell(run):
+    """Our accuracy cell: the test accuracy in %, or "fail (majority m)" at chance (``at_chance``)."""
+    if run is None:
+        return None
+    if at_chance(run):
+        return f"fail ({100 * run['test_accuracy']:.2f}; majority {100 * run['majority']:.2f})"
+    return 100 * run["test_accuracy"]
 
 
 def _fmt(v):
@@ -106,18 +138,20 @@ def build_tables(runs):
     """(accuracy rows, steps rows, chosen runs, common tasks): rows are (attention, source, values
     in TASKS order, avg) with accuracies in %; ``chosen`` maps (label, task) -> run; our accuracy
     avg is over ``common``, the tasks (TASKS order) that every one of our rows has."""
-    chosen = {}
-    for r in sorted(runs, key=lambda r: r["mtime"]):
-        chosen[(r["label"], r["task"])] = r  # the most recent wins
+    cells = {}
+    for r in runs:
+        cells.setdefault((r["label"], r["task"]), []).append(r)
+    chosen = {cell: choose(rs) for cell, rs in cells.items()}
     ours = {k[0] for k in chosen}
     common = [t for t in TASKS if all((label, t) in chosen for label in ours)]
     every = ours | {p[0] for p in PUBLISHED_ACCURACY}
     acc_rows, steps_rows = [], []
     for label in [a for a in ORDER if a in every] + sorted(every - set(ORDER)):
         if label in ours:
-            vals = [100 * chosen[(label, t)]["test_accuracy"] if (label, t) in chosen else None for t in TASKS]
-            shared = [vals[TASKS.index(t)] for t in common]
-            acc_rows.append((label, "ours", vals, sum(shared) / len(shared) if shared else None))
+            vals = [_cell(chosen.get((label, t))) for t in TASKS]
+            complete = all((label, t) in chosen for t in FAST_TASKS)
+            avg = sum(100 * chosen[(label, t)]["test_accuracy"] for t in FAST_TASKS) / 5 if complete else None
+            acc_rows.append((label, "ours", vals, avg))
             steps = [chosen[(label, t)]["steps_per_s"] if (label, t) in chosen else None for t in TASKS]
             five = steps[:5]
             avg = sum(five) / 5 if all(s is not None for s in five) else None
@@ -161,15 +195,8 @@ def runs_markdown(runs, chosen):
         lines.append(f"| {os.path.dirname(r['file'])} | {r['task']} | {r['label']} | {r['max_len'] or 'default'} | "
                      f"{100 * r['test_accuracy']:.2f} | {majority} | {val} | {r['best_iter']} / {r['iters']} | "
                      f"{steps} | "
-                     f"{'yes' if id(r) in used else 'no (older)'} |")
+                     f"{'yes' if id(r) in used else 'no (another run of the cell saw more examples)'} |")
     return "\n".join(lines)
-
-
-def _write(path, text):
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def main(argv=None):
@@ -180,13 +207,14 @@ def main(argv=None):
     runs = read_runs(find_runs(args.paths))
     if not runs:
         raise SystemExit(f"error: no final_metrics.json of an LRA run under {', '.join(args.paths)}")
-    acc_rows, steps_rows, chosen, common = build_tables(runs)
-    common_names = ", ".join(TITLES[TASKS.index(t)] for t in common) or "none, so no Avg"
+    acc_rows, steps_rows, chosen, _ = build_tables(runs)
     md = "\n\n".join([
         "## LRA test accuracy (%)",
         markdown(acc_rows, "attention"),
-        f"Ours: this machine's reduced runs (Avg over the tasks all our rows have: {common_names}); published: "
-        "full-size GPU runs, the papers' own averages. 'fail' = at chance.",
+        "Ours: this machine's reduced runs; Avg only for a row with all five tasks ListOps to Pathfinder. "
+        "'fail' = at chance: test accuracy at most the majority-class rate plus two binomial standard errors "
+        "(ours: the accuracy and the majority rate in brackets). Published: full-size GPU runs, the papers' "
+        "own averages.",
         "## Training steps per second",
         markdown(steps_rows, "attention"),
         "Ours: optimizer steps per second of training (evaluation excluded) with each run's batch and model; "
@@ -195,9 +223,9 @@ def main(argv=None):
         runs_markdown(runs, chosen),
     ]) + "\n"
     os.makedirs(args.out, exist_ok=True)
-    _write(os.path.join(args.out, "lra_table.md"), md)
-    _write(os.path.join(args.out, "lra_accuracy.csv"), to_csv(acc_rows))
-    _write(os.path.join(args.out, "lra_steps_per_s.csv"), to_csv(steps_rows))
+    for name, text in (("lra_table.md", md), ("lra_accuracy.csv", to_csv(acc_rows)),
+                       ("lra_steps_per_s.csv", to_csv(steps_rows))):
+        atomic_write(os.path.join(args.out, name), lambda tmp, text=text: open(tmp, "w").write(text))
     try:
         print(md)
     except BrokenPipeError:  # `| head`: the reader left

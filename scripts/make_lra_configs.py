@@ -9,17 +9,21 @@ files are written out from the tables here; edit the tables and re-run rather th
 files. Two sizes per task:
 
 - ``<task>_<attention>.py``: the papers' setting (GPU). softmax / fastmax: the LRA paper's
-  hyperparameters (``../shared/data/lra-spec/SPEC.md`` and upstream
-  ``lra_benchmarks/*/configs``), fastmax swapping only the attention, as the FAST paper did.
-  LRA's ListOps / Text / Retrieval schedule is ``constant * linear_warmup * rsqrt_decay`` with
-  base 0.05: lr(t) = 0.05 min(1, t / w) / sqrt(max(t, w)); train.py has no rsqrt decay, so it is
-  approximated by a linear warmup to the peak 0.05 / sqrt(w) and a cosine decay to the final value
-  0.05 / sqrt(max_iters). Image and Pathfinder use LRA's linear warmup (one epoch) + cosine decay.
-  LRA's MLP widths are not all 4C (ours always are; noted per file). Position information and
+  hyperparameters, read from google-research/long-range-arena (commit cd31e5c):
+  ``lra_benchmarks/{listops,text_classification,matching}/configs/base_*_config.py``,
+  ``lra_benchmarks/image/configs/{cifar10,pathfinder32}/base_*_config.py`` and each task's
+  ``train.py`` (Adam beta1 0.9, beta2 0.98, eps 1e-9, weight decay per task, no gradient clipping);
+  fastmax swaps only the attention, as the FAST paper did. ListOps / Text / Retrieval use
+  ``constant * linear_warmup * rsqrt_decay`` with base 0.05: ``lr_schedule = "rsqrt"`` with
+  ``learning_rate`` = 0.05 / sqrt(warmup), its peak. Image and Pathfinder use
+  ``constant * linear_warmup * cosine_decay`` (warmup one epoch, ``steps_per_cycle`` = all steps,
+  no floor): ``lr_schedule = "cosine"``, ``min_lr = 0``, ``lr_decay_iters`` = warmup + all steps.
+  LRA's MLP widths are not all 4C (ours always are; noted per file); docs/lra.md lists every
+  remaining difference. Position information and
   token embeddings as LRA's ``TransformerEncoder``: token embeddings initialised N(0, 1)
   (``embedding_init_std = 1.0``) and the fixed sinusoidal table (``pos_emb = "sinusoidal"``, its
   default) except Image, whose upstream config learns its positions. dense: the DenseAttention authors' LRA configs
-  (hidden / layers / heads / window / pooling from ``../shared/NOTES.md`` section 3; learning rate,
+  (hidden / layers / heads / window / pooling from their configs, docs/dense_attention.md "Sources"; learning rate,
   weight decay, epochs, warmup ratio and cosine cycle from their ``configs/lra/*.json``, read with
   the search tool), DANet blocks with Cosine RelPE and the Local / Shifted-local / Global scheme
   (``layer_scheme = "LSG"``), FFN l_inf rescaling at 1 / sqrt(8 C) (their default; appendix G).
@@ -50,25 +54,31 @@ def danet(n_embd, window):
                 layer_scheme="LSG", window=window, ffn_linf_norm=round(1 / (8 * n_embd) ** 0.5, 5))
 
 
+RSQRT_TASKS = ("listops", "text", "retrieval")  # LRA's constant * linear_warmup * rsqrt_decay
+
+
 def rsqrt(base, warmup, steps):
-    """(peak, final) learning rates of LRA's rsqrt schedule (see the module docstring)."""
+    """(peak, final) learning rates of LRA's rsqrt schedule: base / sqrt(warmup) at the end of the
+    warmup (our ``learning_rate``), base / sqrt(steps) at the last step (for the notes)."""
     return round(base / warmup ** 0.5, 7), round(base / max(steps, warmup) ** 0.5, 7)
 
 
 # ------------------------------------------------------------------ the papers' settings
 # LRA's TransformerEncoder: token embeddings N(0, 1), fixed sinusoidal positions unless learn_pos_emb
 LRA_EMBEDDINGS = dict(pos_emb="sinusoidal", embedding_init_std=1.0)
+# every LRA train.py: optim.Adam(beta1=0.9, beta2=0.98, eps=1e-9, weight_decay=config.weight_decay), no clipping
+LRA_OPTIMIZER = dict(beta1=0.9, beta2=0.98, adam_eps=1e-9, grad_clip=0.0)
 LRA = {
     "listops": dict(
         note="LRA ListOps: batch 32, base lr 0.05 rsqrt (warmup 1000), 5000 steps, emb 512, 8 heads, 4 layers, "
-             "MLP 1024 (ours 4C = 2048), CLS pooling, weight decay 0.1 (SPEC.md); fixed sinusoidal positions and "
+             "MLP 1024 (ours 4C = 2048), CLS pooling, weight decay 0.1 (upstream base config); fixed sinusoidal positions and "
              "N(0, 1) token embeddings (LRA's TransformerEncoder defaults)",
         keys=dict(max_len=2000, pooling="cls", n_layer=4, n_head=8, n_embd=512, dropout=0.1, batch_size=32,
                   max_iters=5000, warmup_iters=1000, weight_decay=0.1, **LRA_EMBEDDINGS), lr=rsqrt(0.05, 1000, 5000),
         eval=dict(eval_interval=500, eval_max_batches=0)),
     "text": dict(
         note="LRA Text: batch 32, base lr 0.05 rsqrt (warmup 8000), 20,000 steps, emb 256, 4 heads, 4 layers, "
-             "MLP 1024 (= 4C), CLS pooling, length 1000 (SPEC.md); weight decay 0.1 assumed as ListOps. "
+             "MLP 1024 (= 4C), CLS pooling, length 1000, weight decay 0.1 (upstream base config). "
              "Val = a 10% hold-out of train (data/lra/text.py); lra_options = {'val': 'test'} is LRA's choice; fixed "
              "sinusoidal positions and N(0, 1) token embeddings (LRA's TransformerEncoder defaults)",
         keys=dict(max_len=1000, pooling="cls", n_layer=4, n_head=4, n_embd=256, dropout=0.1, batch_size=32,
@@ -77,7 +87,7 @@ LRA = {
     "retrieval": dict(
         note="LRA Retrieval (AAN): batch 32, base lr 0.05 rsqrt (warmup 8000 > 5000 steps: the rate never peaks, "
              "as in LRA), emb 128, 4 heads, 4 layers, MLP 512 (= 4C), CLS pooling, 4000 bytes per document, "
-             "two towers (SPEC.md); weight decay 0.1 assumed; fixed sinusoidal positions and N(0, 1) token embeddings "
+             "two towers, weight decay 0.1 (upstream base config); fixed sinusoidal positions and N(0, 1) token embeddings "
              "(LRA's TransformerEncoder defaults)",
         keys=dict(max_len=4000, pooling="cls", n_layer=4, n_head=4, n_embd=128, dropout=0.1, batch_size=32,
                   max_iters=5000, warmup_iters=8000, weight_decay=0.1, **LRA_EMBEDDINGS),
@@ -85,14 +95,14 @@ LRA = {
         eval=dict(eval_interval=500, eval_max_batches=0)),
     "image": dict(
         note="LRA Image (upstream base_cifar10_config.py): batch 256, lr 5e-4, linear warmup 1 epoch (175 steps) + "
-             "cosine, 200 epochs of 45,000 = 35,000 steps, emb 32, 1 head, 1 layer, MLP 64 (ours 4C = 128), "
+             "cosine over all steps (no floor), 200 epochs of 45,000 = 35,000 steps, emb 32, 1 head, 1 layer, MLP 64 (ours 4C = 128), "
              "dropout 0.3, CLS pooling, learned positions, N(0, 1) token embeddings, no weight decay",
         keys=dict(max_len=1024, pooling="cls", n_layer=1, n_head=1, n_embd=32, dropout=0.3, batch_size=256,
                   max_iters=35000, warmup_iters=175, weight_decay=0.0, embedding_init_std=1.0), lr=(5e-4, 0.0),
         eval=dict(eval_interval=175, eval_max_batches=0)),
     "pathfinder": dict(
         note="LRA Pathfinder32 (upstream base_pathfinder32_config.py): batch 512, lr 1e-3, linear warmup 1 epoch "
-             "(312 steps) + cosine, 200 epochs of 160,000 = 62,400 steps, emb 32, 2 heads, 1 layer, MLP 32 (ours "
+             "(312 steps) + cosine over all steps (no floor), 200 epochs of 160,000 = 62,400 steps, emb 32, 2 heads, 1 layer, MLP 32 (ours "
              "4C = 128), dropout 0.1, MEAN pooling, fixed sinusoidal positions and N(0, 1) token embeddings, no "
              "weight decay; "
              "data: 200,000 generated images of curv_contour_length_14 (160k / 20k / 20k)",
@@ -101,16 +111,16 @@ LRA = {
         eval=dict(eval_interval=312, eval_max_batches=0)),
 }
 
-DENSE = {  # DenseAttention authors' configs/lra/dense_attn_<task>.json + NOTES.md section 3
+DENSE = {  # DenseAttention authors' configs/lra/dense_attn_<task>.json
     "listops": dict(
         note="DenseAttention ListOps: hidden 512, 9 layers, 8 heads, window 20, length 2000, first-token pooling "
-             "(NOTES.md 3); lr 1e-3, weight decay 0.1, cosine with 10% warmup over 75,000 steps, batch 128 "
+             "(authors' config); lr 1e-3, weight decay 0.1, cosine with 10% warmup over 75,000 steps, batch 128 "
              "(authors' dense_attn_listops.json / deepspeed_config_listops.json)",
         keys=dict(max_len=2000, pooling="cls", n_layer=9, n_head=8, n_embd=512, dropout=0.05, batch_size=128,
                   max_iters=75000, warmup_iters=7500, weight_decay=0.1, **danet(512, 20)), lr=(1e-3, 0.0),
         eval=dict(eval_interval=750, eval_max_batches=0)),
     "text": dict(
-        note="DenseAttention Text: hidden 512, 9 layers, 8 heads, window 10, length 4000, mean pooling (NOTES.md 3); "
+        note="DenseAttention Text: hidden 512, 9 layers, 8 heads, window 10, length 4000, mean pooling (authors' config); "
              "lr 2e-3, weight decay 0.1, batch 100, 65 epochs of 25,000 = 16,250 steps, 10% warmup, cosine cycle "
              "12,800 steps (authors' dense_attn_text_cls.json); val = test in their config, lra_options "
              "{'val': 'test'} here",
@@ -120,13 +130,13 @@ DENSE = {  # DenseAttention authors' configs/lra/dense_attn_<task>.json + NOTES.
         eval=dict(eval_interval=250, eval_max_batches=0)),
     "retrieval": dict(
         note="DenseAttention Retrieval: hidden 128, 6 layers, 4 heads, window 10, 4000 per document, first-token "
-             "pooling (NOTES.md 3); lr 1e-3, no weight decay, 5% warmup, cosine cycle 150,000 steps (authors' "
+             "pooling (authors' config); lr 1e-3, no weight decay, 5% warmup, cosine cycle 150,000 steps (authors' "
              "dense_attn_aan_matching.json); batch not in the files read: LRA's 32",
         keys=dict(max_len=4000, pooling="cls", n_layer=6, n_head=4, n_embd=128, dropout=0.05, batch_size=32,
                   max_iters=150000, warmup_iters=7500, weight_decay=0.0, **danet(128, 10)), lr=(1e-3, 0.0),
         eval=dict(eval_interval=4600, eval_max_batches=0)),
     "image": dict(
-        note="DenseAttention Image: hidden 256, 9 layers, 4 heads, window 64, mean pooling (NOTES.md 3); lr 1e-2, "
+        note="DenseAttention Image: hidden 256, 9 layers, 4 heads, window 64, mean pooling (authors' config); lr 1e-2, "
              "weight decay 0.1, 5% warmup, cosine cycle 45,000 steps (authors' dense_attn_cifar.json); batch not "
              "in the files read: LRA's 256",
         keys=dict(max_len=1024, pooling="mean", n_layer=9, n_head=4, n_embd=256, dropout=0.05, batch_size=256,
@@ -134,7 +144,7 @@ DENSE = {  # DenseAttention authors' configs/lra/dense_attn_<task>.json + NOTES.
         eval=dict(eval_interval=175, eval_max_batches=0)),
     "pathfinder": dict(
         note="DenseAttention Pathfinder32: hidden 128, 6 layers, 8 heads, window 256, first-token pooling "
-             "(NOTES.md 3); lr 1e-3, weight decay 0.1, 10% warmup, cosine cycle 320,000 steps (authors' "
+             "(authors' config); lr 1e-3, weight decay 0.1, 10% warmup, cosine cycle 320,000 steps (authors' "
              "dense_attn_pathfinder32.json); batch not in the files read: 100 assumed (210 epochs of 160,000)",
         keys=dict(max_len=1024, pooling="cls", n_layer=6, n_head=8, n_embd=128, dropout=0.0, batch_size=100,
                   max_iters=320000, warmup_iters=32000, weight_decay=0.1, **danet(128, 256)), lr=(1e-3, 0.0),
@@ -212,9 +222,15 @@ def paper_config(task, attention):
         model.update(ATTENTION_KEYS[attention])
     peak, final = spec["lr"]
     keys.update(model)
-    decay = model.get("lr_decay_iters", model["max_iters"])
-    keys.update(learning_rate=peak, lr_schedule="cosine", lr_decay_iters=decay,
-                min_lr=final if final is not None else peak, grad_clip=1.0, log_interval=50, **spec["eval"])
+    if attention == "dense":  # the DenseAttention authors' cosine schedules (their optimizer settings are not in the files read)
+        decay = model.get("lr_decay_iters", model["max_iters"])
+        keys.update(learning_rate=peak, lr_schedule="cosine", lr_decay_iters=decay, min_lr=final, grad_clip=1.0)
+    elif task in RSQRT_TASKS:
+        keys.update(learning_rate=peak, lr_schedule="rsqrt", **LRA_OPTIMIZER)
+    else:  # LRA's cosine_decay: from the end of warmup over steps_per_cycle = all steps, to 0
+        keys.update(learning_rate=peak, lr_schedule="cosine", lr_decay_iters=model["warmup_iters"] + model["max_iters"],
+                    min_lr=0.0, **LRA_OPTIMIZER)
+    keys.update(log_interval=50, **spec["eval"])
     if task in DATA_OPTIONS and "lra_options" not in keys:
         keys["lra_options"] = DATA_OPTIONS[task]
     keys["device"] = "cuda"

@@ -15,7 +15,7 @@ import warnings
 
 import torch
 
-from attention import Attention, check_qkv, register
+from attention.registry import Attention, check_qkv, register
 from attention.fastmax.chunked import coefficients, fastmax_factorized
 from attention.fastmax.dropout import DROPOUT_VARIANTS, draw_dropout_masks, numerator_keys
 from attention.fastmax.reference import (NORMALIZATIONS, kernel_minimum, max_norm_scale, normalize_qk,

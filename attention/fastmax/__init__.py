@@ -8,8 +8,9 @@ prefix sums when causal (Eq. 32-35). Cost O(T D^(p+1)) instead of O(T^2 D).
 
 Files: ``reference.py`` (explicit (T, T) weights; the specification, including normalization
 and dropout), ``dropout.py`` (the three dropout variants of section 2.4), ``chunked.py`` (the fast
-PyTorch path and the custom autograd Function of section 2.5), ``triton_kernels.py`` (Triton
-forward and backward kernels; on CPU tensors they run under ``TRITON_INTERPRET=1``).
+PyTorch path and the custom autograd Function of section 2.5), ``outputs.py`` (the output and
+its gradients, shared by both backends), ``triton_kernels.py`` (Triton forward and backward
+kernels; on CPU tensors they run under ``TRITON_INTERPRET=1``).
 """
 import warnings
 

@@ -37,6 +37,8 @@ per-position ones. Accumulation is in float32 or wider (the caller casts).
 """
 import torch
 
+from attention.fastmax.outputs import finish_output, output_gradients, row_counts
+
 STATE_BUDGET = 1 << 23  # elements per group of chunks for features and states (32 MB in fp32)
 CACHE_BUDGET = 1 << 20  # elements per block of the forward pass without dropout (4 MB in fp32: in L2 / L3)
 
@@ -153,31 +155,6 @@ def _backend(name):
         from attention.fastmax import triton_kernels
         return triton_kernels.TritonBackend
     raise ValueError(f"backend '{name}' unknown; allowed: pytorch, triton")
-
-
-def row_counts(rho, causal):
-    """Number of allowed keys of every query, (N, T): running sum of rho (causal) or its total."""
-    if causal:
-        return rho.cumsum(dim=-1)
-    return rho.sum(dim=-1, keepdim=True).expand_as(rho)
-
-
-def output_gradients(grad_out, out, den, rho, causal):
-    """g_i = dL/do_i / den_i (N, T, Dv) and delta_i = (dL/do_i . o_i) / den_i (N, T); zero on rows
-    without an allowed key or with a zero denominator. dL/d numerator_i = g_i and
-    dL/d denominator_i = -delta_i."""
-    has_key = (row_counts(rho, causal) > 0) & (den != 0)
-    safe = torch.where(has_key, den, torch.ones_like(den))
-    g = torch.where(has_key[..., None], grad_out / safe[..., None], 0.0)
-    delta = torch.where(has_key, (grad_out * out).sum(-1) / safe, 0.0)
-    return g, delta
-
-
-def finish_output(num, den, rho, causal):
-    """num / den, zero on rows without an allowed key or with a zero denominator (N, T, Dv)."""
-    has_key = (row_counts(rho, causal) > 0) & (den != 0)
-    scale = torch.where(has_key, den.reciprocal(), 0.0)  # (N, T): one pass over num instead of three
-    return num * scale.unsqueeze(-1)
 
 
 def _outer(a, b):

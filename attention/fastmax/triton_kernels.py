@@ -19,14 +19,14 @@ Backward (section 2.5) recomputes the states from the saved q, k, v, output and 
 - ``_dkv_kernel``: suffix query states u0 = sum g, R1 = sum q (x) g, R2 = sum (q (x) q) (x) g and
   (first value block) r1 = sum delta q, r2 = sum delta q (x) q; dL/dv per value block and
   partial dL/dk (and the numerator keys under dropout).
-with g_i = dL/do_i / den_i and delta_i = (dL/do_i . o_i) / den_i from ``chunked.output_gradients``.
+with g_i = dL/do_i / den_i and delta_i = (dL/do_i . o_i) / den_i from ``outputs.output_gradients``.
 Terms that do not depend on the value block (the denominator's) are added by value block 0 only.
 """
 import torch
 import triton
 import triton.language as tl
 
-from attention.fastmax.chunked import output_gradients
+from attention.fastmax.outputs import output_gradients
 
 BLOCK_V = 64  # value columns per program (fewer when Dv is smaller)
 
@@ -179,7 +179,7 @@ def _fwd_kernel(Q, K, KL, KA, KB, V, RHO, OUT, DEN, X3, Y3, T, n_chunks, c0, c1,
                              x3m + tl.dot(tl.trans(kam[:, None] * kb), v, input_precision="ieee"))
                     tl.store(y3_base + m * D + offs_d, y3m + tl.sum(km[:, None] * k, 0))
             tl.debug_barrier()
-        has_key = (count > 0) & (den != 0)  # the zero-denominator guard, as chunked.finish_output
+        has_key = (count > 0) & (den != 0)  # the zero-denominator guard, as outputs.finish_output
         out = tl.where(has_key[:, None], num / tl.where(has_key, den, 1.0)[:, None], 0.0)
         _store_tile(OUT + n * T * DV, rows, rmask, offs_v, DV, out)
         if iv == 0:

@@ -2,7 +2,7 @@
 of the FAST paper (Gerami et al. 2024, section 3.1: softmax vs Fastmax transformers trained on
 Tiny Shakespeare).
 
-    python scripts/attention_maps.py out/shakespeare_char_gpt out/shakespeare_char_gpt_fastmax2 \\
+    python -m scripts.attention_maps out/shakespeare_char_gpt out/shakespeare_char_gpt_fastmax2 \\
         [--labels=softmax,fastmax2] [--length=128] [--head=0] [--split=val] [--offset=0] \\
         [--out=results/shakespeare_attention_maps] [--scale=linear|row|log]
 
@@ -41,13 +41,10 @@ import warnings
 import numpy as np
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 
-import model as model_lib  # noqa: E402
-from attention.fastmax.reference import fastmax_weights  # noqa: E402
-from attention.softmax import allowed_keys  # noqa: E402
+import model as model_lib
+from attention.fastmax.reference import fastmax_weights
+from attention.softmax import allowed_keys
 
 SUPPORTED = ("softmax", "softmax_reference", "fastmax")
 SCALES = ("linear", "row", "log")

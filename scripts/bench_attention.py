@@ -34,8 +34,8 @@ sequences, so all T see the same number of tokens. Time per token is seconds / (
 <out>.csv/.json/.png with the issue's targets (linear-regime time per token at the largest T
 against T = 1024; DANet linear vs softmax throughput at T = 16384; auto against the better regime).
 
-Usage: nice -n 10 python scripts/bench_attention.py [--T 256,...,32768] [--D 32,64] [--threads 2]
-       python scripts/bench_attention.py --suite layer --out results/bench_danet_layer
+Usage: nice -n 10 python -m scripts.bench_attention [--T 256,...,32768] [--D 32,64] [--threads 2]
+       python -m scripts.bench_attention --suite layer --out results/bench_danet_layer
 """
 import argparse
 import csv
@@ -51,12 +51,11 @@ import time
 import torch
 import torch.nn.functional as F
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-sys.path.insert(0, ROOT)
-import attention  # noqa: E402
-import attention.fastmax  # noqa: E402,F401
-from attention.fastmax.authors_baseline import authors_formulation  # noqa: E402
-from data import write_json  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import attention
+import attention.fastmax  # noqa: F401
+from attention.fastmax.authors_baseline import authors_formulation
+from data import write_json
 
 FIELDS = ["method", "mode", "causal", "T", "D", "heads", "threads", "device", "seconds", "repeats",
           "peak_mb", "note"]

@@ -1,7 +1,7 @@
 """Framework overhead of train.py: its tokens/s against a bare PyTorch loop (forward, backward,
 clip, AdamW step) over the same model and batch shape, measured alternately in one process.
 
-    python scripts/bench_train_overhead.py [configs/wikitext2_gpt_mini.py] [--iters=8] [--rounds=3]
+    python -m scripts.bench_train_overhead [configs/wikitext2_gpt_mini.py] [--iters=8] [--rounds=3]
 
 Writes results/bench_train_overhead.{csv,json,png}. train.py's throughput is read from its own
 log (tokens/s between log points, first interval dropped as warm-up); the bare loop is timed
@@ -11,19 +11,17 @@ import csv
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
-import configurator  # noqa: E402
-from data import write_json  # noqa: E402
-import tasks  # noqa: E402
-import train  # noqa: E402
+import configurator
+from data import write_json
+import tasks
+import train
 
 
 def bare_loop(cfg, iters):

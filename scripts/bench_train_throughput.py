@@ -1,6 +1,6 @@
 """Training throughput (tokens/s of train.py) of several configs measured side by side in one run.
 
-    python scripts/bench_train_throughput.py configs/wikitext2_gpt_mini.py \
+    python -m scripts.bench_train_throughput configs/wikitext2_gpt_mini.py \
         configs/wikitext2_gpt_mini_fastmax1.py configs/wikitext2_gpt_mini_fastmax2.py \
         [--iters=8] [--rounds=3] [--out=results/bench_train_throughput]
 
@@ -13,17 +13,14 @@ bar plot <out>.png.
 import csv
 import os
 import statistics
-import sys
 
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
-import configurator  # noqa: E402
-from bench_train_overhead import train_py  # noqa: E402
-from data import write_json  # noqa: E402
+import configurator
+from scripts.bench_train_overhead import train_py
+from data import write_json
 
 
 def main(argv):

@@ -27,24 +27,23 @@ Writes results/bench_tree.csv, results/bench_tree.json (rows + speed ratios) and
 The reference and the NumPy design are single-threaded; speed-ups are reported against the kernel at
 1 thread (same resources) and at --threads threads (the whole machine).
 
-Usage: nice -n 10 python scripts/bench_tree.py [--L 256,1024,4096] [--E 0.2,...,1.0] [--sampler alignment]
+Usage: nice -n 10 python -m scripts.bench_tree [--L 256,1024,4096] [--E 0.2,...,1.0] [--sampler alignment]
 """
 import argparse
 import csv
+import importlib.util
 import math
 import os
 import platform
-import sys
 import time
 
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import attention  # noqa: E402
-from attention.tree.numpy_baseline import numpy_baseline_forward  # noqa: E402
-from attention.tree.reference import reference_forward  # noqa: E402
-from data import write_json  # noqa: E402
+import attention
+from attention.tree.numpy_baseline import numpy_baseline_forward
+from attention.tree.reference import reference_forward
+from data import write_json
 
 FIELDS = ["impl", "threads", "dtype", "sampler", "L", "E", "H", "D", "queries_timed", "queries_total", "seconds",
           "extrapolated", "alignment_inner_products", "full_attention_inner_products", "fraction", "note"]
@@ -224,8 +223,9 @@ def load_casinoformer(casino_dir):
     if not os.path.exists(path):
         raise SystemExit(f"error: --casino_dir={casino_dir} has no np_attention.py; pass a checkout of "
                          "https://github.com/choijacky/casinoformer")
-    sys.path.insert(0, os.path.abspath(casino_dir))
-    import np_attention
+    spec = importlib.util.spec_from_file_location("np_attention", path)  # loaded from the file: no sys.path edit
+    np_attention = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(np_attention)
     if np.lib.NumpyVersion(np.__version__) >= "2.1.0":
         np_attention.np = _NumpyCompat()  # their code calls np.reshape(x, newshape=...)
     return np_attention

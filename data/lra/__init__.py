@@ -149,6 +149,41 @@ def prepare(directory, expected, build, what, found=None, compared=("sizes",)):
     return data.ensure_manifest(directory, expected, fresh, what=what)
 
 
+def ensure_cache(directory, source, in_place, fallback, expected_manifest, convert, what):
+    """The cache of a data set converted from a source (Text's IMDB, Image's CIFAR-10).
+
+    Args:
+        directory (str): the cache's folder.
+        source ((kind, path) or None): the source the run names; None = none named.
+        in_place (callable): ``in_place()`` -> the manifest (with ``source``) of cache files found
+            without a manifest, or None.
+        fallback (callable): ``fallback()`` -> (kind, path), the source to fetch when none is named
+            and there is no cache (a download, ``datasets``).
+        expected_manifest (callable): ``expected_manifest(kind, path)`` -> the fields identifying
+            the conversion of that source.
+        convert (callable): ``convert(kind, path)`` writes the cache.
+        what (str): the data set's name for messages.
+
+    With a source named, the cache is (re)converted unless its manifest matches that source;
+    with none, the cache is used as it is (its manifest, or the files found in place), else the
+    fallback source is converted.
+
+    Returns:
+        dict: the cache's manifest.
+    """
+    if source is None:
+        stored = data.read_manifest(directory)
+        if stored is not None:
+            return stored
+        found = in_place()
+        if found is not None:
+            print(f"{what}: using the cache in {directory} (no manifest: {FOUND_IN_PLACE})", flush=True)
+            return write_in_place_manifest(directory, found, what)
+        source = fallback()
+    kind, path = source
+    return prepare(directory, expected_manifest(kind, path), lambda d: convert(kind, path), what)
+
+
 def source_digest(files):
     """SHA-256 hex digest identifying the contents of ``files`` (a dict name -> path): the
     SHA-256 of the lines ``name sha256-of-file``, names sorted. Paths do not enter it."""

@@ -43,7 +43,7 @@ import urllib.request
 import numpy as np
 
 import data
-from data.lra import FOUND_IN_PLACE, prepare, source_digest, token_dtype, write_in_place_manifest
+from data.lra import FOUND_IN_PLACE, ensure_cache, source_digest, token_dtype
 
 NUM_CLASSES = 10
 VOCAB_SIZE = 257  # gray value g -> id g + 1; 0 = PAD
@@ -313,18 +313,9 @@ def ensure(lra_dir, cifar10_source=""):
         data.DataFormatError: a malformed batch, subset or tarball, or a class without images (named).
     """
     directory = os.path.join(lra_dir, FOLDER)
-    found = find_source(cifar10_source)
-    if found is None:
-        stored = data.read_manifest(directory)
-        if stored is not None:
-            return stored
-        in_place = _found(lra_dir)
-        if in_place is not None:
-            print(f"LRA Image: using the cache in {directory} (no manifest: {FOUND_IN_PLACE})", flush=True)
-            return write_in_place_manifest(directory, in_place, "LRA Image")
-        found = ("batches", download(os.path.join(directory, "download")))
-    kind, path = found
-    return prepare(directory, expected_manifest(kind, path), lambda d: _convert(lra_dir, kind, path), "LRA Image")
+    return ensure_cache(directory, find_source(cifar10_source), lambda: _found(lra_dir),
+                        lambda: ("batches", download(os.path.join(directory, "download"))), expected_manifest,
+                        lambda kind, path: _convert(lra_dir, kind, path), "LRA Image")
 
 
 def manifest(lra_dir):

@@ -40,7 +40,7 @@ import tarfile
 import numpy as np
 
 import data
-from data.lra import FOUND_IN_PLACE, prepare, source_digest, token_dtype, write_in_place_manifest
+from data.lra import FOUND_IN_PLACE, ensure_cache, source_digest, token_dtype
 
 NUM_CLASSES = 2
 VOCAB_SIZE = 257  # byte b -> id b + 1; 0 = PAD
@@ -130,17 +130,11 @@ def _read_source(kind, path):
             raise data.DataFormatError(path, f"unreadable tarball ({type(e).__name__}: {data.quote(str(e))}); an "
                                        f"aclImdb *.tar.gz is expected") from None
     else:
-        for split in SOURCE_SPLITS:
-            for sentiment in LABELS:
-                folder = os.path.join(path, split, sentiment)
-                if not os.path.isdir(folder):
-                    raise FileNotFoundError(f"{folder} missing (aclImdb layout: train/pos, train/neg, test/pos, "
-                                            f"test/neg)")
-                for name in sorted(os.listdir(folder)):
-                    where = os.path.join(folder, name)
-                    review_id, rating = _parse_name(where, sentiment, name)
-                    with open(where, "rb") as f:
-                        out[split].append((LABELS[sentiment], review_id, rating, f.read(), where))
+        for key, where in _source_files(kind, path).items():
+            split, sentiment, name = key.split("/")
+            review_id, rating = _parse_name(where, sentiment, name)
+            with open(where, "rb") as f:
+                out[split].append((LABELS[sentiment], review_id, rating, f.read(), where))
     return out
 
 
@@ -195,6 +189,12 @@ def _write_cache(file, rows, source):
 
 
 def _source_files(kind, path):
+    """{name: file path} of a source: the tarball itself, or every review file of an aclImdb
+    directory as "split/sentiment/file" (splits, then sentiments, then sorted names).
+
+    Raises:
+        FileNotFoundError: a directory without one of train/pos, train/neg, test/pos, test/neg.
+    """
     if kind == "tar":
         return {os.path.basename(path): path}
     files = {}
@@ -204,7 +204,7 @@ def _source_files(kind, path):
             if not os.path.isdir(folder):
                 raise FileNotFoundError(f"{folder} missing (aclImdb layout: train/pos, train/neg, test/pos, "
                                         f"test/neg)")
-            for name in os.listdir(folder):
+            for name in sorted(os.listdir(folder)):
                 files[f"{split}/{sentiment}/{name}"] = os.path.join(folder, name)
     return files
 
@@ -262,19 +262,9 @@ def ensure(lra_dir, imdb_source=""):
         data.DataUnavailable: nothing given, no cache, and ``datasets`` "imdb" failed (its real error).
         data.DataFormatError: a malformed source file (named in the message).
     """
-    directory = os.path.join(lra_dir, FOLDER)
-    found = find_source(imdb_source)
-    if found is None:
-        stored = data.read_manifest(directory)
-        if stored is not None:
-            return stored
-        in_place = _found(lra_dir)
-        if in_place is not None:
-            print(f"LRA Text: using the cache in {directory} (no manifest: {FOUND_IN_PLACE})", flush=True)
-            return write_in_place_manifest(directory, in_place, "LRA Text")
-        found = ("hf", None)
-    kind, path = found
-    return prepare(directory, expected_manifest(kind, path), lambda d: _convert(lra_dir, kind, path), "LRA Text")
+    return ensure_cache(os.path.join(lra_dir, FOLDER), find_source(imdb_source), lambda: _found(lra_dir),
+                        lambda: ("hf", None), expected_manifest, lambda kind, path: _convert(lra_dir, kind, path),
+                        "LRA Text")
 
 
 def manifest(lra_dir):

@@ -2,7 +2,7 @@
 # FAST paper's Figure 4 (attention maps, section 3.1) for issue 8. Its Fastmax p = 2 twin is
 # configs/shakespeare_char_gpt_fastmax2.py (identical except the attention).
 #   python train.py configs/shakespeare_char_gpt.py --num_threads=2
-#   python -m scripts.attention_maps out/shakespeare_char_gpt out/shakespeare_char_gpt_fastmax2
+#   python -m scripts.analysis.attention_maps out/shakespeare_char_gpt out/shakespeare_char_gpt_fastmax2
 # Data: data/shakespeare_char/prepare.py (65 characters, 90/5/5 train/val/test, prepared on the
 # first run from $TINYSHAKESPEARE_FILE, a local copy of karpathy/char-rnn's
 # data/tinyshakespeare/input.txt, else a download; the module docstring gives the full lookup order).
@@ -39,6 +39,6 @@ min_lr = 2e-4
 weight_decay = 0.1
 grad_clip = 1.0
 
-eval_interval = 25  # 10 points per loss curve (scripts/plot_loss_curves.py)
+eval_interval = 25  # 10 points per loss curve (scripts/analysis/loss_curves.py)
 eval_iters = 8
 log_interval = 5

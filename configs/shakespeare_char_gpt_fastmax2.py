@@ -2,7 +2,7 @@
 # paper, Eq. 5-10: f(s) = 1 + s + s^2/2 of the normalized scores; the module's default
 # normalization) instead of softmax: the same data, size, iterations and schedule. The Fastmax model
 # of the paper's Figure 4, and the model of the Figure 2 dropout grid
-# (scripts/shakespeare_dropout.sh adds --attention.dropout=... --attention.dropout_variant=...).
+# (scripts/sweeps/shakespeare_dropout.sh adds --attention.dropout=... --attention.dropout_variant=...).
 #   python train.py configs/shakespeare_char_gpt_fastmax2.py --num_threads=2
 # Time (see configs/shakespeare_char_gpt.py): measured 2.8-4.3 s per iteration on 1 thread of a
 # shared CPU (the same with attention dropout); estimated about 1.45 s per iteration with

@@ -256,7 +256,7 @@ def cpu_config(task, attention):
     header = [f"This machine (2 CPU cores), full LRA length {keys['max_len']}: {spec['why']}.",
               f"Time: {s} s / iteration on one thread x {keys['max_iters']} steps = about {minutes:.0f} min on one "
               f"thread, about {minutes / 1.6:.0f} min on two (assumed 1.6x); plus {spec['evals']}.",
-              f"python train.py configs/lra/{task}_{attention}_cpu.py      # or: scripts/sweep_lra.sh"]
+              f"python train.py configs/lra/{task}_{attention}_cpu.py      # or: scripts/sweeps/lra.sh"]
     return render(f"LRA {task}, {attention}, CPU size", header, keys)
 
 

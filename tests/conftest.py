@@ -1,13 +1,11 @@
 """Point the project at the offline copies in ../shared when the environment does not say otherwise."""
 import os
-import sys
 
 import pytest
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(os.path.dirname(ROOT), "shared")
-sys.path.insert(0, ROOT)
 
 os.environ.setdefault("TIKTOKEN_CACHE_DIR", os.path.join(SHARED, "tiktoken"))
 os.environ.setdefault("WIKITEXT2_DIR", os.path.join(SHARED, "data", "wikitext-2"))

@@ -361,7 +361,7 @@ def test_danet_gpt_config_has_the_softmax_gpt_budget():
 
 def _bench_attention_module():
     import importlib
-    return importlib.import_module("scripts.bench_attention")  # scripts/ is a namespace package under ROOT
+    return importlib.import_module("scripts.bench.attention")
 
 
 def test_layer_benchmark_smoke(tmp_path):

@@ -307,10 +307,7 @@ def test_hf_tiny_gpt2(tmp_path, wikitext2_dir):
 
 
 def test_grid_runner_skips_done_and_survives_failures(checkpoint, tmp_path, capsys):
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("run_eval_grid", os.path.join(ROOT, "scripts", "run_eval_grid.py"))
-    grid = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(grid)
+    from scripts.sweeps import eval_grid as grid
     common = f"--out_dir={checkpoint} --fraction=0.001"
     lines = [f"{common} --protocol=blocks --out_json={tmp_path}/good.json",
              f"{common} --protocol=casino --per_position=True --out_json={tmp_path}/casino.json",

@@ -464,7 +464,6 @@ needs_torchrun = pytest.mark.skipif(not os.path.exists(TORCHRUN), reason="torchr
 # one rank at one call (NAN_RANK, NAN_CALL), and evaluation asserts it gets the unwrapped model.
 DDP_SCRIPT = textwrap.dedent("""
     import os, sys
-    sys.path.insert(0, {root!r})
     import torch
     import configurator, train
     from tasks import lm
@@ -492,7 +491,7 @@ DDP_SCRIPT = textwrap.dedent("""
 
 def torchrun(tmp_path, out_dir, *args, extra_env=None, timeout=240):
     script = tmp_path / "ddp_train.py"
-    script.write_text(DDP_SCRIPT.format(root=ROOT))
+    script.write_text(DDP_SCRIPT)
     cmd = [TORCHRUN, "--standalone", "--nproc_per_node=2", str(script), TINY, f"--out_dir={out_dir}",
            "--gradient_accumulation_steps=2", "--num_threads=1", "--eval_iters=1", "--log_interval=1", *args]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,

@@ -1,0 +1,1 @@
+"""Analysis tools: tables and figures from runs and checkpoints, written under results/."""

@@ -1,0 +1,136 @@
+"""What the benchmarks share: seeded inputs, one timed call, medians, peak memory in a fresh process,
+CSV rows, and train.py's own tokens/s. A library for the scripts of this folder, not a script.
+
+Timing rule (every benchmark): the median of ``repeats`` samples after one warm-up call; a sample
+of a call shorter than MIN_SAMPLE_SECONDS is the mean over a loop of calls lasting about that
+long. Peak memory: VmHWM - VmRSS of a fresh process around one call (CPU), or the growth of
+``torch.cuda.max_memory_allocated`` (CUDA).
+"""
+import csv
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+import train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def write_csv(path, rows, fields, extrasaction="raise"):
+    """Rows (dicts) as CSV with the header ``fields``; keys outside it raise unless extrasaction="ignore"."""
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction=extrasaction)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def parse_list(text, typ):
+    return [typ(x) for x in text.split(",") if x.strip()]
+
+
+def make_inputs(T, D, heads, device, requires_grad, seed=0):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    return [torch.randn(1, heads, T, D, generator=g).to(device).requires_grad_(requires_grad) for _ in range(3)]
+
+
+def run_once(call, q, k, v, mode, grad_out):
+    if mode == "forward":
+        with torch.no_grad():
+            call(q, k, v)
+    else:
+        out = call(q, k, v)
+        out.backward(grad_out)
+        q.grad = k.grad = v.grad = None
+
+
+def synchronize(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+MIN_SAMPLE_SECONDS = 0.1  # a sample of a short call times this long a loop of calls (timer and scheduler noise)
+
+
+def median_seconds(once, repeats, long_call, sync=lambda: None):
+    """(median over ``repeats`` samples of the wall time per call of ``once``, repeats), after a
+    warm-up call. A sample is one call, or for calls shorter than MIN_SAMPLE_SECONDS the mean of
+    a loop of calls lasting about that long. A warm-up longer than ``long_call`` seconds is the
+    only timing (repeats = 1)."""
+    sync()
+    start = time.perf_counter()
+    once()
+    sync()
+    first = time.perf_counter() - start
+    if first > long_call:
+        return first, 1
+    calls = max(1, math.ceil(MIN_SAMPLE_SECONDS / max(first, 1e-9)))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            once()
+        sync()
+        times.append((time.perf_counter() - start) / calls)
+    return statistics.median(times), repeats
+
+
+def _status_kb(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def peak_added_mb(call, T, D, heads, device, mode):
+    """Peak memory (MB) that one call adds on top of its (1, heads, T, D) inputs, in this process,
+    which should be fresh: a small warm-up call first (one-time initialisation is not counted).
+    CPU: VmHWM - VmRSS after resetting the high-water mark; CUDA: max_memory_allocated delta."""
+    with_grad = mode == "forward_backward"
+    small = make_inputs(min(T, 32), D, heads, device, with_grad)
+    run_once(call, *small, mode, torch.randn_like(small[0]))
+    del small
+    q, k, v = make_inputs(T, D, heads, device, with_grad)
+    grad_out = torch.randn_like(q)
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        run_once(call, q, k, v, mode, grad_out)
+        torch.cuda.synchronize()
+        return (torch.cuda.max_memory_allocated() - before) / 2 ** 20
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset the high-water mark VmHWM to the current RSS
+    before = _status_kb("VmRSS")
+    run_once(call, q, k, v, mode, grad_out)
+    return (_status_kb("VmHWM") - before) / 1024
+
+
+def run_child(module, spec):
+    """``python -m module --_child <spec as JSON>`` in a fresh process: (the last number it prints, "")
+    or (None, a note saying why it failed)."""
+    proc = subprocess.run([sys.executable, "-m", module, "--_child", json.dumps(spec)],
+                          capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode
+        return None, f"memory child failed: {tail}"
+    return float(proc.stdout.strip().splitlines()[-1]), ""
+
+
+def train_py(config_files, iters):
+    """tokens/s that train.py reports for ``iters`` optimizer steps after one warm-up step, with
+    logging every step and no evaluation inside the window (harmonic mean over the logged steps)."""
+    with tempfile.TemporaryDirectory() as out:
+        train.main([*config_files, f"--out_dir={out}", f"--max_iters={iters + 1}", "--log_interval=1",
+                    f"--eval_interval={10 ** 9}", "--eval_iters=1", "--always_save_checkpoint=False"])
+        with open(os.path.join(out, "log.jsonl")) as f:
+            rows = [json.loads(line) for line in f if '"tok_per_s"' in line]
+    rates = [r["tok_per_s"] for r in rows[1:]]  # drop the warm-up step
+    return len(rates) / sum(1.0 / r for r in rates)  # harmonic mean = total tokens / total time

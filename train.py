@@ -32,6 +32,7 @@ import torch
 import attention
 import configurator
 import model as model_lib
+import provenance
 import tasks
 import training as T
 from configurator import ConfigError
@@ -68,13 +69,14 @@ def main(argv):
         torch.set_num_threads(cfg["num_threads"])
     dist = T.Dist(cfg)
     try:
-        return train(cfg, task, dist, ckpt)
+        return train(cfg, task, dist, ckpt, command=provenance.command_line([os.path.abspath(__file__), *argv]))
     finally:
         dist.close()
 
 
-def train(cfg, task, dist, ckpt=None):
-    """The training loop of ``cfg`` on ``task`` (a module of tasks/), from scratch or from ``ckpt``."""
+def train(cfg, task, dist, ckpt=None, command=None):
+    """The training loop of ``cfg`` on ``task`` (a module of tasks/), from scratch or from ``ckpt``;
+    ``command`` (the command line) goes to out_dir/manifest.json."""
     if cfg["gradient_accumulation_steps"] % dist.world:
         raise ConfigError(f"gradient_accumulation_steps={cfg['gradient_accumulation_steps']} must be divisible "
                           f"by the number of processes {dist.world}")
@@ -107,9 +109,9 @@ def train(cfg, task, dist, ckpt=None):
         if final_evaluate is not None and cfg["init_from"] == "scratch" and not cfg["eval_only"] \
                 and os.path.exists(best_path):
             os.remove(best_path)  # a previous run's best weights must not be evaluated as this run's
-        run_log = T.RunLog(cfg, iter_num, data)
-        if T.data_summary(data) is not None:
-            print("data: " + ", ".join(f"{k} {v}" for k, v in T.data_summary(data).items()))
+        run_log, commit, summary = T.RunLog(cfg, iter_num, data), provenance.git_commit(), T.data_summary(data)
+        if summary is not None:
+            print("data: " + ", ".join(f"{k} {v}" for k, v in summary.items()))
         print(f"task {cfg['task']}: {type(raw_model).__name__} with {raw_model.num_params() / 1e6:.2f}M parameters "
               f"(non-embedding), attention={cfg['attention']} {cfg['attention_params']}")
     tokens_per_iter = grad_accum * dist.world * task.batch_tokens(cfg)
@@ -195,6 +197,9 @@ def train(cfg, task, dist, ckpt=None):
             T.final_evaluation(task, raw_model, data, cfg, device, autocast, run_log, iter_num, start_iter,
                                time.time() - t_start - eval_time)
         run_log.close()
+        # out_dir/manifest.json: how this run was made ("train", or one entry per resumption)
+        entry = "train" if start_iter == 0 else f"train_resumed_at_{start_iter}"
+        provenance.record(os.path.join(cfg["out_dir"], entry), commit=commit, command=command)
         if not cfg["eval_only"]:
             print(f"done: {iter_num - start_iter} iterations ({start_iter} -> {iter_num}) in "
                   f"{T.format_duration(time.time() - t_start)} wall time", flush=True)

@@ -5,8 +5,8 @@
 - ``sweeps/``: shell scripts that train or evaluate many configurations, and the evaluation runner;
 - ``analysis/``: tables and figures made from runs and checkpoints (LRA table, tree-sweep table,
   loss curves, attention maps, probes and reference lines);
-- ``provenance.py``: the ``manifest.json`` every folder under ``results/`` carries.
+(``provenance.py`` at the top level writes the ``manifest.json`` of every folder under ``results/``.)
 
 A tool imports library code (the repo's packages, ``bench/common.py``, ``analysis/capture.py``,
-``provenance.py``), never another tool.
+the top-level ``provenance.py``), never another tool.
 """

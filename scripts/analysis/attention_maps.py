@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 import model as model_lib
+import provenance
 from scripts.analysis.capture import attention_weights, capture
 
 SCALES = ("linear", "row", "log")
@@ -208,6 +209,7 @@ def main(argv=None):
              attention=np.array(names), layers=np.arange(weights.shape[1]), head=args.head,
              reconstruction_error=errors, text=np.array(text))
     plot(weights, labels, f"{args.out}.png", args.head, args.scale)
+    provenance.record(args.out)
     print(f"wrote {args.out}.png and {args.out}.npz: {len(labels)} models x {weights.shape[1]} layers, "
           f"{len(tokens)} tokens, head {args.head}; largest |A v - out| {errors.max():.2e}")
     return weights, errors

@@ -25,6 +25,7 @@ Output: a table on stdout and, with ``--out``, JSON {run: {"trained": {...}, "in
 a dict of lists indexed [layer][head].
 """
 import argparse
+import os
 
 import numpy as np
 import torch
@@ -32,8 +33,9 @@ import torch
 import data.lra as lra
 import model as model_lib
 from data import write_json
-from scripts.analysis.attention_maps import attention_weights, capture  # noqa: E402
-from tasks import classify  # noqa: E402
+import provenance
+from scripts.analysis.capture import attention_weights, capture
+from tasks import classify
 
 METRICS = ("weight_at_position", "uniform", "ratio", "max_weight", "argmax_is_position")
 
@@ -126,6 +128,7 @@ def main(argv=None):
         result[out_dir] = run
     if args.out:
         write_json(args.out, result)
+        provenance.record(os.path.splitext(args.out)[0])
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ Output (runs given): a table on stdout and JSON {"rule": {operator: label}, "run
 {"overall": {...}, "by_operator": {operator: {...}}, "weights", "iter_num", "attention", "split"}}}.
 """
 import argparse
+import os
 import json
 
 import numpy as np
@@ -40,6 +41,7 @@ import torch.nn.functional as F
 import model as model_lib
 from data import write_json
 from data.lra import default_lra_dir, listops
+import provenance
 from tasks import classify
 
 
@@ -210,6 +212,7 @@ def main(argv=None):
         result = by_operator(args.runs, args.split, args.weights)
         if args.out:
             write_json(args.out, result)
+        provenance.record(os.path.splitext(args.out)[0])
         return
     train = listops.load(args.lra_dir, "train")
     held = listops.load(args.lra_dir, args.split)
@@ -226,6 +229,7 @@ def main(argv=None):
     print(json.dumps(result, indent=1))
     if args.out:
         write_json(args.out, result)
+        provenance.record(os.path.splitext(args.out)[0])
 
 
 if __name__ == "__main__":

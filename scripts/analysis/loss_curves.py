@@ -3,7 +3,7 @@ the FAST paper's Figure 2: Fastmax p = 2 without dropout and with the three drop
 section 2.4), plus a CSV of every plotted point.
 
     python -m scripts.analysis.loss_curves out/shakespeare_dropout/none out/shakespeare_dropout/quadratic ... \\
-        [--labels=none,quadratic,...] [--out=results/shakespeare_dropout] [--train_loss=eval|step]
+        [--labels=none,quadratic,...] [--out=results/shakespeare_dropout/shakespeare_dropout] [--train_loss=eval|step]
 
 Input: each directory's ``log.jsonl`` as train.py writes it, one JSON object per line:
 ``{"iter", "eval": {"train_loss", "val_loss", ...}, "elapsed_s"}`` at every evaluation and
@@ -31,6 +31,8 @@ import csv
 import json
 import os
 import sys
+
+import provenance
 
 TRAIN_SOURCES = ("eval", "step")
 
@@ -184,6 +186,7 @@ def main(argv=None):
     if not 0 <= args.zoom < 1:
         ap.error(f"--zoom must be in [0, 1); got {args.zoom}")
     plot(f"{args.out}.png", runs, args.train_loss, args.title or None, args.zoom)
+    provenance.record(args.out)
     for label, _, run in runs:
         (its, val), last_train = run["val"], run["train"][1][-1] if run["train"][1] else float("nan")
         print(f"{label}: last train {last_train:.4f}, last val {val[-1]:.4f} (iter {its[-1]}), lowest val {min(val):.4f}")

@@ -37,6 +37,7 @@ import os
 import sys
 
 from data import atomic_write
+import provenance
 
 TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
 TITLES = ("ListOps", "Text", "Retrieval", "Image", "Pathfinder", "Path-X")
@@ -230,6 +231,7 @@ def main(argv=None):
         print(md)
     except BrokenPipeError:  # `| head`: the reader left
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    provenance.record(os.path.join(args.out, "lra_table"))
     print(f"wrote {args.out}/lra_table.md, lra_accuracy.csv, lra_steps_per_s.csv")
 
 

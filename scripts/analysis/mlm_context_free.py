@@ -17,10 +17,12 @@ learned to use context.
 Usage: python -m scripts.analysis.mlm_context_free [--split test] [--out results/mlm_wikitext2/context_free_baseline.json]
 """
 import argparse
+import os
 
 import numpy as np
 
 from data import mlm, write_json
+import provenance
 
 
 def context_free_baseline(train_ids, eval_ids, ordinary_ids, mask_frac=0.8, random_frac=0.1):
@@ -92,6 +94,7 @@ def main(argv=None):
     result = {"split": args.split, "tokenizer": args.tokenizer, "dataset_config": args.dataset_config,
               **context_free_baseline(train, evals, np.asarray(vocab.random_ids))}
     write_json(args.out, result)
+    provenance.record(os.path.splitext(args.out)[0])
     print(f"context-free baseline on {args.split}: loss {result['loss']:.4f} nats, accuracy {result['accuracy']:.4f} "
           f"-> {args.out}")
     return result

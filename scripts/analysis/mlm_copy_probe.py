@@ -9,7 +9,7 @@ on [MASK] inputs of fixed held-out batches during training.
 
 Writes <out>.json and <out>.csv (one row per configuration and checkpoint) and <out>.png.
 
-Usage: python -m scripts.analysis.mlm_copy_probe [--steps 600] [--seeds 0,1] [--out results/mlm_copy_probe]
+Usage: python -m scripts.analysis.mlm_copy_probe [--steps 600] [--seeds 0,1] [--out results/mlm_copy_probe/mlm_copy_probe]
 """
 import argparse
 import csv
@@ -22,6 +22,7 @@ import torch
 import train
 from data import mlm as mlm_data, write_json
 from model import BertEncoder, ModelConfig
+import provenance
 from tasks import mlm
 
 # 0 [PAD], 1 [CLS], 2 [SEP], 3 [MASK], 4 [UNK], 5..47 ordinary tokens (43)
@@ -114,7 +115,7 @@ def main(argv=None):
     ap.add_argument("--n_layer", type=int, default=2)
     ap.add_argument("--n_embd", type=int, default=32)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", default="results/mlm_copy_probe")
+    ap.add_argument("--out", default="results/mlm_copy_probe/mlm_copy_probe")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
@@ -130,6 +131,7 @@ def main(argv=None):
         writer.writerows(rows)
     write_json(args.out + ".json", {"settings": vars(args), "torch": torch.__version__, "rows": rows})
     plot(rows, args.out + ".png")
+    provenance.record(args.out)
     return rows
 
 

@@ -18,6 +18,8 @@ import math
 
 import numpy as np
 
+import provenance
+
 
 def load_per_position(path):
     """(context_length, count, mean_nll) int / int / float arrays of one eval JSON.
@@ -97,6 +99,7 @@ def main(argv=None):
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
     fig.savefig(args.out + ".png", dpi=120)
+    provenance.record(args.out)
     print(f"wrote {args.out}.md, .csv, .png")
 
 

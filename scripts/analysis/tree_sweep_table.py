@@ -1,7 +1,7 @@
 """Collect the JSONs of scripts/sweeps/tree_ppl.sh into a CSV, markdown tables laid out like Figure 2
 of "High Attention Scores and Where to Find Them" and a plot.
 
-    python -m scripts.analysis.tree_sweep_table --in_dir results/tree_sweep [--out results/tree_sweep_table] [--L 1024]
+    python -m scripts.analysis.tree_sweep_table --in_dir results/tree_sweep [--out results/tree_sweep/tree_sweep_table] [--L 1024]
 
 Inputs: every *.json in --in_dir written by eval_ppl.py (keys "metric", "value", "mean_nll",
 "protocol", "attention", "attention_params", "attention_stats", "offset", "seed", ...).
@@ -29,6 +29,8 @@ import math
 import os
 import statistics
 import sys
+
+import provenance
 
 SAMPLER_ORDER = ["uniform", "edh", "alignment", "positive_alignment", "rff", "favor_plus", "favor_plus_relu"]
 SAMPLER_LABEL = {"uniform": "Uniform", "edh": "EDH", "alignment": "Align.", "positive_alignment": "Pos. Align.",
@@ -231,6 +233,7 @@ def main(argv=None):
     with open(out + ".md", "w") as f:
         f.write(md + "\n")
     plot(out + ".png", agg)
+    provenance.record(out)
     print(md)
     print(f"wrote {out}.csv {out}.md {out}.png ({len(runs)} runs)")
 

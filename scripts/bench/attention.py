@@ -35,7 +35,7 @@ sequences, so all T see the same number of tokens. Time per token is seconds / (
 against T = 1024; DANet linear vs softmax throughput at T = 16384; auto against the better regime).
 
 Usage: nice -n 10 python -m scripts.bench.attention [--T 256,...,32768] [--D 32,64] [--threads 2]
-       python -m scripts.bench.attention --suite layer --out results/bench_danet_layer
+       python -m scripts.bench.attention --suite layer --out results/bench_danet_layer/bench_danet_layer
 """
 import argparse
 import json
@@ -50,9 +50,9 @@ import attention
 import attention.fastmax  # noqa: F401
 from attention.fastmax.authors_baseline import authors_formulation
 from data import write_json
+import provenance
 from scripts.bench.common import (make_inputs, median_seconds, parse_list, peak_added_mb, run_child, run_once,
                                   synchronize, write_csv)
-from scripts.provenance import git_commit
 
 FIELDS = ["method", "mode", "causal", "T", "D", "heads", "threads", "device", "seconds", "repeats",
           "peak_mb", "note"]
@@ -332,6 +332,7 @@ def run_layer_suite(args):
     settings.pop("_child", None)
     write_json(args.out + ".json", {"settings": settings, "targets": summary, "rows": rows})
     plot_layers(rows, args.out + ".png")
+    provenance.record(args.out, commit=args.commit)
     print(json.dumps(summary, indent=1))
     return rows, summary
 
@@ -363,7 +364,7 @@ def main(argv=None):
 
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
-    args.commit = git_commit()
+    args.commit = provenance.git_commit()
     layer_suite = args.suite == "layer"
     args.T = args.T or ",".join(str(2 ** i) for i in (range(7, 17) if layer_suite else range(8, 16)))
     args.D = args.D or ("64" if layer_suite else "32,64")
@@ -412,6 +413,7 @@ def main(argv=None):
     settings.pop("_child", None)
     write_json(args.out + ".json", {"settings": settings, "targets": summary, "rows": rows})
     plot(rows, methods, args.out + ".png")
+    provenance.record(args.out, commit=args.commit)
     print(json.dumps(summary, indent=1))
     return rows, summary
 

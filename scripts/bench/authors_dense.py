@@ -40,7 +40,7 @@ torch threads, their repository and commit, the mapping, all rows) and <out>.png
 
 Usage (their code first: mkdir -p /tmp/authors_dense && git --git-dir=<mirror> archive HEAD | tar -x -C /tmp/authors_dense):
        python -m scripts.bench.authors_dense --authors_dir /tmp/authors_dense --threads 2 --repeats 5 \
-           --out results/authors_dense_compare                      # correctness + timing, default grid
+           --out results/authors_dense/authors_dense_compare                      # correctness + timing, default grid
        python -m scripts.bench.authors_dense --T 64,100,256 --D 16 --heads 1,2 --window 16 \
            --chunk_size 32 --batch 2 --threads 1 --no_time           # correctness only, small
 """
@@ -65,8 +65,8 @@ import attention.dense  # noqa: F401  (registers "dense")
 from attention.dense import reference_forward
 from data import write_json
 from model import DANetBlock, ModelConfig, cosine_relpe
+import provenance
 from scripts.bench.common import median_seconds, parse_list, write_csv
-from scripts.provenance import git_commit
 
 AUTHORS_REPO = "andrewargatkiny/dense-attention"
 AUTHORS_FILES = ("src/dense_attention.py", "src/danet_layers.py", "src/positional_embeddings.py",
@@ -623,9 +623,9 @@ def main(argv=None):
     ap.add_argument("--budget", type=float, default=60.0, help="skip larger T of a setting after a call this long (s)")
     ap.add_argument("--max_gb", type=float, default=4.0, help="skip quadratic settings whose (T, T) matrices exceed this")
     ap.add_argument("--no_time", action="store_true", help="correctness only")
-    ap.add_argument("--out", default="results/authors_dense_compare")
+    ap.add_argument("--out", default="results/authors_dense/authors_dense_compare")
     args = ap.parse_args(argv)
-    commit = git_commit()  # when the run starts
+    commit = provenance.git_commit()  # when the run starts
 
     try:
         authors = load_authors(args.authors_dir)
@@ -674,6 +674,7 @@ def main(argv=None):
                                     "their_limitations": THEIR_LIMITS, "summary": summary,
                                     "correctness": correctness, "timing": timing_rows})
     plot(correctness, timing_rows, args.out + ".png")
+    provenance.record(args.out, commit=commit)
     print(json.dumps(summary, indent=1))
     return correctness, timing_rows, summary
 

@@ -93,9 +93,9 @@ import attention
 import attention.fastmax  # noqa: F401
 from attention.fastmax.authors_baseline import authors_formulation
 from data import write_json
+import provenance
 from scripts.bench.common import (make_inputs, median_seconds, parse_list, peak_added_mb, run_child, run_once,
                                   write_csv)
-from scripts.provenance import git_commit
 
 DEFAULT_AUTHORS_DIR = "/tmp/authors_fastmax"
 CLONE_HINT = ("git clone https://github.com/armingerami/fastmax {d}/fastmax && "
@@ -564,13 +564,13 @@ def main(argv=None):
     ap.add_argument("--max_gb", type=float, default=None,
                     help="skip calls estimated above this (default: half the RAM)")
     ap.add_argument("--memory", default="subprocess", choices=["subprocess", "none"])
-    ap.add_argument("--out", default="results/authors_fastmax_compare")
+    ap.add_argument("--out", default="results/authors_fastmax/authors_fastmax_compare")
     ap.add_argument("--_child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args._child:
         print(measure_peak_child(json.loads(args._child)))
         return None
-    commit = git_commit()  # when the run starts (not in the memory children)
+    commit = provenance.git_commit()  # when the run starts (not in the memory children)
     try:
         loaded = load_authors(args.authors_dir)
     except FileNotFoundError as exc:
@@ -626,6 +626,7 @@ def main(argv=None):
                                     "check_rows": check_rows, "timing_rows": time_rows}, default=str)
     if check_rows or time_rows:
         plot(check_rows, time_rows, args.out + ".png")
+    provenance.record(args.out, commit=commit)
     print(json.dumps({"summary": {k: v for k, v in summary.items() if k != "speedups"}, "findings": found},
                      indent=1, default=str))
     return dict(check_rows=check_rows, time_rows=time_rows, findings=found, summary=summary)

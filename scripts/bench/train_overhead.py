@@ -3,7 +3,7 @@ clip, AdamW step) over the same model and batch shape, measured alternately in o
 
     python -m scripts.bench.train_overhead [configs/wikitext2_gpt_mini.py] [--iters=8] [--rounds=3]
 
-Writes results/bench_train_overhead.{csv,json,png}. train.py's throughput is read from its own
+Writes results/bench_train/bench_train_overhead.{csv,json,png}. train.py's throughput is read from its own
 log (tokens/s between log points, first interval dropped as warm-up); the bare loop is timed
 with time.perf_counter over the same number of iterations after one warm-up step.
 """
@@ -16,6 +16,7 @@ import torch
 
 import configurator
 from data import write_json
+import provenance
 from scripts.bench.common import ROOT, train_py
 import train
 import tasks
@@ -66,7 +67,7 @@ def main(argv):
                "overhead_percent": 100 * (1 - statistics.median(ratios)), "threads": torch.get_num_threads(),
                "rows": rows}
     os.makedirs(os.path.join(ROOT, "results"), exist_ok=True)
-    base = os.path.join(ROOT, "results", "bench_train_overhead")
+    base = os.path.join(ROOT, "results", "bench_train", "bench_train_overhead")
     with open(base + ".csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=["round", "impl", "tok_per_s"])
         writer.writeheader()
@@ -85,6 +86,7 @@ def main(argv):
     ax.legend()
     fig.tight_layout()
     fig.savefig(base + ".png", dpi=120)
+    provenance.record(base)
     print(f"median train.py / bare ratio {summary['median_ratio']:.3f} "
           f"(overhead {summary['overhead_percent']:.1f}%); wrote {base}.{{csv,json,png}}")
 

@@ -2,7 +2,7 @@
 
     python -m scripts.bench.train_throughput configs/wikitext2_gpt_mini.py \
         configs/wikitext2_gpt_mini_fastmax1.py configs/wikitext2_gpt_mini_fastmax2.py \
-        [--iters=8] [--rounds=3] [--out=results/bench_train_throughput]
+        [--iters=8] [--rounds=3] [--out=results/bench_train/bench_train_throughput]
 
 Each round runs every config once for --iters timed optimizer steps (after one warm-up step), in
 the order given, so slow drifts of a shared machine hit all configs alike. Tokens/s per round come
@@ -25,7 +25,7 @@ def main(argv):
     torch.set_flush_denormal(True)
     files = [a for a in argv if not a.startswith("--")]
     opts = configurator.parse(
-        {"iters": 8, "rounds": 3, "out": os.path.join(ROOT, "results", "bench_train_throughput")},
+        {"iters": 8, "rounds": 3, "out": os.path.join(ROOT, "results", "bench_train", "bench_train_throughput")},
         [a for a in argv if a.startswith("--")],
         help={"iters": "timed optimizer steps per config and round (after one warm-up step)",
               "rounds": "rounds; each runs every config once, in the order given",

@@ -23,7 +23,7 @@ still inserted) and extrapolated to all L positions: total = t_insert_only + (t_
 * L / n_subset; such rows have extrapolated = true. A fast configuration is skipped (row with
 note "skipped") when the previous E at the same L took longer than --budget seconds.
 
-Writes results/bench_tree.csv, results/bench_tree.json (rows + speed ratios) and results/bench_tree.png.
+Writes results/bench_tree/bench_tree.csv, results/bench_tree/bench_tree.json (rows + speed ratios) and results/bench_tree/bench_tree.png.
 The reference and the NumPy design are single-threaded; speed-ups are reported against the kernel at
 1 thread (same resources) and at --threads threads (the whole machine).
 
@@ -44,6 +44,7 @@ import attention
 from attention.tree.numpy_baseline import numpy_baseline_forward
 from attention.tree.reference import reference_forward
 from data import write_json
+import provenance
 from scripts.bench.common import parse_list
 
 FIELDS = ["impl", "threads", "dtype", "sampler", "L", "E", "H", "D", "queries_timed", "queries_total", "seconds",
@@ -65,7 +66,7 @@ def main():
     ap.add_argument("--H", type=int, default=12)
     ap.add_argument("--D", type=int, default=64)
     ap.add_argument("--budget", type=float, default=120.0)
-    ap.add_argument("--out", default="results/bench_tree")
+    ap.add_argument("--out", default="results/bench_tree/bench_tree")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2, help="torch threads for the second cpu/softmax run")
     ap.add_argument("--repeats", type=int, default=5)
@@ -202,6 +203,7 @@ def main():
             "note": "slow implementations timed on a subset of query positions and extrapolated"}
     write_json(args.out + ".json", {"config": meta, "rows": rows, "speedups": ratios})
     plot(rows, args.out + ".png", args.sampler)
+    provenance.record(args.out)
     print("wrote", args.out + ".csv", args.out + ".json", args.out + ".png")
 
 

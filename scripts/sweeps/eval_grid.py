@@ -18,6 +18,7 @@ import traceback
 
 import configurator
 import eval_ppl
+import provenance
 
 
 def main(lines):
@@ -49,6 +50,10 @@ def main(lines):
             traceback.print_exc()
             print(f"FAILED: {out[0]}", file=sys.stderr, flush=True)
     print(f"{len(jobs)} runs, {failed} failed, {time.time() - t0:.0f}s")
+    # one manifest entry per output folder: the evaluation lines came on standard input
+    for folder in sorted({os.path.dirname(os.path.abspath(a.split("=", 1)[1]))
+                          for args in jobs for a in args if a.startswith("--out_json=")}):
+        provenance.record(os.path.join(folder, "eval_grid"), extra={"stdin_lines": len(jobs), "failed": failed})
     return 1 if failed else 0
 
 

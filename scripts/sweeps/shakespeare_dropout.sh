@@ -18,7 +18,7 @@
 #   RATE      attention dropout rate of the three dropout runs (default 0.1)
 #   VARIANTS  default "none standard 1d quadratic" ("none" = attention dropout 0)
 #   OUT       parent of the run directories (default out/shakespeare_dropout)
-#   RESULTS   output path of the plot and CSV without extension (default results/shakespeare_dropout)
+#   RESULTS   output path of the plot and CSV without extension (default results/shakespeare_dropout/shakespeare_dropout)
 #   CONFIG    default configs/shakespeare_char_gpt_fastmax2.py
 #   PYTHON    interpreter (default python)
 #   DRY_RUN=1 print the commands instead of running them
@@ -28,7 +28,7 @@ cd "$(dirname "$0")/../.."
 RATE=${RATE:-0.1}
 VARIANTS=${VARIANTS:-"none standard 1d quadratic"}
 OUT=${OUT:-out/shakespeare_dropout}
-RESULTS=${RESULTS:-results/shakespeare_dropout}
+RESULTS=${RESULTS:-results/shakespeare_dropout/shakespeare_dropout}
 CONFIG=${CONFIG:-configs/shakespeare_char_gpt_fastmax2.py}
 PYTHON=${PYTHON:-python}
 DRY_RUN=${DRY_RUN:-0}

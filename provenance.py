@@ -26,7 +26,7 @@ import torch
 
 from data import MANIFEST, read_manifest, write_json
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.abspath(__file__))
 PACKAGES = ("torch", "numpy", "triton", "transformers", "tiktoken", "datasets")
 
 
@@ -73,7 +73,7 @@ def versions():
     return found
 
 
-def command(argv=None):
+def command_line(argv=None):
     """The command line of this process as a user would type it from the repository root: a
     module run with ``python -m`` is named by its module (``python -m scripts.bench.tree ...``)."""
     argv = list(sys.argv if argv is None else argv)
@@ -86,7 +86,7 @@ def command(argv=None):
     return shlex.join(head + argv[1:])
 
 
-def record(out, commit=None, extra=None, argv=None):
+def record(out, commit=None, extra=None, argv=None, command=None):
     """Add the entry of one output to its folder's manifest (created if absent; an entry of the
     same name is replaced). Write it after the outputs: an entry means they are complete.
 
@@ -95,7 +95,7 @@ def record(out, commit=None, extra=None, argv=None):
             is ``<name>`` in ``results/<experiment>/manifest.json``.
         commit (str | None): ``git_commit()`` taken when the run started (default: now).
         extra (dict | None): more fields for the entry (JSON-serialisable).
-        argv (list | None): the command line (default ``sys.argv``).
+        argv (list | None): the command line (default ``sys.argv``), unless ``command`` gives it as a string.
 
     Returns:
         The manifest's path.
@@ -106,7 +106,7 @@ def record(out, commit=None, extra=None, argv=None):
     folder, name = os.path.split(os.path.abspath(out))
     path = os.path.join(folder, MANIFEST)
     manifest = read_manifest(folder) or {}
-    manifest[name] = {"command": command(argv), "commit": commit or git_commit(), "machine": machine(),
+    manifest[name] = {"command": command or command_line(argv), "commit": commit or git_commit(), "machine": machine(),
                       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                       "versions": versions(), **(extra or {})}
     return write_json(path, dict(sorted(manifest.items())))

@@ -46,7 +46,6 @@ probability ``mask_prob`` (0.15); a chosen token becomes [MASK] with probability
 otherwise. Special tokens are never chosen. The labels hold the original ids of the chosen
 tokens and -1 elsewhere.
 """
-import hashlib
 import os
 from dataclasses import dataclass
 
@@ -291,12 +290,8 @@ def is_prepared(dataset, dataset_config, tokenizer):
     out = data_dir(dataset, dataset_config, tokenizer)
     if _parse_dataset(dataset) is None and tokenizer == "gpt2":
         return wt2.is_prepared(dataset_config, out)
-    manifest = wt2.stored_manifest(out)
+    manifest = data.read_manifest(out)
     return manifest is not None and wt2.files_match(out, manifest, SPLITS)
-
-
-def _split_sha256(lines):
-    return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
 
 
 def prepare(dataset="wikitext2", dataset_config="wikitext-2-v1", tokenizer="bert-wordpiece", source_dir="",
@@ -325,7 +320,7 @@ def prepare(dataset="wikitext2", dataset_config="wikitext-2-v1", tokenizer="bert
             _check_no_empty_split(manifest, dataset, wt2.data_dir(dataset_config))
             return manifest
     expected = {"dataset": dataset, "config": dataset_config, **vocab_identity(tokenizer, bert_vocab)}
-    stored = wt2.stored_manifest(out)
+    stored = data.read_manifest(out)
     if stored is not None and not wt2.files_match(out, stored, SPLITS):
         stored = None  # token files changed since: prepare again
     local = _local_source(dataset, source_dir)
@@ -341,7 +336,7 @@ def prepare(dataset="wikitext2", dataset_config="wikitext-2-v1", tokenizer="bert
                 f"({data.describe_differences(data.manifest_differences(stored, expected))}) and the corpus "
                 f"needed to prepare them again cannot be read ({e})") from None
         lines, source = texts
-        expected["sha256"] = {split: _split_sha256(lines[split]) for split in SPLITS}
+        expected["sha256"] = {split: wt2.text_sha256("\n".join(lines[split])) for split in SPLITS}
     elif "sha256" in stored:
         expected["sha256"] = stored["sha256"]  # no local copy named: reuse (module docstring)
     if stored is None and data.read_manifest(out) is not None:
@@ -404,7 +399,7 @@ def manifest(dataset="wikitext2", dataset_config="wikitext-2-v1", tokenizer="ber
         data.DataFormatError: manifest.json is not JSON.
     """
     out = data_dir(dataset, dataset_config, tokenizer)
-    found = wt2.stored_manifest(out)
+    found = data.read_manifest(out)
     if found is None:
         raise DataUnavailable(f"{os.path.join(out, data.MANIFEST)} not found; prepare it first "
                               f"(python train.py --task=mlm does so)")
@@ -432,7 +427,7 @@ def open_split(split, dataset="wikitext2", dataset_config="wikitext-2-v1", token
     how = "prepare it first (python train.py --task=mlm does so)"
     if not os.path.exists(path):
         raise DataUnavailable(f"{path} not found; {how}")
-    return wt2.open_token_file(path, how, wt2.stored_manifest(directory), split)
+    return wt2.open_token_file(path, how, data.read_manifest(directory), split)
 
 
 def check_window_fits(tokens, block_size, name="split"):

@@ -105,7 +105,7 @@ def load_data(cfg):
     if cfg["dataset"] == "shakespeare_char":
         return {**{split: shakespeare.open_split(split) for split in SPLITS}, "meta": shakespeare.load_meta(),
                 "manifest": shakespeare.summary()}
-    manifest = wt2.stored_manifest(wt2.data_dir(cfg["dataset_config"]))
+    manifest = data_lib.read_manifest(wt2.data_dir(cfg["dataset_config"]))
     if manifest is None:
         raise data_lib.DataUnavailable(f"{wt2.data_dir(cfg['dataset_config'])} has no {data_lib.MANIFEST}; prepare it "
                                        f"with python -m data.wikitext2.prepare --config={cfg['dataset_config']}")

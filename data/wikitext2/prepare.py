@@ -182,25 +182,12 @@ def _adopt_legacy(out_dir, config, digests=None):
     return manifest
 
 
-def stored_manifest(out_dir):
-    """The manifest of ``out_dir``, or None.
-
-    Raises:
-        data.DataFormatError: manifest.json is not valid JSON.
-    """
-    try:
-        return data.read_manifest(out_dir)
-    except ValueError as e:
-        raise data.DataFormatError(os.path.join(out_dir, data.MANIFEST), f"not valid JSON ({e.msg}); delete the "
-                                   f"folder to prepare it again", line=getattr(e, "lineno", None)) from None
-
-
 def is_prepared(config="wikitext-2-v1", out_dir=None):
     """True if ``out_dir`` (default ``data_dir(config)``) holds a manifest of ``config`` and the
     three ``.bin`` files of the sizes it records (a folder from before manifests: its meta.json
     verifies, see the module docstring)."""
     out_dir = out_dir or data_dir(config)
-    manifest = stored_manifest(out_dir) or _adopt_legacy(out_dir, config)
+    manifest = data.read_manifest(out_dir) or _adopt_legacy(out_dir, config)
     return bool(manifest) and manifest.get("config") == config and files_match(out_dir, manifest)
 
 
@@ -222,14 +209,14 @@ def prepare(config="wikitext-2-v1", source_dir=None, out_dir=None, verbose=True)
     source_dir = source_dir or os.environ.get("WIKITEXT2_DIR")
     out_dir = out_dir or data_dir(config)
     if not source_dir and is_prepared(config, out_dir):
-        manifest = stored_manifest(out_dir)
+        manifest = data.read_manifest(out_dir)
         if verbose:
             print(f"{out_dir}: already prepared from {manifest.get('source')} ({manifest['tokens']})")
         return manifest
     texts, source = _read_texts(config, source_dir)
     digests = {s: text_sha256(t) for s, t in texts.items()}
     _adopt_legacy(out_dir, config, digests)
-    stored = stored_manifest(out_dir)
+    stored = data.read_manifest(out_dir)
     if stored is not None and not files_match(out_dir, stored):
         if verbose:
             print(f"{out_dir}: token files differ from the manifest's counts; preparing again")
@@ -249,7 +236,7 @@ def prepare(config="wikitext-2-v1", source_dir=None, out_dir=None, verbose=True)
         return {"source": source, "tokens": counts, "vocab_size": enc.n_vocab, "dtype": "uint16"}
 
     expected = {"dataset": "wikitext-2", "config": config, "tokenizer": TOKENIZER, "sha256": digests}
-    before = stored_manifest(out_dir)
+    before = data.read_manifest(out_dir)
     manifest = data.ensure_manifest(out_dir, expected, build, what=f"WikiText-2 ({config})")
     if verbose and before is not None and manifest == before:
         print(f"{out_dir}: already prepared ({manifest['tokens']})")
@@ -314,7 +301,7 @@ def open_split(split, config="wikitext-2-v1"):
     how = f"prepare it with python -m data.wikitext2.prepare --config={config}"
     if not os.path.exists(path):
         raise DataUnavailable(f"{path} not found; {how}")
-    return open_token_file(path, how, stored_manifest(data_dir(config)), split)
+    return open_token_file(path, how, data.read_manifest(data_dir(config)), split)
 
 
 def load_split(split, config="wikitext-2-v1", source_dir=None):

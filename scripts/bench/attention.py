@@ -51,8 +51,8 @@ import attention.fastmax  # noqa: F401
 from attention.fastmax.authors_baseline import authors_formulation
 from data import write_json
 import provenance
-from scripts.bench.common import (make_inputs, median_seconds, parse_list, peak_added_mb, run_child, run_once,
-                                  synchronize, write_csv)
+from scripts.bench.common import (loglog_axes, make_inputs, median_seconds, parse_list, peak_added_mb, run_child,
+                                  run_once, synchronize, write_csv)
 
 FIELDS = ["method", "mode", "causal", "T", "D", "heads", "threads", "device", "seconds", "repeats",
           "peak_mb", "note"]
@@ -194,12 +194,7 @@ def plot(rows, methods, path):
                                  and r["causal"] == causal and r["mode"] == mode and r[key])
                     if pts:
                         ax.plot(*zip(*pts), marker="o", ms=3, label=method)
-                ax.set_xscale("log", base=2)
-                ax.set_yscale("log")
-                ax.set_title(f"D={D} {'causal' if causal else 'non-causal'} {mode}", fontsize=9)
-                ax.set_xlabel("T")
-                ax.set_ylabel(label)
-                ax.grid(True, which="both", alpha=0.3)
+                loglog_axes(ax, f"D={D} {'causal' if causal else 'non-causal'} {mode}", label)
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -286,12 +281,7 @@ def plot_layers(rows, path):
                          if r["method"] == method and r["mode"] == mode and r["tokens_per_s"])
             if pts:
                 ax.plot(*zip(*pts), marker="o", ms=3, label=method)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_title(f"one encoder layer, {mode}", fontsize=9)
-        ax.set_xlabel("T")
-        ax.set_ylabel("tokens / s")
-        ax.grid(True, which="both", alpha=0.3)
+        loglog_axes(ax, f"one encoder layer, {mode}", "tokens / s")
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -66,7 +66,7 @@ from attention.dense import reference_forward
 from data import write_json
 from model import DANetBlock, ModelConfig, cosine_relpe
 import provenance
-from scripts.bench.common import median_seconds, parse_list, write_csv
+from scripts.bench.common import loglog_axes, median_seconds, parse_list, write_csv
 
 AUTHORS_REPO = "andrewargatkiny/dense-attention"
 AUTHORS_FILES = ("src/dense_attention.py", "src/danet_layers.py", "src/positional_embeddings.py",
@@ -588,12 +588,7 @@ def plot(correctness, timing_rows, path):
                 if pts:
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], ls=ls, color=color, marker="o", ms=3,
                             label=f"{name} {impl}")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("T")
-        ax.set_ylabel("seconds per call (median)")
-        ax.set_title(f"{mode} (solid ours, dashed theirs)", fontsize=9)
-        ax.grid(True, which="both", alpha=0.3)
+        loglog_axes(ax, f"{mode} (solid ours, dashed theirs)", "seconds per call (median)")
         ax.legend(fontsize=5)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -94,8 +94,8 @@ import attention.fastmax  # noqa: F401
 from attention.fastmax.authors_baseline import authors_formulation
 from data import write_json
 import provenance
-from scripts.bench.common import (make_inputs, median_seconds, parse_list, peak_added_mb, run_child, run_once,
-                                  write_csv)
+from scripts.bench.common import (loglog_axes, make_inputs, median_seconds, parse_list, peak_added_mb, run_child,
+                                  run_once, write_csv)
 
 DEFAULT_AUTHORS_DIR = "/tmp/authors_fastmax"
 CLONE_HINT = ("git clone https://github.com/armingerami/fastmax {d}/fastmax && "
@@ -530,12 +530,7 @@ def plot(check_rows, time_rows, path):
                              and r["causal"] == causal and r["mode"] == mode and r["seconds"])
                 if pts:
                     ax.plot(*zip(*pts), marker="o", ms=3, label=method)
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            ax.set_title(f"p={p} {'causal' if causal else 'non-causal'} {mode}", fontsize=8)
-            ax.set_xlabel("T")
-            ax.set_ylabel("time (s)")
-            ax.grid(True, which="both", alpha=0.3)
+            loglog_axes(ax, f"p={p} {'causal' if causal else 'non-causal'} {mode}", "time (s)", fontsize=8)
             ax.legend(fontsize=6)
     fig.suptitle("blue: same function (rounding only); red: different semantics (reported)", fontsize=8)
     fig.tight_layout()

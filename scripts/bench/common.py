@@ -124,6 +124,16 @@ def run_child(module, spec):
     return float(proc.stdout.strip().splitlines()[-1]), ""
 
 
+def loglog_axes(ax, title, ylabel, fontsize=9):
+    """Style one benchmark panel: log2 T on x, log y, title, labels and grid (every bench plot)."""
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_title(title, fontsize=fontsize)
+    ax.set_xlabel("T")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", alpha=0.3)
+
+
 def train_py(config_files, iters):
     """tokens/s that train.py reports for ``iters`` optimizer steps after one warm-up step, with
     logging every step and no evaluation inside the window (harmonic mean over the logged steps)."""

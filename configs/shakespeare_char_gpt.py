@@ -1,7 +1,9 @@
 # A small character-level GPT on Tiny Shakespeare with softmax attention: the softmax model of the
-# FAST paper's Figure 4 (attention maps, section 3.1) for issue 8. Its Fastmax p = 2 twin is
-# configs/shakespeare_char_gpt_fastmax2.py (identical except the attention).
-#   python train.py configs/shakespeare_char_gpt.py --num_threads=2
+# FAST paper's Figure 4 (attention maps, section 3.1) for issue 8. Its Fastmax p = 2 twin (the model
+# of Figure 4 and of the Figure 2 dropout grid, scripts/sweeps/shakespeare_dropout.sh) is this file
+# with configs/attention/fastmax2.py layered on it (identical except the attention).
+#   python train.py configs/shakespeare_char_gpt.py --num_threads=2                 # out/shakespeare_char_gpt
+#   python train.py configs/shakespeare_char_gpt.py configs/attention/fastmax2.py --num_threads=2
 #   python -m scripts.analysis.attention_maps out/shakespeare_char_gpt out/shakespeare_char_gpt_fastmax2
 # Data: data/shakespeare_char/prepare.py (65 characters, 90/5/5 train/val/test, prepared on the
 # first run from $TINYSHAKESPEARE_FILE, a local copy of karpathy/char-rnn's
@@ -26,7 +28,7 @@ n_head = 4
 n_embd = 128  # head dim 32
 block_size = 256
 dropout = 0.0
-attention = "softmax"
+# attention: softmax, train.py's default (configs/attention/<name>.py layers another)
 
 batch_size = 16  # 4,096 characters per iteration
 gradient_accumulation_steps = 1

@@ -1,7 +1,11 @@
-"""The LRA GPU configs carry the settings of LRA's own files (google-research/long-range-arena,
-lra_benchmarks/*/configs/base_*_config.py and each task's train.py), and the committed files are
-exactly what scripts/make_lra_configs.py writes."""
-import importlib
+"""The LRA config layers give every (task, attention, size) the settings of the tables below, and
+the GPU settings are LRA's own (google-research/long-range-arena, lra_benchmarks/*/configs/
+base_*_config.py and each task's train.py).
+
+A run is ``configs/lra/<task><size>.py configs/attention/<attention>.py`` plus, where it exists,
+the override of that task and attention, ``configs/lra/<attention>/<task><size>.py`` (size "" =
+the papers' setting for a GPU, "_cpu" = this machine; scripts/sweeps/lra.sh follows the same rule).
+"""
 import math
 import os
 
@@ -10,9 +14,107 @@ import pytest
 import configurator
 import train
 import training
+from data import lra
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIGS = os.path.join(ROOT, "configs", "lra")
+CONFIGS = os.path.join(ROOT, "configs")
+ATTENTIONS = ("softmax", "fastmax1", "fastmax2", "dense")
+SIZES = ("", "_cpu")
+
+
+def layers(task, attention, size=""):
+    """The config files of one LRA run, in order."""
+    files = [os.path.join(CONFIGS, "lra", f"{task}{size}.py"), os.path.join(CONFIGS, "attention", f"{attention}.py")]
+    override = os.path.join(CONFIGS, "lra", attention, f"{task}{size}.py")
+    return files + [override] if os.path.exists(override) else files
+
+
+# ------------------------------------------------------------------ what each run is
+ATTENTION = {"softmax": dict(attention="softmax"),
+             "fastmax1": dict(attention="fastmax", attention_params={"p": 1}),
+             "fastmax2": dict(attention="fastmax", attention_params={"p": 2}),
+             "dense": dict(block="danet", attention="dense", attention_params={"regime": "auto"}, pos_emb="cosine_relpe",
+                           layer_scheme="LSG")}
+
+# GPU, softmax / fastmax: LRA's TransformerEncoder and Adam for every task, then the keys that differ
+GPU_COMMON = dict(dropout=0.1, pos_emb="sinusoidal", embedding_init_std=1.0, beta1=0.9, beta2=0.98, adam_eps=1e-9,
+                  grad_clip=0.0, eval_max_batches=0, log_interval=50, device="cuda")
+GPU_KEYS = ("max_len", "pooling", "n_layer", "n_head", "n_embd", "batch_size", "max_iters", "warmup_iters",
+            "learning_rate", "weight_decay", "eval_interval")
+GPU = {"listops": (2000, "cls", 4, 8, 512, 32, 5000, 1000, 0.0015811, 0.1, 500),
+       "text": (1000, "cls", 4, 4, 256, 32, 20000, 8000, 0.000559, 0.1, 1000),
+       "retrieval": (4000, "cls", 4, 4, 128, 32, 5000, 8000, 0.000559, 0.1, 500),
+       "image": (1024, "cls", 1, 1, 32, 256, 35000, 175, 5e-4, 0.0, 175),
+       "pathfinder": (1024, "mean", 1, 2, 32, 512, 62400, 312, 1e-3, 0.0, 312)}
+GPU_TASK = {"listops": dict(lr_schedule="rsqrt"), "text": dict(lr_schedule="rsqrt"), "retrieval": dict(lr_schedule="rsqrt"),
+            "image": dict(lr_decay_iters=35175, min_lr=0.0, dropout=0.3, pos_emb="learned"),
+            "pathfinder": dict(lr_decay_iters=62712, min_lr=0.0, lra_options={"resolution": 32, "num": 200000,
+                                                                            "difficulty": "curv_contour_length_14"})}
+
+# GPU, dense: the DenseAttention authors' configs over LRA's (Adam: train.py's defaults, not LRA's)
+DENSE_COMMON = dict(lr_schedule="cosine", min_lr=0.0, beta2=0.99, adam_eps=1e-8, grad_clip=1.0, embedding_init_std=0.02)
+DENSE_KEYS = ("n_layer", "n_head", "n_embd", "window", "ffn_linf_norm", "dropout", "pooling", "batch_size", "max_iters",
+              "warmup_iters", "lr_decay_iters", "learning_rate", "weight_decay", "eval_interval")
+DENSE = {"listops": (9, 8, 512, 20, 0.01562, 0.05, "cls", 128, 75000, 7500, 75000, 1e-3, 0.1, 750),
+         "text": (9, 8, 512, 10, 0.01562, 0.1, "mean", 100, 16250, 1280, 12800, 2e-3, 0.1, 250),
+         "retrieval": (6, 4, 128, 10, 0.03125, 0.05, "cls", 32, 150000, 7500, 150000, 1e-3, 0.0, 4600),
+         "image": (9, 4, 256, 64, 0.0221, 0.05, "mean", 256, 45000, 2250, 45000, 1e-2, 0.1, 175),
+         "pathfinder": (6, 8, 128, 256, 0.03125, 0.0, "cls", 100, 320000, 32000, 320000, 1e-3, 0.1, 1600)}
+DENSE_TASK = {"text": dict(max_len=4000, lra_options={"val": "test"})}
+
+# this machine: one small model and train.py's optimizer for every task and attention (the values
+# of the defaults the files rely on are pinned here), then the keys that differ
+CPU_COMMON = dict(n_layer=2, n_head=2, n_embd=64, dropout=0.0, learning_rate=1e-3, min_lr=1e-4, warmup_iters=100,
+                  weight_decay=0.1, lr_schedule="cosine", log_interval=10)
+CPU_KEYS = ("max_len", "pooling", "batch_size", "max_iters", "eval_interval", "eval_max_batches", "test_max_batches",
+            "lra_options")
+CPU = {"listops": (2000, "cls", 8, 1200, 200, 32, 0, {"workers": 1}),
+       "text": (1000, "mean", 16, 4000, 500, 20, 250, {}),
+       "retrieval": (4000, "cls", 4, 300, 100, 25, 100, {}),
+       "image": (1024, "cls", 16, 600, 100, 0, 0, {}),
+       "pathfinder": (1024, "mean", 16, 1500, 250, 32, 0, {"resolution": 32, "difficulty": "curv_contour_length_14",
+                                                          "num": 20000, "workers": 1})}
+CPU_DENSE = dict(n_layer=3, ffn_linf_norm=0.04419)  # the window: the authors', as in DENSE
+
+
+def expected(task, attention, size):
+    """train.py's defaults, then the tables' entries for this run, later ones winning."""
+    dense = dict(zip(DENSE_KEYS, DENSE[task]))
+    if size == "_cpu":
+        row = dict(zip(CPU_KEYS, CPU[task]))
+        parts = [CPU_COMMON, row, {"lr_decay_iters": row["max_iters"]}, ATTENTION[attention]]
+        parts += [CPU_DENSE, {"window": dense["window"]}] if attention == "dense" else []
+    else:
+        parts = [GPU_COMMON, dict(zip(GPU_KEYS, GPU[task])), GPU_TASK[task], ATTENTION[attention]]
+        parts += [DENSE_COMMON, dense, DENSE_TASK.get(task, {})] if attention == "dense" else []
+    cfg = dict(training.DEFAULTS, task="classify", lra_task=task)
+    for part in parts:
+        cfg.update(part)
+    return cfg
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("attention", ATTENTIONS)
+@pytest.mark.parametrize("task", lra.TASKS)
+def test_layers_give_each_run_its_settings(task, attention, size):
+    cfg = configurator.parse(train.DEFAULTS, layers(task, attention, size))
+    want = expected(task, attention, size)
+    assert {k: v for k, v in cfg.items() if k != "out_dir"} == {k: v for k, v in want.items() if k != "out_dir"}
+
+
+def test_every_lra_config_file_is_a_layer_of_some_run():
+    used = {os.path.relpath(f, CONFIGS) for t in lra.TASKS for a in ATTENTIONS for s in SIZES for f in layers(t, a, s)}
+    files = {os.path.relpath(os.path.join(d, f), CONFIGS) for d, _, names in os.walk(os.path.join(CONFIGS, "lra"))
+             for f in names if f.endswith(".py")}
+    assert files <= used, f"not a layer of any LRA run: {sorted(files - used)}"
+    assert len(files) == 5 * 2 + 5 * 2  # the task at two sizes, DenseAttention's override of each
+
+
+def test_out_dir_is_named_from_the_layers():
+    assert training.layered_out_dir(layers("text", "fastmax1")) == os.path.join("out", "lra", "text_fastmax1")
+    assert training.layered_out_dir(layers("text", "fastmax1", "_cpu")) == os.path.join("out", "lra", "text_cpu_fastmax1")
+    assert training.layered_out_dir(layers("text", "dense")) == os.path.join("out", "lra", "text_dense_text")
+
 
 # task: (schedule, peak learning rate, warmup, steps, weight decay) from LRA's base configs
 LRA = {"listops": ("rsqrt", 0.05 / 1000 ** 0.5, 1000, 5000, 0.1),
@@ -25,7 +127,7 @@ LRA = {"listops": ("rsqrt", 0.05 / 1000 ** 0.5, 1000, 5000, 0.1),
 @pytest.mark.parametrize("task", sorted(LRA))
 @pytest.mark.parametrize("attention", ["softmax", "fastmax1", "fastmax2"])
 def test_gpu_configs_take_lras_settings(task, attention):
-    cfg = configurator.parse(train.DEFAULTS, [os.path.join(CONFIGS, f"{task}_{attention}.py")])
+    cfg = configurator.parse(train.DEFAULTS, layers(task, attention))
     schedule, peak, warmup, steps, decay = LRA[task]
     assert (cfg["beta1"], cfg["beta2"], cfg["adam_eps"], cfg["grad_clip"]) == (0.9, 0.98, 1e-9, 0.0)
     assert (cfg["lr_schedule"], cfg["warmup_iters"], cfg["max_iters"], cfg["weight_decay"]) == \
@@ -40,12 +142,3 @@ def test_gpu_configs_take_lras_settings(task, attention):
         mid = warmup + steps // 2
         progress = (mid - warmup) / steps
         assert training.get_lr(mid, cfg) == pytest.approx(peak * 0.5 * (1 + math.cos(math.pi * progress)), rel=1e-6)
-
-
-def test_committed_configs_are_what_the_generator_writes(tmp_path, monkeypatch):
-    make = importlib.import_module("scripts.make_lra_configs")
-    monkeypatch.setattr(make, "OUT", str(tmp_path))
-    make.main()
-    for name in sorted(os.listdir(tmp_path)):
-        with open(tmp_path / name) as a, open(os.path.join(CONFIGS, name)) as b:
-            assert a.read() == b.read(), f"configs/lra/{name} differs from scripts/make_lra_configs.py's output"

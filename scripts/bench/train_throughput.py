@@ -1,11 +1,16 @@
-"""Training throughput (tokens/s of train.py) of several configs measured side by side in one run.
+"""Training throughput (tokens/s of train.py) of several runs measured side by side in one run.
 
     python -m scripts.bench.train_throughput configs/wikitext2_gpt_mini.py \
-        configs/wikitext2_gpt_mini_fastmax1.py configs/wikitext2_gpt_mini_fastmax2.py \
+        configs/wikitext2_gpt_mini.py+configs/attention/fastmax1.py \
+        configs/wikitext2_gpt_mini.py+configs/attention/fastmax2.py \
         [--iters=8] [--rounds=3] [--out=results/bench_train/bench_train_throughput]
 
-Each round runs every config once for --iters timed optimizer steps (after one warm-up step), in
-the order given, so slow drifts of a shared machine hit all configs alike. Tokens/s per round come
+Each argument that is not an option is one run: its config layers joined by "+", given to
+train.py in that order (``a.py+configs/attention/fastmax1.py`` = ``python train.py a.py
+configs/attention/fastmax1.py``). Each round runs every run once for --iters timed optimizer
+steps (after one warm-up step), in the order given, so slow drifts of a shared machine hit all
+runs alike. The CSV and JSON name a run by its argument; the plot by its layers' out_dir name
+(``wikitext2_gpt_mini_fastmax1``, training.layered_out_dir). Tokens/s per round come
 from train.py's own log (scripts.bench.common.train_py: logging every step, no evaluation
 inside the window); the summary is the median over rounds. Writes <out>.csv, <out>.json and a
 bar plot <out>.png.
@@ -17,26 +22,28 @@ import statistics
 import torch
 
 import configurator
+import training
 from scripts.bench.common import ROOT, train_py
 from data import write_json
 
 
 def main(argv):
     torch.set_flush_denormal(True)
-    files = [a for a in argv if not a.startswith("--")]
+    runs = [a.split("+") for a in argv if not a.startswith("--")]
     opts = configurator.parse(
         {"iters": 8, "rounds": 3, "out": os.path.join(ROOT, "results", "bench_train", "bench_train_throughput")},
         [a for a in argv if a.startswith("--")],
-        help={"iters": "timed optimizer steps per config and round (after one warm-up step)",
-              "rounds": "rounds; each runs every config once, in the order given",
+        help={"iters": "timed optimizer steps per run and round (after one warm-up step)",
+              "rounds": "rounds; each runs every run once, in the order given",
               "out": "output path without extension"})
-    if not files:
-        raise SystemExit("give at least one config file, e.g. configs/wikitext2_gpt_mini.py")
+    if not runs:
+        raise SystemExit("give at least one run, e.g. configs/wikitext2_gpt_mini.py+configs/attention/fastmax1.py")
     rows = []
     for r in range(opts["rounds"]):
-        for path in files:
-            rows.append({"round": r, "config": os.path.relpath(path, ROOT) if os.path.isabs(path) else path,
-                         "tok_per_s": train_py([path], opts["iters"]), "threads": torch.get_num_threads()})
+        for files in runs:
+            name = "+".join(os.path.relpath(f, ROOT) if os.path.isabs(f) else f for f in files)
+            rows.append({"round": r, "config": name, "tok_per_s": train_py(files, opts["iters"]),
+                         "threads": torch.get_num_threads()})
             print(rows[-1], flush=True)
     names = list(dict.fromkeys(row["config"] for row in rows))
     median = {name: statistics.median(r["tok_per_s"] for r in rows if r["config"] == name) for name in names}
@@ -55,7 +62,7 @@ def main(argv):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(1.6 * len(names) + 2, 3.5))
-    labels = [os.path.splitext(os.path.basename(n))[0] for n in names]
+    labels = [os.path.relpath(training.layered_out_dir(n.split("+")), "out") for n in names]
     ax.bar(labels, [median[n] for n in names])
     for i, name in enumerate(names):
         rates = [r["tok_per_s"] for r in rows if r["config"] == name]

@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
-# Long Range Arena grid on this machine: every task x attention of configs/lra/<task>_<attention>_cpu.py,
-# one run after the other, then the table (scripts/analysis/lra_table.py).
+# Long Range Arena grid on this machine: every task x attention, one run after the other, then the
+# table (scripts/analysis/lra_table.py). A run's config layers are
+#   configs/lra/<task><SUFFIX>.py configs/attention/<attention>.py [configs/lra/<attention>/<task><SUFFIX>.py]
+# (the last one, the override of that task and attention, where it exists: DenseAttention's
+# depth, window and training per task, configs/lra/dense/).
 #
 #   scripts/sweeps/lra.sh                                   # the default grid below
 #   TASKS="listops text" ATTENTIONS="softmax dense" scripts/sweeps/lra.sh
-#   SUFFIX="" OUT_ROOT=out/lra_gpu scripts/sweeps/lra.sh    # the papers' sizes (configs/lra/<task>_<attention>.py, GPU)
+#   SUFFIX="" OUT_ROOT=out/lra_gpu scripts/sweeps/lra.sh    # the papers' sizes (configs/lra/<task>.py, GPU)
 #
 # Environment (defaults in brackets):
 #   TASKS       ["listops text image pathfinder"]  retrieval needs the LRA release's tsv_data/ under LRA_DIR
-#   ATTENTIONS  ["softmax fastmax1 fastmax2 dense"]
-#   SUFFIX      ["_cpu"]       config file suffix ("" = the papers' settings)
+#   ATTENTIONS  ["softmax fastmax1 fastmax2 dense"]  names of configs/attention/<name>.py
+#   SUFFIX      ["_cpu"]       size: configs/lra/<task><SUFFIX>.py ("" = the papers' settings)
 #   OUT_ROOT    [out/lra]      run <task>_<attention><SUFFIX> writes to OUT_ROOT/<task>_<attention><SUFFIX>
 #   THREADS     [2]            torch threads per run (--num_threads)
 #   FORCE       [0]            1 = rerun a cell whose final_metrics.json exists (otherwise it is skipped)
 #   TABLE_OUT   [results/lra]  where lra_table.py writes lra_table.md and the CSVs
 #   LRA_DIR                    data root (data.lra.default_lra_dir: data/lra/files when unset)
+#   PYTHON      [python]       interpreter
 # Extra arguments are passed to every train.py run (e.g. --max_iters=100 for a quick pass).
 # A failed run is reported and the sweep goes on; the exit status is 1 if any run failed.
 set -u
@@ -32,20 +36,24 @@ failed=()
 for task in $TASKS; do
   for attn in $ATTENTIONS; do
     name="${task}_${attn}${SUFFIX}"
-    config="configs/lra/${name}.py"
+    configs=("configs/lra/${task}${SUFFIX}.py" "configs/attention/${attn}.py")
     out="${OUT_ROOT}/${name}"
-    if [ ! -f "$config" ]; then
-      echo "== $name: no $config, skipped" >&2
+    missing=""
+    for config in "${configs[@]}"; do [ -f "$config" ] || missing="$config"; done
+    if [ -n "$missing" ]; then
+      echo "== $name: no $missing, skipped" >&2
       failed+=("$name")
       continue
     fi
+    override="configs/lra/${attn}/${task}${SUFFIX}.py"
+    if [ -f "$override" ]; then configs+=("$override"); fi
     if [ -f "$out/final_metrics.json" ] && [ "$FORCE" != 1 ]; then
       echo "== $name: $out/final_metrics.json exists, skipped (FORCE=1 reruns)"
       continue
     fi
-    echo "== $name: $(date '+%F %T') python train.py $config --out_dir=$out --num_threads=$THREADS $*"
+    echo "== $name: $(date '+%F %T') python train.py ${configs[*]} --out_dir=$out --num_threads=$THREADS $*"
     mkdir -p "$out"
-    if OMP_NUM_THREADS=$THREADS $PYTHON train.py "$config" --out_dir="$out" --num_threads="$THREADS" "$@" \
+    if OMP_NUM_THREADS=$THREADS $PYTHON train.py "${configs[@]}" --out_dir="$out" --num_threads="$THREADS" "$@" \
         > >(tee "$out/train.log") 2>&1; then
       echo "== $name: done $(date '+%F %T')"
     else

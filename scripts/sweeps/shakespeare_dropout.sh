@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The FAST paper's Figure 2 (section 2.4) on Tiny Shakespeare, small: the character-level GPT with
-# Fastmax p = 2 (configs/shakespeare_char_gpt_fastmax2.py) trained four times, identical except
-# for the attention dropout: none, and dropout_variant standard, 1d, quadratic at one rate
+# Fastmax p = 2 (configs/shakespeare_char_gpt.py configs/attention/fastmax2.py) trained four times,
+# identical except for the attention dropout: none, and dropout_variant standard, 1d, quadratic at one rate
 # (default 0.1: the paper states no rate in its text and Figure 2 is an image). Same seed, so the
 # same initialisation and batches in every run. Sequential runs, each into $OUT/<variant>; then
 # scripts/analysis/loss_curves.py draws training and validation loss of the four runs in one PNG
@@ -19,7 +19,7 @@
 #   VARIANTS  default "none standard 1d quadratic" ("none" = attention dropout 0)
 #   OUT       parent of the run directories (default out/shakespeare_dropout)
 #   RESULTS   output path of the plot and CSV without extension (default results/shakespeare_dropout/shakespeare_dropout)
-#   CONFIG    default configs/shakespeare_char_gpt_fastmax2.py
+#   CONFIGS   config layers, space-separated (default configs/shakespeare_char_gpt.py configs/attention/fastmax2.py)
 #   PYTHON    interpreter (default python)
 #   DRY_RUN=1 print the commands instead of running them
 set -euo pipefail
@@ -29,7 +29,7 @@ RATE=${RATE:-0.1}
 VARIANTS=${VARIANTS:-"none standard 1d quadratic"}
 OUT=${OUT:-out/shakespeare_dropout}
 RESULTS=${RESULTS:-results/shakespeare_dropout/shakespeare_dropout}
-CONFIG=${CONFIG:-configs/shakespeare_char_gpt_fastmax2.py}
+read -r -a CONFIGS <<< "${CONFIGS:-configs/shakespeare_char_gpt.py configs/attention/fastmax2.py}"
 PYTHON=${PYTHON:-python}
 DRY_RUN=${DRY_RUN:-0}
 
@@ -62,7 +62,7 @@ for variant in $VARIANTS; do
         echo "$dir: removing the log of a run that stopped before its first checkpoint"
         run rm -f "$dir/log.jsonl"
     fi
-    run "$PYTHON" train.py "$CONFIG" --out_dir="$dir" "${params[@]}" "${resume[@]}" "$@"
+    run "$PYTHON" train.py "${CONFIGS[@]}" --out_dir="$dir" "${params[@]}" "${resume[@]}" "$@"
     if [ "$DRY_RUN" != 1 ]; then date > "$dir/done"; fi
 done
 

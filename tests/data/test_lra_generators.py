@@ -432,7 +432,7 @@ def test_listops_by_operator_main(listops_dir, tmp_path):
     import train
     by_operator = importlib.import_module("scripts.analysis.listops")
     out = tmp_path / "run"
-    train.main(["configs/lra/listops_fastmax1_cpu.py", f"--lra_dir={listops_dir}", f"--out_dir={out}",
+    train.main(["configs/lra/listops_cpu.py", "configs/attention/fastmax1.py", f"--lra_dir={listops_dir}", f"--out_dir={out}",
                 "--num_threads=1", "--n_layer=1", "--n_embd=16", "--batch_size=4", "--max_iters=2",
                 "--eval_interval=1", "--eval_max_batches=1", "--warmup_iters=1",
                 f"--lra_options={dict(workers=1, **SIZES)}"])  # the fixture's sizes: no regeneration

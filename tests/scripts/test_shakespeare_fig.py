@@ -334,7 +334,7 @@ def test_dropout_script_runs_the_four_variants_then_plots():
     commands = [line for line in proc.stdout.splitlines() if line.startswith("+ ")]
     assert len(commands) == 5
     for command, variant in zip(commands, ["none", "standard", "1d", "quadratic"]):
-        assert "train.py configs/shakespeare_char_gpt_fastmax2.py" in command
+        assert "train.py configs/shakespeare_char_gpt.py configs/attention/fastmax2.py --out_dir" in command
         assert f"--out_dir=out/x/{variant}" in command and command.endswith("--num_threads=2")
         if variant == "none":
             assert "--attention.dropout=0.0" in command and "dropout_variant" not in command

@@ -337,19 +337,24 @@ def test_lra_table_avg_fail_marks_and_the_choice_rule(tmp_path):
 
 
 CONFIGS = os.path.join(ROOT, "configs", "lra")
+LRA_ATTENTIONS = ("softmax", "fastmax1", "fastmax2", "dense")  # configs/attention/<name>.py of the LRA runs
+
+
+def lra_layers(task, attention, size):
+    """One LRA run's config files: the task at its size, the attention, the pair's override if any."""
+    files = [os.path.join(CONFIGS, f"{task}{size}.py"), os.path.join(ROOT, "configs", "attention", f"{attention}.py")]
+    override = os.path.join(CONFIGS, attention, f"{task}{size}.py")
+    return files + [override] if os.path.exists(override) else files
 
 
 def test_lra_configs_parse_and_build():
     import configurator
-    from scripts.make_lra_configs import ATTENTIONS, TASKS
 
-    names = sorted(f for f in os.listdir(CONFIGS) if f.endswith(".py"))
-    assert names == sorted(f"{t}_{a}{s}.py" for t in TASKS for a in ATTENTIONS for s in ("", "_cpu"))
-    for name in names:
-        cfg = configurator.parse(train.DEFAULTS, [os.path.join(CONFIGS, name), "--device=cpu"])
-        task, attention = name[:-3].replace("_cpu", "").split("_")
+    runs = [(t, a, s) for t in lra.TASKS for a in LRA_ATTENTIONS for s in ("", "_cpu")]
+    for task, attention, size in runs:
+        name = f"{task}_{attention}{size}"
+        cfg = configurator.parse(train.DEFAULTS, [*lra_layers(task, attention, size), "--device=cpu"])
         assert cfg["task"] == "classify" and cfg["lra_task"] == task, name
-        assert cfg["out_dir"] == f"out/lra/{name[:-3]}"
         tasks.check_task_keys(cfg, train.DEFAULTS, "classify")
         training.check_config(cfg)
         module = lra.get(task)
@@ -360,15 +365,15 @@ def test_lra_configs_parse_and_build():
                                             if attention.startswith("fastmax") else "softmax"))
         if attention.startswith("fastmax"):
             assert mc.attention_params == {"p": int(attention[-1])}
-        if attention != "dense" and not name.endswith("_cpu.py"):  # LRA's TransformerEncoder embeddings
+        if attention != "dense" and not size:  # LRA's TransformerEncoder embeddings
             assert mc.embedding_init_std == 1.0, name
             assert mc.pos_emb == ("learned" if task == "image" else "sinusoidal"), name
-        if name.endswith("_cpu.py"):
+        if size == "_cpu":
             Classifier(mc)  # small enough to build here
     same = ("batch_size", "max_iters", "learning_rate", "max_len", "pooling", "n_embd")
-    for t in TASKS:  # within a task every attention gets the same budget
-        runs = [configurator.parse(train.DEFAULTS, [os.path.join(CONFIGS, f"{t}_{a}_cpu.py")]) for a in ATTENTIONS]
-        assert all(all(r[k] == runs[0][k] for k in same) for r in runs), t
+    for t in lra.TASKS:  # within a task every attention gets the same budget
+        cfgs = [configurator.parse(train.DEFAULTS, lra_layers(t, a, "_cpu")) for a in LRA_ATTENTIONS]
+        assert all(all(r[k] == cfgs[0][k] for k in same) for r in cfgs), t
 
 
 @pytest.mark.skipif(not os.path.isdir(os.path.join(os.path.dirname(ROOT), "shared", "data", "cifar10-subset")),
@@ -377,7 +382,7 @@ def test_cpu_config_runs_on_real_data(tmp_path, monkeypatch):
     """Two steps of the DANet Image config on the real CIFAR-10 subset, through train.py."""
     monkeypatch.setenv("CIFAR10_DIR", os.path.join(os.path.dirname(ROOT), "shared", "data", "cifar10-subset"))
     out = tmp_path / "run"
-    train.main([os.path.join(CONFIGS, "image_dense_cpu.py"), f"--out_dir={out}", f"--lra_dir={tmp_path / 'lra'}",
+    train.main([*lra_layers("image", "dense", "_cpu"), f"--out_dir={out}", f"--lra_dir={tmp_path / 'lra'}",
                 "--num_threads=1", "--batch_size=4", "--max_iters=2", "--eval_interval=2", "--eval_max_batches=2",
                 "--test_max_batches=2"])
     final = json.load(open(out / "final_metrics.json"))
@@ -388,10 +393,11 @@ def test_cpu_config_runs_on_real_data(tmp_path, monkeypatch):
 @pytest.mark.skipif(not os.path.isdir(os.path.join(os.path.dirname(ROOT), "shared", "data", "cifar10-subset")),
                     reason="CIFAR-10 subset not found")
 def test_sweep_script(tmp_path):
-    """scripts/sweeps/lra.sh: runs the grid, skips finished cells, reports a missing config, writes the table."""
+    """scripts/sweeps/lra.sh: runs the grid (a task, an attention and the pair's override where one exists),
+    skips finished cells, reports a missing attention file, writes the table."""
     import subprocess
 
-    env = dict(os.environ, TASKS="image", ATTENTIONS="softmax bogus", OUT_ROOT=str(tmp_path / "runs"),
+    env = dict(os.environ, TASKS="image", ATTENTIONS="softmax dense bogus", OUT_ROOT=str(tmp_path / "runs"),
                TABLE_OUT=str(tmp_path / "table"), LRA_DIR=str(tmp_path / "lra"), THREADS="1", PYTHONPATH=ROOT,
                PYTHON=sys.executable,  # the test's own interpreter, not whatever python is on PATH
                PATH="/usr/bin:/bin")  # a PATH without this environment's python: PYTHON must be used
@@ -399,9 +405,11 @@ def test_sweep_script(tmp_path):
     args = ["bash", os.path.join(ROOT, "scripts", "sweeps", "lra.sh"), "--max_iters=1", "--batch_size=2",
             "--eval_max_batches=1", "--test_max_batches=1", "--eval_interval=1"]
     r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 1 and "no configs/lra/image_bogus_cpu.py" in r.stderr, r.stderr[-2000:]
+    assert r.returncode == 1 and "no configs/attention/bogus.py" in r.stderr, r.stderr[-2000:]
     final = json.load(open(tmp_path / "runs" / "image_softmax_cpu" / "final_metrics.json"))
     assert final["iters"] == 1 and final["config"]["num_threads"] == 1
+    dense = json.load(open(tmp_path / "runs" / "image_dense_cpu" / "final_metrics.json"))["config"]
+    assert (dense["block"], dense["n_layer"], dense["window"]) == ("danet", 3, 64)  # configs/lra/dense/image_cpu.py
     assert "softmax (ours)" in (tmp_path / "table" / "lra_table.md").read_text()
     env["ATTENTIONS"] = "softmax"
     r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)

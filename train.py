@@ -52,8 +52,9 @@ def main(argv):
     if "out_dir" not in explicit:  # named from the config layers: configs/lra/text.py + attention/fastmax1.py
         files = [a for a in argv if not a.startswith("--")]
         attention_file = any(os.path.basename(os.path.dirname(os.path.normpath(f))) == "attention" for f in files)
-        cfg["out_dir"] = T.layered_out_dir(files, None if attention_file or "attention" not in explicit
-                                           else cfg["attention"]) or cfg["out_dir"]
+        on_command_line = any(a.startswith("--attention=") for a in argv)
+        cfg["out_dir"] = T.layered_out_dir(files, cfg["attention"] if on_command_line and not attention_file
+                                           else None) or cfg["out_dir"]
     if cfg["init_from"] not in T.INIT_FROM:
         raise ConfigError(f"init_from must be one of {', '.join(T.INIT_FROM)}, got {cfg['init_from']!r}")
     ckpt = None

@@ -400,8 +400,9 @@ def start_log(out_dir, init_from, eval_only):
 def layered_out_dir(config_files, attention_name=None):
     """The output directory of a run whose ``out_dir`` is not set: ``out/`` + the first config
     file's path under ``configs/`` (without ``.py``) + ``_<stem>`` of every later file, e.g.
-    ``configs/lra/text.py configs/attention/fastmax1.py`` -> ``out/lra/text_fastmax1``; an
-    ``--attention=NAME`` given on the command line without an attention file adds ``_NAME``.
+    ``configs/lra/text.py configs/attention/fastmax1.py`` -> ``out/lra/text_fastmax1``; a later
+    file named like the first (an override such as ``configs/lra/dense/text.py``) adds nothing;
+    an ``--attention=NAME`` given on the command line without an attention file adds ``_NAME``.
     None when no config file is given (the default ``out_dir`` applies).
     """
     if not config_files:
@@ -412,7 +413,8 @@ def layered_out_dir(config_files, attention_name=None):
         marker = f"configs{os.sep}"
         rel = rel[rel.rindex(marker) + len(marker):] if marker in rel else os.path.basename(rel)
         rel = rel[:-3] if rel.endswith(".py") else rel
-        parts.append(rel if i == 0 else os.path.basename(rel))
+        if i == 0 or os.path.basename(rel) != os.path.basename(parts[0]):
+            parts.append(rel if i == 0 else os.path.basename(rel))
     if attention_name:
         parts.append(attention_name)
     return os.path.join("out", "_".join(parts))

@@ -535,11 +535,13 @@ def test_out_dir_is_named_from_the_config_layers(tmp_path, monkeypatch):
         os.path.join("out", "wikitext2_gpt_mini")
     assert training.layered_out_dir(["configs/wikitext2_gpt_mini.py"], "fastmax") == \
         os.path.join("out", "wikitext2_gpt_mini_fastmax")
+    assert training.layered_out_dir(["configs/lra/text_cpu.py", "configs/attention/dense.py",
+                                     "configs/lra/dense/text_cpu.py"]) == os.path.join("out", "lra", "text_cpu_dense")
     assert training.layered_out_dir([]) is None
     # through train.py: the attention file's settings apply and the run lands in the layered folder
     monkeypatch.chdir(tmp_path)
     seen = {}
-    monkeypatch.setattr(train, "train", lambda cfg, task, dist, ckpt=None: seen.update(cfg))
+    monkeypatch.setattr(train, "train", lambda cfg, task, dist, ckpt=None, command=None: seen.update(cfg))
     train.main([TINY, os.path.join(ROOT, "configs", "attention", "fastmax2.py")])
     assert seen["out_dir"] == os.path.join("out", "wikitext2_gpt_tiny_fastmax2")
     assert (seen["attention"], seen["attention_params"]) == ("fastmax", {"p": 2})
@@ -547,6 +549,9 @@ def test_out_dir_is_named_from_the_config_layers(tmp_path, monkeypatch):
     assert seen["out_dir"] == os.path.join("out", "wikitext2_gpt_tiny_fastmax")
     train.main([TINY, "--out_dir=mine"])
     assert seen["out_dir"] == "mine"
+    # a config file that sets attention (the main job's sets softmax) names no extra layer
+    train.main([os.path.join(ROOT, "configs", "wikitext2_danet_gpt_mini.py")])
+    assert seen["out_dir"] == os.path.join("out", "wikitext2_danet_gpt_mini")
 
 
 def test_attention_config_files_build():

@@ -242,7 +242,8 @@ def max_norm(x, eps):
 
 class AttentionLayer(nn.Module):
     """What the two attention layers share: the heads' shape, the causal flag, and the model
-    context ``{"layer_idx", "block_size"}`` handed to ``attention.build`` (see ``attention``)."""
+    context ``{"layer_idx", "block_size", "n_head", "head_dim"}`` handed to ``attention.build``
+    (see ``attention``)."""
 
     def __init__(self, config, causal, layer_idx=0):
         super().__init__()
@@ -252,7 +253,8 @@ class AttentionLayer(nn.Module):
 
     def context(self, config):
         """The model context handed to ``attention.build`` for this block."""
-        return {"layer_idx": self.layer_idx, "block_size": config.block_size}
+        return {"layer_idx": self.layer_idx, "block_size": config.block_size, "n_head": config.n_head,
+                "head_dim": config.n_embd // config.n_head}
 
     def heads(self, t):
         """(B, T, C) -> (B, H, T, D)."""
@@ -265,11 +267,11 @@ class SelfAttention(AttentionLayer):
     mechanism on (B, H, T, D) tensors, output projection (``c_proj``).
 
     The mechanism is ``attention.build(config.attention, context, **config.attention_params)``
-    with context ``{"layer_idx": layer_idx, "block_size": config.block_size}`` (see
-    ``attention``). When the block is causal and the mechanism has ``exclude_self`` True,
-    position 0 has no allowed key and the block's output there is zero AFTER ``c_proj``: no
-    bias is added, as in the authors' code of "High Attention Scores and Where to Find Them"
-    (their attention block returns 0 for the first token).
+    with context ``{"layer_idx": layer_idx, "block_size": config.block_size, "n_head": ...,
+    "head_dim": ...}`` (see ``attention``). When the block is causal and the mechanism has
+    ``exclude_self`` True, position 0 has no allowed key and the block's output there is zero
+    AFTER ``c_proj``: no bias is added, as in the authors' code of "High Attention Scores and
+    Where to Find Them" (their attention block returns 0 for the first token).
 
     ``forward(x (B, T, C) float, attention_mask (B, T) bool or None, True = real token,
     relpe (T, D) or None)`` -> (B, T, C). ``relpe``: Cosine RelPE factors (``cosine_relpe``),
@@ -576,8 +578,14 @@ class AttentionSwapMixin:
         return n
 
     def after_optimizer_step(self):
-        """Called by train.py after every optimizer step (under no_grad): ``rescale_ffn``."""
+        """Called by train.py after every optimizer step (under no_grad): ``rescale_ffn``, then
+        ``after_optimizer_step()`` of every block's attention module that defines one (the
+        optional method of the attention contract, e.g. Performer's feature redraw)."""
         self.rescale_ffn()
+        for mechanism in self.attention_modules():
+            hook = getattr(mechanism, "after_optimizer_step", None)
+            if hook is not None:
+                hook()
 
     @torch.no_grad()
     def rescale_ffn(self):

@@ -15,7 +15,13 @@ config file or ``--attention.<param>=value``). ``context`` is what the model kno
 itself, a dict with the keys in ``MODEL_CONTEXT``:
 
 - ``layer_idx`` (int): 0-based index of the transformer block that owns the module;
-- ``block_size`` (int): the model's maximum sequence length.
+- ``block_size`` (int): the model's maximum sequence length;
+- ``n_head`` (int): the number of heads H of the layer;
+- ``head_dim`` (int): the head dim D (n_embd / n_head).
+
+A method whose parameters or buffers have shapes that depend on the model's sizes declares the
+keys it needs (``linformer``: E, F of length block_size, per head with n_head; ``performer``: its
+(m, head_dim) projection, seeded with layer_idx).
 
 ``build`` passes a context key to the constructor only if ``__init__`` declares a parameter of
 that name, so methods that need neither ignore the context. Context names are never user
@@ -25,6 +31,12 @@ Training: a method whose forward pass cannot be differentiated (tree attention's
 sets the class attribute ``trainable = False`` and raises ``InferenceOnlyError`` when called with
 gradients enabled; ``is_trainable(name)`` reads the flag, so train.py refuses such a method before
 it prepares any data and reports no other error as "inference-only".
+
+Per optimizer step (optional method): a module that defines ``after_optimizer_step()`` gets it
+called by the model's ``after_optimizer_step`` (which train.py runs under ``torch.no_grad()``
+after every optimizer step, once per step whatever the gradient accumulation) in layer order.
+Only training runs it, so evaluation and inference never see a change made there. Performer's
+feature redraw uses it (counted in optimizer steps, never in forward calls).
 
 Layout. ``registry.py`` holds the contract's code (``register``, ``build``, ``check_params``,
 ``Attention``, ``check_qkv``); this module only re-exports it and imports the families so that

@@ -1,8 +1,12 @@
 """The attention registry and contract: ``register``, ``build``, ``check_params`` (the one place
 that validates an attention name and its parameters, with suggestions for unknown names),
 ``accepted_params``, ``is_trainable``, the ``Attention`` base class and ``check_qkv``. The
-contract itself is described in ``attention/__init__.py``. Attention families import this module,
-never the ``attention`` package (which imports them).
+contract itself is described in ``attention/__init__.py``: the forward signature, the model
+context (``MODEL_CONTEXT``: ``layer_idx``, ``block_size``, ``n_head``, ``head_dim``, passed to
+constructors that declare them, e.g. for parameters whose shapes depend on the model's sizes), and
+the optional per-step method ``after_optimizer_step()`` that the model calls on every attention
+module defining it after each optimizer step (e.g. Performer's feature redraw). Attention families
+import this module, never the ``attention`` package (which imports them).
 """
 
 import difflib
@@ -11,7 +15,7 @@ import inspect
 import torch
 import torch.nn as nn
 
-MODEL_CONTEXT = ("layer_idx", "block_size")
+MODEL_CONTEXT = ("layer_idx", "block_size", "n_head", "head_dim")
 
 _REGISTRY = {}
 
@@ -110,8 +114,9 @@ def build(name, context=None, **params):
     Args:
         name (str): a registered name (see ``registered()``).
         context (dict | None): model context with keys from ``MODEL_CONTEXT`` (``layer_idx``,
-            ``block_size``); each key is passed to the constructor only if it declares a
-            parameter of that name. None = no context (the constructor's defaults apply).
+            ``block_size``, ``n_head``, ``head_dim``); each key is passed to the constructor only if
+            it declares a parameter of that name. None = no context (the constructor's defaults
+            apply).
         **params: user parameters of the method (see ``accepted_params(name)``).
 
     Raises:

@@ -46,7 +46,7 @@ def test_context_passed_only_to_declaring_constructors(probe_attentions):
 
 def test_context_names_are_not_user_params(probe_attentions):
     with_ctx, _ = probe_attentions
-    assert attention.MODEL_CONTEXT == ("layer_idx", "block_size")
+    assert attention.MODEL_CONTEXT == ("layer_idx", "block_size", "n_head", "head_dim")
     assert attention.accepted_params(with_ctx) == {"scale": 1.0}
     for key in attention.MODEL_CONTEXT:
         with pytest.raises(ValueError, match=f"'{key}'.*model supplies"):
@@ -54,8 +54,8 @@ def test_context_names_are_not_user_params(probe_attentions):
 
 
 def test_bad_context_rejected():
-    with pytest.raises(ValueError, match="unknown model context key.*'n_head'"):
-        attention.build("softmax", {"n_head": 2})
+    with pytest.raises(ValueError, match="unknown model context key.*'n_layer'"):
+        attention.build("softmax", {"n_layer": 2})
     with pytest.raises(ValueError, match="context must be a dict"):
         attention.build("softmax", [("layer_idx", 0)])
 

@@ -63,3 +63,4 @@ from attention import softmax  # noqa: E402,F401  (registers softmax, softmax_re
 from attention import tree  # noqa: E402,F401
 from attention import fastmax  # noqa: E402,F401
 from attention import dense  # noqa: E402,F401
+from attention import linear  # noqa: E402,F401

@@ -2,7 +2,11 @@
 softmax kernel exp(<x, y>).
 
 Shared by tree attention's samplers ("High Attention Scores and Where to Find Them", section 2.3,
-Eq. 4-7) and by linear-attention baselines such as the Performer (Choromanski et al. 2022).
+Eq. 4-7: ``positive_alignment``, ``rff``, ``favor_plus`` = the hyperbolic positive map and
+``favor_plus_relu`` = a +-ReLU map with sqrt(D)-norm rows, neither being Performer's own map) and
+by the Performer baseline (Choromanski et al. 2021, "Rethinking Attention with Performers":
+``performer_softmax_features``, Lemma 1's positive map, and ``performer_relu_features``, its
+generalized ReLU attention; ``performer_projection`` draws their matrices, section 2.4).
 
 All maps act on the last dimension and accept any float dtype; the random maps return the dtype of
 their input promoted to at least float32. They apply no 1/sqrt(D) temperature themselves: to estimate
@@ -253,3 +257,64 @@ class RandomFeatureMap(nn.Module):
         fn = {"rff": rff_features, "favor_plus": favor_plus_features,
               "favor_plus_relu": favor_plus_relu_features}[self.kind]
         return fn(x, W)
+
+
+PROJECTIONS = ("orthogonal", "iid")
+
+
+def performer_projection(m, D, generator=None, kind="orthogonal", dtype=torch.float64):
+    """The random matrix W (m, D) of Performer's features (Choromanski et al. 2021).
+
+    "orthogonal": section 2.4's orthogonal random features, blocks of min(m, D) orthogonal rows,
+    each row rescaled to the norm of an independent N(0, I_D) vector (chi(D) distributed), so every
+    row is marginally N(0, I_D) and Lemma 1's estimator stays unbiased
+    (``orthogonal_gaussian_matrix`` with ``norms="chi"``). "iid": independent N(0, I_D) rows.
+
+    Raises:
+        ValueError: m or D < 1, or an unknown ``kind``.
+    """
+    if kind not in PROJECTIONS:
+        raise ValueError(f"projection kind {kind!r} unknown; allowed: {', '.join(PROJECTIONS)}")
+    if m < 1 or D < 1:
+        raise ValueError(f"performer_projection needs m >= 1 and D >= 1; got m={m}, D={D}")
+    if kind == "iid":
+        return torch.randn(m, D, generator=generator, dtype=torch.float64).to(dtype)
+    return orthogonal_gaussian_matrix(m, D, generator, norms="chi", dtype=dtype)
+
+
+def performer_softmax_logits(x, W):
+    """The exponents of ``performer_softmax_features``: w_i^T x - ||x||^2 / 2, shape (..., m).
+    Performer's attention works with them to shift features by a constant before exponentiating."""
+    return _project(x, W) - 0.5 * (x * x).sum(-1, keepdim=True)
+
+
+def performer_softmax_features(x, W):
+    """Lemma 1 of Choromanski et al. 2021 (positive random features of the softmax kernel):
+    phi(x) = exp(W x - ||x||^2 / 2) / sqrt(m), m = W.shape[-2], so E <phi(x), phi(y)> = exp(<x, y>)
+    for rows of W marginally N(0, I_D) (``performer_projection``). Every entry is positive. For the
+    attention kernel exp(<q, k> / sqrt(D)) scale q and k by D^(-1/4) first (section 2.3).
+
+    Args:
+        x (torch.Tensor): shape (..., D).
+        W (torch.Tensor): shape (m, D).
+    Returns:
+        torch.Tensor of shape (..., m).
+    """
+    return torch.exp(performer_softmax_logits(x, W)) / math.sqrt(W.shape[-2])
+
+
+def performer_relu_features(x, W=None, eps=1e-3):
+    """Performer's generalized attention with the ReLU kernel (Choromanski et al. 2021, section 2.2,
+    f = ReLU, h = 1): phi(x) = (ReLU(W x) + eps) / sqrt(m). ``eps`` (1e-3, the authors' kernel
+    epsilon) keeps every feature positive, so no attention row sums to zero. W None: the identity
+    (m = D, the authors' "deterministic" features that LRA uses).
+
+    Args:
+        x (torch.Tensor): shape (..., D).
+        W (torch.Tensor | None): shape (m, D).
+        eps (float): added to every feature, >= 0.
+    Returns:
+        torch.Tensor of shape (..., m), positive when eps > 0.
+    """
+    proj = x if W is None else _project(x, W)
+    return (torch.relu(proj) + eps) / math.sqrt(proj.shape[-1])

@@ -7,17 +7,21 @@ becomes sums over keys of k (x) v and k (x) k (x) v shared by all queries (Eq. 2
 prefix sums when causal (Eq. 32-35). Cost O(T D^(p+1)) instead of O(T^2 D).
 
 Files: ``reference.py`` (explicit (T, T) weights; the specification, including normalization
-and dropout), ``dropout.py`` (the three dropout variants of section 2.4), ``chunked.py`` (the fast
-PyTorch path and the custom autograd Function of section 2.5), ``outputs.py`` (the output and
-its gradients, shared by both backends), ``triton_kernels.py`` (Triton forward and backward
-kernels; on CPU tensors they run under ``TRITON_INTERPRET=1``).
+and dropout), ``dropout.py`` (the three dropout variants of section 2.4), ``function.py`` (the
+custom autograd Function of section 2.5, the backend choice and the output gradients, shared by
+both backends), ``chunked.py`` (the PyTorch backend), ``triton_kernels.py`` (the Triton backend:
+forward and backward kernels; on CPU tensors they run under ``TRITON_INTERPRET=1``),
+``authors_baseline.py`` (the authors' formulation, for benchmarks). Imports go one way:
+this module -> function.py -> the backends, which import nothing of the package.
 """
+import importlib.util
+import os
 import warnings
 
 import torch
 
 from attention.registry import Attention, check_qkv, register
-from attention.fastmax.chunked import coefficients, fastmax_factorized
+from attention.fastmax.function import coefficients, fastmax_factorized
 from attention.fastmax.dropout import DROPOUT_VARIANTS, draw_dropout_masks, numerator_keys
 from attention.fastmax.reference import (NORMALIZATIONS, kernel_minimum, max_norm_scale, normalize_qk,
                                          reference_forward, score_bound)
@@ -186,7 +190,7 @@ def fast_forward(q, k, v, causal, attention_mask=None, p=2, a0=1.0, a1=1.0, a2=0
     ``reference.reference_forward`` plus ``chunk_size`` and ``backend`` ("pytorch" or "triton").
 
     Normalization and dropout are plain differentiable PyTorch ops (O(T D)); the attention itself
-    is ``chunked.FastmaxFunction`` (custom backward).
+    is ``function.FastmaxFunction`` (custom backward).
     """
     work = torch.promote_types(q.dtype, torch.float32)
     if backend == "triton":
@@ -216,21 +220,12 @@ def fast_forward(q, k, v, causal, attention_mask=None, p=2, a0=1.0, a1=1.0, a2=0
     return out.to(v.dtype)
 
 
-def _triton_importable():
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def _check_triton(q, v):
-    import os
     D, Dv = q.shape[-1], v.shape[-1]
     if D not in TRITON_HEAD_DIMS or Dv not in TRITON_HEAD_DIMS:
         raise ValueError(f"implementation='triton' supports head dims {', '.join(map(str, TRITON_HEAD_DIMS))}; "
                          f"got q/k head dim {D} and v head dim {Dv} (use implementation='pytorch')")
-    if not _triton_importable():
+    if importlib.util.find_spec("triton") is None:
         raise ValueError("implementation='triton' needs the triton package")
     if q.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         raise ValueError(f"implementation='triton' on {q.device.type} tensors needs TRITON_INTERPRET=1 set "

@@ -7,12 +7,12 @@ position (torch.cumsum over T), and differentiates with plain autograd. Memory p
 therefore O(T D^p Dv) in the forward pass and again for the saved tensors of the backward pass:
 the cost section 2.5 of the paper proposes to avoid. Non-causal, it uses the shared sums
 (Eq. 28-29). This file reproduces that formulation in our notation (same normalization and
-coefficients as the module) so that ``scripts/bench_attention.py`` can compare time and peak
+coefficients as the module) so that ``scripts/bench/attention.py`` can compare time and peak
 memory with our chunked path; no code of theirs is copied.
 """
 import torch
 
-from attention.fastmax.chunked import coefficients
+from attention.fastmax.function import coefficients
 from attention.fastmax.reference import normalize_qk
 
 

@@ -1,10 +1,13 @@
 """Triton kernels of Fastmax: forward and backward, causal and not, chunked, float32 accumulation.
 
-Same mathematics and notation as ``chunked.py`` (read its docstring first): inputs are (N = B*H,
-T, D) float32 tensors, already normalized, padded keys zeroed; c0, c1, c2 carry the temperature.
-Any T (the last chunk is masked); D and Dv in {16, 32, 64, 128}; the chunk size BT is a power of
-two >= 16. Under ``TRITON_INTERPRET=1`` (set before this module is imported) they run on CPU
-tensors, which is how the tests check them against the reference.
+The backend "triton" of ``function.FastmaxFunction``: ``forward`` and ``backward`` have the
+interface described in ``function.py``, whose docstring has the mathematics and notation (read it
+first): inputs are (N = B*H, T, D) float32 tensors, already normalized, padded keys zeroed; c0,
+c1, c2 carry the temperature. Any T (the last chunk is masked); D and Dv in {16, 32, 64, 128};
+the chunk size BT is a power of two >= 16. Under ``TRITON_INTERPRET=1`` (set before this module is
+imported) they run on CPU tensors, which is how the tests check them against the reference.
+Paper: "FAST: Factorizable Attention for Speeding up Transformers", sections 2.4 (Eq. 26-35)
+and 2.5.
 
 Work decomposition: one program per (batch*head n, value block of BV columns), walking over the
 chunks of the sequence in order (causal forward and dq), in reverse (causal key gradients) or
@@ -14,19 +17,22 @@ scratch buffer in global memory and are visited one row m at a time:
 
     sum_{m,l} q_m q_l x3[m, l, :]  =  sum_m  (q_m q) @ x3[m]          (x3[m] is D x BV)
 
+Every kernel adds a chunk to such a row through ``_add_quadratic_row`` (the one copy of that
+update: key states x3, y3 in the forward and dq kernels, query states R2, S2 in the dk / dv one),
+and a chunk of keys to the other key states through ``_add_key_chunk``.
+
 Backward (section 2.5) recomputes the states from the saved q, k, v, output and denominator:
 - ``_dq_kernel``: prefix key states, dL/dq (a partial sum per value block, added afterwards);
 - ``_dkv_kernel``: suffix query states u0 = sum g, R1 = sum q (x) g, R2 = sum (q (x) q) (x) g and
   (first value block) r1 = sum delta q, r2 = sum delta q (x) q; dL/dv per value block and
   partial dL/dk (and the numerator keys under dropout).
-with g_i = dL/do_i / den_i and delta_i = (dL/do_i . o_i) / den_i from ``outputs.output_gradients``.
-Terms that do not depend on the value block (the denominator's) are added by value block 0 only.
+with g_i = dL/do_i / den_i and delta_i = (dL/do_i . o_i) / den_i from
+``function.output_gradients``. Terms that do not depend on the value block (the denominator's)
+are added by value block 0 only.
 """
 import torch
 import triton
 import triton.language as tl
-
-from attention.fastmax.outputs import output_gradients
 
 BLOCK_V = 64  # value columns per program (fewer when Dv is smaller)
 
@@ -87,63 +93,114 @@ def _store_tile(base, rows, row_mask, cols, width, value):
 
 
 @triton.jit
-def _fwd_kernel(Q, K, KL, KA, KB, V, RHO, OUT, DEN, X3, Y3, T, n_chunks, c0, c1, c2,
-                D: tl.constexpr, DV: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
-                CAUSAL: tl.constexpr, QUAD: tl.constexpr, SEPARATE: tl.constexpr):
-    n = tl.program_id(0).to(tl.int64)  # int64 offsets: n * T * D may pass 2^31
+def _program(X3, Y3, D: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr):
+    """This program's batch*head n (int64: n * T * D may pass 2^31), value block iv, offsets of
+    the chunk's rows, of D and of its value columns, and its scratch rows: pointers to row 0 of
+    the (D, D, BV) and (D, D) quadratic states (row m at + m * D * BV and + m * D)."""
+    n = tl.program_id(0).to(tl.int64)
     iv = tl.program_id(1)
-    nv = tl.num_programs(1)
-    offs_c = tl.arange(0, BT)
+    scratch = n * tl.num_programs(1) + iv
     offs_d = tl.arange(0, D)
     offs_b = tl.arange(0, BV)
-    offs_v = iv * BV + offs_b
-    q_base, k_base = Q + n * T * D, K + n * T * D
-    kl_base, ka_base, kb_base = KL + n * T * D, KA + n * T * D, KB + n * T * D
-    v_base, rho_base = V + n * T * DV, RHO + n * T
-    x3_base = X3 + (n * nv + iv) * D * D * BV
-    y3_base = Y3 + (n * nv + iv) * D * D
-    x3_offs = offs_d[:, None] * BV + offs_b[None, :]
+    x3_ptrs = X3 + scratch * D * D * BV + offs_d[:, None] * BV + offs_b[None, :]
+    return n, iv, tl.arange(0, BT), offs_d, iv * BV + offs_b, x3_ptrs, Y3 + scratch * D * D + offs_d
 
+
+@triton.jit
+def _add_quadratic_row(x3_ptrs, y3_ptrs, x3m, y3m, a_m, b, values, w_m, c):
+    """Add one chunk to row m of a pair of quadratic states (loaded as x3m, y3m), in place:
+
+        x3[m] += sum_rows (a_m b) (x) values   (D x BV),     y3[m] += sum_rows w_m c   (D)
+
+    Key states (Eq. 34-35): a, b = ka, kb (= k without dropout), values = v, w = c = k, so that
+    x3 = sum (ka (x) kb) (x) v and y3 = sum k (x) k. Query states of the key gradients: a = b = q,
+    values = g, w = delta q, c = q (R2 = sum (q (x) q) (x) g, r2 = sum delta q (x) q)."""
+    tl.store(x3_ptrs, x3m + tl.dot(tl.trans(a_m[:, None] * b), values, input_precision="ieee"))
+    tl.store(y3_ptrs, y3m + tl.sum(w_m[:, None] * c, 0))
+
+
+@triton.jit
+def _add_key_quadratic_row(x3_ptrs, y3_ptrs, x3m, y3m, k_base, ka_base, rows, rmask, m, k, kb, v,
+                           D: tl.constexpr, SEPARATE: tl.constexpr):
+    """``_add_quadratic_row`` for the key states of a chunk (k, kb: BT x D tiles, v: BT x BV)."""
+    km = _column(k_base, rows, rmask, m, D)
+    kam = _column(ka_base, rows, rmask, m, D) if SEPARATE else km
+    _add_quadratic_row(x3_ptrs, y3_ptrs, x3m, y3m, kam, kb, v, km, k)
+
+
+@triton.jit
+def _key_chunk(k_base, kl_base, ka_base, kb_base, v_base, rho_base, rows, rmask, offs_d, offs_v,
+               D: tl.constexpr, DV: tl.constexpr, QUAD: tl.constexpr, SEPARATE: tl.constexpr):
+    """The tiles of one chunk of keys: k, kl, ka, kb (BT x D; k itself without dropout), v (BT x BV), rho (BT)."""
+    k = _tile(k_base, rows, rmask, offs_d, D)
+    kl = _tile(kl_base, rows, rmask, offs_d, D) if SEPARATE else k
+    ka = _tile(ka_base, rows, rmask, offs_d, D) if SEPARATE and QUAD else k
+    kb = _tile(kb_base, rows, rmask, offs_d, D) if SEPARATE and QUAD else k
+    v = _tile(v_base, rows, rmask, offs_v, DV)
+    return k, kl, ka, kb, v, tl.load(rho_base + rows, mask=rmask, other=0.0)
+
+
+@triton.jit
+def _add_key_chunk(x1, y1, x2, y2, k, kl, v, rho):
+    """The linear key states after one more chunk: x1 += sum v, y1 += sum rho, x2 += sum kl (x) v,
+    y2 += sum k (Eq. 34-35)."""
+    x2 += tl.dot(tl.trans(kl), v, input_precision="ieee")
+    y2 += tl.sum(k, 0)
+    x1 += tl.sum(v, 0)
+    y1 += tl.sum(rho, 0)
+    return x1, y1, x2, y2
+
+
+@triton.jit
+def _key_sums(k_base, kl_base, ka_base, kb_base, v_base, rho_base, x3_ptrs, y3_ptrs, T, n_chunks, offs_c, offs_d,
+              offs_v, D: tl.constexpr, DV: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr, QUAD: tl.constexpr,
+              SEPARATE: tl.constexpr):
+    """Non-causal first pass: the key states over the whole sequence, (x1, y1, x2, y2) returned and
+    x3, y3 (QUAD) added to the scratch rows."""
     x2 = tl.zeros((D, BV), dtype=tl.float32)  # sum kl (x) v  (Eq. 28 / 34)
     y2 = tl.zeros((D,), dtype=tl.float32)  # sum k      (Eq. 29 / 35)
     x1 = tl.zeros((BV,), dtype=tl.float32)  # sum v
     y1 = tl.zeros((1,), dtype=tl.float32)  # number of real keys
+    for c in range(0, n_chunks):
+        rows = c * BT + offs_c
+        rmask = rows < T
+        k, kl, ka, kb, v, rho = _key_chunk(k_base, kl_base, ka_base, kb_base, v_base, rho_base, rows, rmask, offs_d,
+                                           offs_v, D, DV, QUAD, SEPARATE)
+        x1, y1, x2, y2 = _add_key_chunk(x1, y1, x2, y2, k, kl, v, rho)
+        if QUAD:
+            for m in range(D):
+                _add_key_quadratic_row(x3_ptrs + m * D * BV, y3_ptrs + m * D, tl.load(x3_ptrs + m * D * BV),
+                                       tl.load(y3_ptrs + m * D), k_base, ka_base, rows, rmask, m, k, kb, v, D, SEPARATE)
+            tl.debug_barrier()
+    return x1, y1, x2, y2
 
-    if not CAUSAL:  # first pass: the sums over the whole sequence
-        for c in range(0, n_chunks):
-            rows = c * BT + offs_c
-            rmask = rows < T
-            k = _tile(k_base, rows, rmask, offs_d, D)
-            v = _tile(v_base, rows, rmask, offs_v, DV)
-            kl = _tile(kl_base, rows, rmask, offs_d, D) if SEPARATE else k
-            x2 += tl.dot(tl.trans(kl), v, input_precision="ieee")
-            y2 += tl.sum(k, 0)
-            x1 += tl.sum(v, 0)
-            y1 += tl.sum(tl.load(rho_base + rows, mask=rmask, other=0.0), 0)
-            if QUAD:
-                kb = _tile(kb_base, rows, rmask, offs_d, D) if SEPARATE else k
-                for m in range(D):
-                    km = _column(k_base, rows, rmask, m, D)
-                    kam = _column(ka_base, rows, rmask, m, D) if SEPARATE else km
-                    x3m = tl.load(x3_base + m * D * BV + x3_offs)
-                    tl.store(x3_base + m * D * BV + x3_offs,
-                             x3m + tl.dot(tl.trans(kam[:, None] * kb), v, input_precision="ieee"))
-                    y3m = tl.load(y3_base + m * D + offs_d)
-                    tl.store(y3_base + m * D + offs_d, y3m + tl.sum(km[:, None] * k, 0))
-                tl.debug_barrier()
+
+@triton.jit
+def _fwd_kernel(Q, K, KL, KA, KB, V, RHO, HAS_KEY, OUT, DEN, X3, Y3, T, n_chunks, c0, c1, c2,
+                D: tl.constexpr, DV: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
+                CAUSAL: tl.constexpr, QUAD: tl.constexpr, SEPARATE: tl.constexpr):
+    n, iv, offs_c, offs_d, offs_v, x3_ptrs, y3_ptrs = _program(X3, Y3, D, BT, BV)
+    q_base, k_base = Q + n * T * D, K + n * T * D
+    kl_base, ka_base, kb_base = KL + n * T * D, KA + n * T * D, KB + n * T * D
+    v_base, rho_base = V + n * T * DV, RHO + n * T
+    if CAUSAL:  # running sums, updated after each chunk's outputs
+        x2 = tl.zeros((D, BV), dtype=tl.float32)
+        y2 = tl.zeros((D,), dtype=tl.float32)
+        x1 = tl.zeros((BV,), dtype=tl.float32)
+        y1 = tl.zeros((1,), dtype=tl.float32)
+    else:  # first pass: the sums over the whole sequence
+        x1, y1, x2, y2 = _key_sums(k_base, kl_base, ka_base, kb_base, v_base, rho_base, x3_ptrs, y3_ptrs, T, n_chunks,
+                                   offs_c, offs_d, offs_v, D, DV, BT, BV, QUAD, SEPARATE)
 
     for c in range(0, n_chunks):  # outputs (and, causal, the running sums after use)
         rows = c * BT + offs_c
         rmask = rows < T
         q = _tile(q_base, rows, rmask, offs_d, D)
-        k = _tile(k_base, rows, rmask, offs_d, D)
-        v = _tile(v_base, rows, rmask, offs_v, DV)
-        rho = tl.load(rho_base + rows, mask=rmask, other=0.0)
-        kl = _tile(kl_base, rows, rmask, offs_d, D) if SEPARATE else k
+        k, kl, ka, kb, v, rho = _key_chunk(k_base, kl_base, ka_base, kb_base, v_base, rho_base, rows, rmask, offs_d,
+                                           offs_v, D, DV, QUAD, SEPARATE)
         num = c0 * x1[None, :] + c1 * tl.dot(q, x2, input_precision="ieee")
         den = c0 * y1 + c1 * tl.sum(q * y2[None, :], 1)
         if CAUSAL:
-            count = y1 + tl.cumsum(rho, 0)
             causal_mask = offs_c[:, None] >= offs_c[None, :]
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
             s_lin = tl.dot(q, tl.trans(kl), input_precision="ieee") if SEPARATE else s
@@ -152,8 +209,6 @@ def _fwd_kernel(Q, K, KL, KA, KB, V, RHO, OUT, DEN, X3, Y3, T, n_chunks, c0, c1,
             if QUAD:
                 w += c2 * s * s
                 if SEPARATE:
-                    ka = _tile(ka_base, rows, rmask, offs_d, D)
-                    kb = _tile(kb_base, rows, rmask, offs_d, D)
                     w_num += c2 * tl.dot(q, tl.trans(ka), input_precision="ieee") * \
                         tl.dot(q, tl.trans(kb), input_precision="ieee")
                 else:
@@ -162,86 +217,54 @@ def _fwd_kernel(Q, K, KL, KA, KB, V, RHO, OUT, DEN, X3, Y3, T, n_chunks, c0, c1,
             w_num = tl.where(causal_mask, w_num, 0.0)
             num += tl.dot(w_num, v, input_precision="ieee")
             den += tl.sum(w, 1)
-        else:
-            count = y1 + tl.zeros((BT,), dtype=tl.float32)
         if QUAD:
-            kb = _tile(kb_base, rows, rmask, offs_d, D) if SEPARATE else k
             for m in range(D):
                 qm = _column(q_base, rows, rmask, m, D)
-                x3m = tl.load(x3_base + m * D * BV + x3_offs)
-                y3m = tl.load(y3_base + m * D + offs_d)
+                x3m = tl.load(x3_ptrs + m * D * BV)
+                y3m = tl.load(y3_ptrs + m * D)
                 num += c2 * tl.dot(qm[:, None] * q, x3m, input_precision="ieee")
                 den += c2 * qm * tl.sum(q * y3m[None, :], 1)
                 if CAUSAL:
-                    km = _column(k_base, rows, rmask, m, D)
-                    kam = _column(ka_base, rows, rmask, m, D) if SEPARATE else km
-                    tl.store(x3_base + m * D * BV + x3_offs,
-                             x3m + tl.dot(tl.trans(kam[:, None] * kb), v, input_precision="ieee"))
-                    tl.store(y3_base + m * D + offs_d, y3m + tl.sum(km[:, None] * k, 0))
+                    _add_key_quadratic_row(x3_ptrs + m * D * BV, y3_ptrs + m * D, x3m, y3m, k_base, ka_base, rows,
+                                           rmask, m, k, kb, v, D, SEPARATE)
             tl.debug_barrier()
-        has_key = (count > 0) & (den != 0)  # the zero-denominator guard, as outputs.finish_output
+        # the guard of the PyTorch path: zero on rows without an allowed key or with a zero denominator
+        has_key = (tl.load(HAS_KEY + n * T + rows, mask=rmask, other=0) != 0) & (den != 0)
         out = tl.where(has_key[:, None], num / tl.where(has_key, den, 1.0)[:, None], 0.0)
         _store_tile(OUT + n * T * DV, rows, rmask, offs_v, DV, out)
         if iv == 0:
             tl.store(DEN + n * T + rows, den, mask=rmask)
         if CAUSAL:
-            x2 += tl.dot(tl.trans(kl), v, input_precision="ieee")
-            y2 += tl.sum(k, 0)
-            x1 += tl.sum(v, 0)
-            y1 += tl.sum(rho, 0)
+            x1, y1, x2, y2 = _add_key_chunk(x1, y1, x2, y2, k, kl, v, rho)
 
 
 @triton.jit
-def _dq_kernel(Q, K, KL, KA, KB, V, G, DELTA, DQ, X3, Y3, T, n_chunks, c0, c1, c2,
+def _dq_kernel(Q, K, KL, KA, KB, V, RHO, G, DELTA, DQ, X3, Y3, T, n_chunks, c0, c1, c2,
                D: tl.constexpr, DV: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
                CAUSAL: tl.constexpr, QUAD: tl.constexpr, SEPARATE: tl.constexpr):
-    n = tl.program_id(0).to(tl.int64)  # int64 offsets: n * T * D may pass 2^31
-    iv = tl.program_id(1)
-    nv = tl.num_programs(1)
+    n, iv, offs_c, offs_d, offs_v, x3_ptrs, y3_ptrs = _program(X3, Y3, D, BT, BV)
     first = (iv == 0).to(tl.float32)  # denominator terms: once, not per value block
-    offs_c = tl.arange(0, BT)
-    offs_d = tl.arange(0, D)
-    offs_b = tl.arange(0, BV)
-    offs_v = iv * BV + offs_b
     q_base, k_base = Q + n * T * D, K + n * T * D
     kl_base, ka_base, kb_base = KL + n * T * D, KA + n * T * D, KB + n * T * D
-    v_base, g_base, delta_base = V + n * T * DV, G + n * T * DV, DELTA + n * T
-    x3_base = X3 + (n * nv + iv) * D * D * BV
-    y3_base = Y3 + (n * nv + iv) * D * D
-    x3_offs = offs_d[:, None] * BV + offs_b[None, :]
-
-    x2 = tl.zeros((D, BV), dtype=tl.float32)
-    y2 = tl.zeros((D,), dtype=tl.float32)
-    if not CAUSAL:
-        for c in range(0, n_chunks):
-            rows = c * BT + offs_c
-            rmask = rows < T
-            k = _tile(k_base, rows, rmask, offs_d, D)
-            v = _tile(v_base, rows, rmask, offs_v, DV)
-            kl = _tile(kl_base, rows, rmask, offs_d, D) if SEPARATE else k
-            x2 += tl.dot(tl.trans(kl), v, input_precision="ieee")
-            y2 += tl.sum(k, 0)
-            if QUAD:
-                kb = _tile(kb_base, rows, rmask, offs_d, D) if SEPARATE else k
-                for m in range(D):
-                    km = _column(k_base, rows, rmask, m, D)
-                    kam = _column(ka_base, rows, rmask, m, D) if SEPARATE else km
-                    x3m = tl.load(x3_base + m * D * BV + x3_offs)
-                    tl.store(x3_base + m * D * BV + x3_offs,
-                             x3m + tl.dot(tl.trans(kam[:, None] * kb), v, input_precision="ieee"))
-                    y3m = tl.load(y3_base + m * D + offs_d)
-                    tl.store(y3_base + m * D + offs_d, y3m + tl.sum(km[:, None] * k, 0))
-                tl.debug_barrier()
+    v_base, rho_base = V + n * T * DV, RHO + n * T
+    g_base, delta_base = G + n * T * DV, DELTA + n * T
+    if CAUSAL:  # x1, y1: unused here
+        x2 = tl.zeros((D, BV), dtype=tl.float32)
+        y2 = tl.zeros((D,), dtype=tl.float32)
+        x1 = tl.zeros((BV,), dtype=tl.float32)
+        y1 = tl.zeros((1,), dtype=tl.float32)
+    else:
+        x1, y1, x2, y2 = _key_sums(k_base, kl_base, ka_base, kb_base, v_base, rho_base, x3_ptrs, y3_ptrs, T, n_chunks,
+                                   offs_c, offs_d, offs_v, D, DV, BT, BV, QUAD, SEPARATE)
 
     for c in range(0, n_chunks):
         rows = c * BT + offs_c
         rmask = rows < T
         q = _tile(q_base, rows, rmask, offs_d, D)
-        k = _tile(k_base, rows, rmask, offs_d, D)
-        v = _tile(v_base, rows, rmask, offs_v, DV)
+        k, kl, ka, kb, v, rho = _key_chunk(k_base, kl_base, ka_base, kb_base, v_base, rho_base, rows, rmask, offs_d,
+                                           offs_v, D, DV, QUAD, SEPARATE)
         g = _tile(g_base, rows, rmask, offs_v, DV)
         delta = tl.load(delta_base + rows, mask=rmask, other=0.0)
-        kl = _tile(kl_base, rows, rmask, offs_d, D) if SEPARATE else k
         dq = c1 * tl.dot(g, tl.trans(x2), input_precision="ieee") - first * c1 * delta[:, None] * y2[None, :]
         if CAUSAL:
             causal_mask = offs_c[:, None] >= offs_c[None, :]
@@ -251,8 +274,6 @@ def _dq_kernel(Q, K, KL, KA, KB, V, G, DELTA, DQ, X3, Y3, T, n_chunks, c0, c1, c
             if SEPARATE:
                 dq += tl.dot(c1 * p_num, kl, input_precision="ieee")
                 if QUAD:
-                    ka = _tile(ka_base, rows, rmask, offs_d, D)
-                    kb = _tile(kb_base, rows, rmask, offs_d, D)
                     s_a = tl.dot(q, tl.trans(ka), input_precision="ieee")
                     s_b = tl.dot(q, tl.trans(kb), input_precision="ieee")
                     dq += tl.dot(c2 * p_num * s_b, ka, input_precision="ieee")
@@ -263,48 +284,52 @@ def _dq_kernel(Q, K, KL, KA, KB, V, G, DELTA, DQ, X3, Y3, T, n_chunks, c0, c1, c
                     ds += 2 * c2 * p_num * s
             dq += tl.dot(tl.where(causal_mask, ds, 0.0), k, input_precision="ieee")
         if QUAD:
-            kb = _tile(kb_base, rows, rmask, offs_d, D) if SEPARATE else k
             for m in range(D):
                 qm = _column(q_base, rows, rmask, m, D)
-                x3m = tl.load(x3_base + m * D * BV + x3_offs)
-                y3m = tl.load(y3_base + m * D + offs_d)
+                x3m = tl.load(x3_ptrs + m * D * BV)
+                y3m = tl.load(y3_ptrs + m * D)
                 xg = tl.dot(g, tl.trans(x3m), input_precision="ieee")  # sum_j x3[m, l, j] g_j over l
                 onehot = (offs_d == m).to(tl.float32)
                 dq += c2 * (tl.sum(q * xg, 1)[:, None] * onehot[None, :] + qm[:, None] * xg)
                 dq -= first * 2 * c2 * (delta * qm)[:, None] * y3m[None, :]
                 if CAUSAL:
-                    km = _column(k_base, rows, rmask, m, D)
-                    kam = _column(ka_base, rows, rmask, m, D) if SEPARATE else km
-                    tl.store(x3_base + m * D * BV + x3_offs,
-                             x3m + tl.dot(tl.trans(kam[:, None] * kb), v, input_precision="ieee"))
-                    tl.store(y3_base + m * D + offs_d, y3m + tl.sum(km[:, None] * k, 0))
+                    _add_key_quadratic_row(x3_ptrs + m * D * BV, y3_ptrs + m * D, x3m, y3m, k_base, ka_base, rows,
+                                           rmask, m, k, kb, v, D, SEPARATE)
             tl.debug_barrier()
         _store_tile(DQ + (iv * tl.num_programs(0) + n) * T * D, rows, rmask, offs_d, D, dq)
         if CAUSAL:
-            x2 += tl.dot(tl.trans(kl), v, input_precision="ieee")
-            y2 += tl.sum(k, 0)
+            x1, y1, x2, y2 = _add_key_chunk(x1, y1, x2, y2, k, kl, v, rho)
+
+
+@triton.jit
+def _query_chunk(q_base, g_base, delta_base, rows, rmask, offs_d, offs_v, D: tl.constexpr, DV: tl.constexpr):
+    """The tiles of one chunk of queries: q (BT x D), g (BT x BV), delta (BT)."""
+    return (_tile(q_base, rows, rmask, offs_d, D), _tile(g_base, rows, rmask, offs_v, DV),
+            tl.load(delta_base + rows, mask=rmask, other=0.0))
+
+
+@triton.jit
+def _add_query_chunk(r1, u0, s1, q, g, delta):
+    """The linear query states of the key gradients after one more chunk: R1 (r1 here) += sum
+    q (x) g, u0 += sum g, r1 (s1 here) += sum delta q."""
+    r1 += tl.dot(tl.trans(q), g, input_precision="ieee")
+    u0 += tl.sum(g, 0)
+    s1 += tl.sum(delta[:, None] * q, 0)
+    return r1, u0, s1
 
 
 @triton.jit
 def _dkv_kernel(Q, K, KL, KA, KB, V, RHO, G, DELTA, DK, DKL, DKA, DKB, DVOUT, R2, S2, T, n_chunks, c0, c1, c2,
                 D: tl.constexpr, DV: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
                 CAUSAL: tl.constexpr, QUAD: tl.constexpr, SEPARATE: tl.constexpr):
-    n = tl.program_id(0).to(tl.int64)  # int64 offsets: n * T * D may pass 2^31
-    iv = tl.program_id(1)
-    nv = tl.num_programs(1)
+    # scratch: R2 = sum (q (x) q) (x) g and S2 = sum delta q (x) q (r2 in the module docstring)
+    n, iv, offs_c, offs_d, offs_v, r2_ptrs, s2_ptrs = _program(R2, S2, D, BT, BV)
     n_all = tl.num_programs(0)
     first = (iv == 0).to(tl.float32)
-    offs_c = tl.arange(0, BT)
-    offs_d = tl.arange(0, D)
-    offs_b = tl.arange(0, BV)
-    offs_v = iv * BV + offs_b
     q_base, k_base = Q + n * T * D, K + n * T * D
     kl_base, ka_base, kb_base = KL + n * T * D, KA + n * T * D, KB + n * T * D
     v_base, rho_base = V + n * T * DV, RHO + n * T
     g_base, delta_base = G + n * T * DV, DELTA + n * T
-    r2_base = R2 + (n * nv + iv) * D * D * BV  # sum (q (x) q) (x) g
-    s2_base = S2 + (n * nv + iv) * D * D  # sum delta q (x) q
-    r2_offs = offs_d[:, None] * BV + offs_b[None, :]
 
     r1 = tl.zeros((D, BV), dtype=tl.float32)  # sum q (x) g
     u0 = tl.zeros((BV,), dtype=tl.float32)  # sum g
@@ -313,35 +338,22 @@ def _dkv_kernel(Q, K, KL, KA, KB, V, RHO, G, DELTA, DK, DKL, DKA, DKB, DVOUT, R2
         for c in range(0, n_chunks):
             rows = c * BT + offs_c
             rmask = rows < T
-            q = _tile(q_base, rows, rmask, offs_d, D)
-            g = _tile(g_base, rows, rmask, offs_v, DV)
-            delta = tl.load(delta_base + rows, mask=rmask, other=0.0)
-            r1 += tl.dot(tl.trans(q), g, input_precision="ieee")
-            u0 += tl.sum(g, 0)
-            s1 += tl.sum(delta[:, None] * q, 0)
+            q, g, delta = _query_chunk(q_base, g_base, delta_base, rows, rmask, offs_d, offs_v, D, DV)
+            r1, u0, s1 = _add_query_chunk(r1, u0, s1, q, g, delta)
             if QUAD:
                 for m in range(D):
                     qm = _column(q_base, rows, rmask, m, D)
-                    r2m = tl.load(r2_base + m * D * BV + r2_offs)
-                    tl.store(r2_base + m * D * BV + r2_offs,
-                             r2m + tl.dot(tl.trans(qm[:, None] * q), g, input_precision="ieee"))
-                    s2m = tl.load(s2_base + m * D + offs_d)
-                    tl.store(s2_base + m * D + offs_d, s2m + tl.sum((delta * qm)[:, None] * q, 0))
+                    _add_quadratic_row(r2_ptrs + m * D * BV, s2_ptrs + m * D, tl.load(r2_ptrs + m * D * BV),
+                                       tl.load(s2_ptrs + m * D), qm, q, g, delta * qm, q)
                 tl.debug_barrier()
 
     for c_rev in range(0, n_chunks):
         c = n_chunks - 1 - c_rev if CAUSAL else c_rev  # causal: keys see later queries
         rows = c * BT + offs_c
         rmask = rows < T
-        q = _tile(q_base, rows, rmask, offs_d, D)
-        k = _tile(k_base, rows, rmask, offs_d, D)
-        v = _tile(v_base, rows, rmask, offs_v, DV)
-        g = _tile(g_base, rows, rmask, offs_v, DV)
-        delta = tl.load(delta_base + rows, mask=rmask, other=0.0)
-        rho = tl.load(rho_base + rows, mask=rmask, other=0.0)
-        kl = _tile(kl_base, rows, rmask, offs_d, D) if SEPARATE else k
-        ka = _tile(ka_base, rows, rmask, offs_d, D) if SEPARATE else k
-        kb = _tile(kb_base, rows, rmask, offs_d, D) if SEPARATE else k
+        q, g, delta = _query_chunk(q_base, g_base, delta_base, rows, rmask, offs_d, offs_v, D, DV)
+        k, kl, ka, kb, v, rho = _key_chunk(k_base, kl_base, ka_base, kb_base, v_base, rho_base, rows, rmask, offs_d,
+                                           offs_v, D, DV, QUAD, SEPARATE)
         dv = c0 * rho[:, None] * u0[None, :] + c1 * tl.dot(kl, r1, input_precision="ieee")
         dkl = c1 * tl.dot(v, tl.trans(r1), input_precision="ieee")
         dka = tl.zeros((BT, D), dtype=tl.float32)
@@ -367,8 +379,8 @@ def _dkv_kernel(Q, K, KL, KA, KB, V, RHO, G, DELTA, DK, DKL, DKA, DKB, DVOUT, R2
             for m in range(D):
                 km = _column(k_base, rows, rmask, m, D)
                 kam = _column(ka_base, rows, rmask, m, D) if SEPARATE else km
-                r2m = tl.load(r2_base + m * D * BV + r2_offs)
-                s2m = tl.load(s2_base + m * D + offs_d)
+                r2m = tl.load(r2_ptrs + m * D * BV)
+                s2m = tl.load(s2_ptrs + m * D)
                 vr = tl.dot(v, tl.trans(r2m), input_precision="ieee")  # sum_j R2[m, l, j] v_j over l
                 onehot = (offs_d == m).to(tl.float32)
                 dv += c2 * kam[:, None] * tl.dot(kb, r2m, input_precision="ieee")
@@ -377,9 +389,7 @@ def _dkv_kernel(Q, K, KL, KA, KB, V, RHO, G, DELTA, DK, DKL, DKA, DKB, DVOUT, R2
                 dk -= first * 2 * c2 * km[:, None] * s2m[None, :]
                 if CAUSAL:
                     qm = _column(q_base, rows, rmask, m, D)
-                    tl.store(r2_base + m * D * BV + r2_offs,
-                             r2m + tl.dot(tl.trans(qm[:, None] * q), g, input_precision="ieee"))
-                    tl.store(s2_base + m * D + offs_d, s2m + tl.sum((delta * qm)[:, None] * q, 0))
+                    _add_quadratic_row(r2_ptrs + m * D * BV, s2_ptrs + m * D, r2m, s2m, qm, q, g, delta * qm, q)
             tl.debug_barrier()
         _store_tile(DVOUT + n * T * DV, rows, rmask, offs_v, DV, dv)
         part = (iv * n_all + n) * T * D
@@ -391,9 +401,7 @@ def _dkv_kernel(Q, K, KL, KA, KB, V, RHO, G, DELTA, DK, DKL, DKA, DKB, DVOUT, R2
         else:
             _store_tile(DK + part, rows, rmask, offs_d, D, dk + dkl + dka + dkb)
         if CAUSAL:
-            r1 += tl.dot(tl.trans(q), g, input_precision="ieee")
-            u0 += tl.sum(g, 0)
-            s1 += tl.sum(delta[:, None] * q, 0)
+            r1, u0, s1 = _add_query_chunk(r1, u0, s1, q, g, delta)
 
 
 def _check_float32(*tensors):
@@ -411,6 +419,8 @@ def _check_launch(q, v, chunk):
 
 
 def _prepare(q, k, v, kl, ka, kb, coeffs, chunk):
+    """Contiguous inputs, the numerator keys with k in place of None, the kernels' constexprs,
+    the number of chunks and value blocks, and zeroed scratch for the (x3, y3) quadratic states."""
     N, T, D = q.shape
     DV = v.shape[-1]
     quad = coeffs[2] != 0.0
@@ -418,62 +428,57 @@ def _prepare(q, k, v, kl, ka, kb, coeffs, chunk):
     keys = [(k if t is None else t).contiguous() for t in (kl, ka, kb)]
     bv = min(DV, BLOCK_V)
     meta = dict(D=D, DV=DV, BT=int(chunk), BV=bv, QUAD=quad, SEPARATE=separate)
-    n_chunks = -(-T // int(chunk))
     nv = DV // bv
-    scratch_shape = (N, nv, D, D) if quad else (1,)
-    return keys, meta, n_chunks, nv, scratch_shape
+    shape = (N, nv, D, D) if quad else (1,)
+    scratch = [torch.zeros(*shape, bv if quad else 1, dtype=torch.float32, device=q.device),
+               torch.zeros(*shape, dtype=torch.float32, device=q.device)]
+    return keys, meta, -(-T // int(chunk)), nv, scratch
 
 
-class TritonBackend:
-    """Same interface as ``chunked._PyTorchBackend`` (float32 (N, T, X) tensors)."""
+def forward(q, k, v, kl, ka, kb, rho, has_key, causal, coeffs, chunk):
+    """Output (N, T, Dv) and denominator (N, T) of float32 (N, T, X) inputs; arguments and
+    results as ``chunked.forward`` (the interface of ``function.py``), without scales.
 
-    @staticmethod
-    def forward(q, k, v, kl, ka, kb, rho, causal, coeffs, chunk):
-        _check_float32(q, k, v, kl, ka, kb)
-        _check_launch(q, v, chunk)
-        q, k, v, rho = q.contiguous(), k.contiguous(), v.contiguous(), rho.contiguous()
-        (kl, ka, kb), meta, n_chunks, nv, scratch = _prepare(q, k, v, kl, ka, kb, coeffs, chunk)
-        N, T, _ = q.shape
-        out = torch.empty_like(v)
-        den = torch.empty(N, T, dtype=q.dtype, device=q.device)
-        x3 = torch.zeros(*scratch, meta["BV"] if meta["QUAD"] else 1, dtype=torch.float32, device=q.device)
-        y3 = torch.zeros(*scratch, dtype=torch.float32, device=q.device)
-        _fwd_kernel[(N, nv)](q, k, kl, ka, kb, v, rho, out, den, x3, y3, T, n_chunks, *coeffs,
-                             CAUSAL=bool(causal), **meta)
-        return out, den
+    Raises:
+        ValueError: a tensor that is not float32; on CUDA, a launch that needs more shared memory
+            per block than the device has (``check_shared_memory``).
+    """
+    _check_float32(q, k, v, kl, ka, kb)
+    _check_launch(q, v, chunk)
+    q, k, v, rho, has_key = (t.contiguous() for t in (q, k, v, rho, has_key))
+    (kl, ka, kb), meta, n_chunks, nv, (x3, y3) = _prepare(q, k, v, kl, ka, kb, coeffs, chunk)
+    N, T, _ = q.shape
+    out = torch.empty_like(v)
+    den = torch.empty(N, T, dtype=q.dtype, device=q.device)
+    _fwd_kernel[(N, nv)](q, k, kl, ka, kb, v, rho, has_key, out, den, x3, y3, T, n_chunks, *coeffs,
+                         CAUSAL=bool(causal), **meta)
+    return out, den
 
-    @staticmethod
-    def backward(grad_out, q, k, v, kl, ka, kb, rho, out, den, causal, coeffs, chunk):
-        g, delta = output_gradients(grad_out, out, den, rho, causal)
-        g, delta = g.contiguous(), delta.contiguous()
-        q, k, v, rho = q.contiguous(), k.contiguous(), v.contiguous(), rho.contiguous()
-        given = (kl, ka, kb)
-        (kl, ka, kb), meta, n_chunks, nv, scratch = _prepare(q, k, v, kl, ka, kb, coeffs, chunk)
-        N, T, D = q.shape
-        zeros = dict(dtype=torch.float32, device=q.device)
-        state3 = torch.zeros(*scratch, meta["BV"] if meta["QUAD"] else 1, **zeros)
-        state2 = torch.zeros(*scratch, **zeros)
-        dq = torch.empty(nv, N, T, D, **zeros)
-        _dq_kernel[(N, nv)](q, k, kl, ka, kb, v, g, delta, dq, state3, state2, T, n_chunks, *coeffs,
-                            CAUSAL=bool(causal), **meta)
-        state3.zero_()
-        state2.zero_()
-        dk = torch.empty(nv, N, T, D, **zeros)
-        dkl, dka, dkb = [torch.empty(nv, N, T, D, **zeros) if meta["SEPARATE"] else dk for _ in range(3)]
-        dv = torch.empty_like(v)
-        _dkv_kernel[(N, nv)](q, k, kl, ka, kb, v, rho, g, delta, dk, dkl, dka, dkb, dv, state3, state2, T,
-                             n_chunks, *coeffs, CAUSAL=bool(causal), **meta)
-        dk = dk.sum(0)
-        key_grads = []
-        for t, dt in zip(given, (dkl, dka, dkb)):
-            if t is None or not meta["SEPARATE"]:
-                key_grads.append(None)
-            else:
-                key_grads.append(dt.sum(0))
-        # a numerator key given but equal to k would have been passed as None by the Function;
-        # under dropout every given key gets its own gradient, missing ones are merged into dk
-        if meta["SEPARATE"]:
-            for i, t in enumerate(given):
-                if t is None:
-                    dk = dk + (dkl, dka, dkb)[i].sum(0)
-        return dq.sum(0), dk, dv, *key_grads
+
+def backward(g, delta, q, k, v, kl, ka, kb, rho, causal, coeffs, chunk):
+    """Gradients (dq, dk, dv, dkl, dka, dkb) from g, delta (``function.output_gradients``), as
+    ``chunked.backward``: dkl, dka, dkb are None where the key was None (part of dk)."""
+    g, delta, q, k, v, rho = (t.contiguous() for t in (g, delta, q, k, v, rho))
+    given = (kl, ka, kb)
+    (kl, ka, kb), meta, n_chunks, nv, (state3, state2) = _prepare(q, k, v, kl, ka, kb, coeffs, chunk)
+    N, T, D = q.shape
+    partial = dict(dtype=torch.float32, device=q.device)  # one partial sum per value block
+    dq = torch.empty(nv, N, T, D, **partial)
+    _dq_kernel[(N, nv)](q, k, kl, ka, kb, v, rho, g, delta, dq, state3, state2, T, n_chunks, *coeffs,
+                        CAUSAL=bool(causal), **meta)
+    state3.zero_()
+    state2.zero_()
+    dk = torch.empty(nv, N, T, D, **partial)
+    dkl, dka, dkb = [torch.empty(nv, N, T, D, **partial) if meta["SEPARATE"] else dk for _ in range(3)]
+    dv = torch.empty_like(v)
+    _dkv_kernel[(N, nv)](q, k, kl, ka, kb, v, rho, g, delta, dk, dkl, dka, dkb, dv, state3, state2, T,
+                         n_chunks, *coeffs, CAUSAL=bool(causal), **meta)
+    dk = dk.sum(0)
+    if not meta["SEPARATE"]:  # the kernel stored dk + dkl + dka + dkb
+        return dq.sum(0), dk, dv, None, None, None
+    key_grads = []
+    for t, dt in zip(given, (dkl, dka, dkb)):  # a key passed as None is k: its gradient joins dk
+        if t is None:
+            dk = dk + dt.sum(0)
+        key_grads.append(None if t is None else dt.sum(0))
+    return dq.sum(0), dk, dv, *key_grads

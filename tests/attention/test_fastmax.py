@@ -11,7 +11,7 @@ import torch  # noqa: E402
 import attention  # noqa: E402
 import attention.fastmax  # noqa: E402,F401  (registers "fastmax")
 from attention.fastmax import chunked, fast_forward  # noqa: E402
-from attention.fastmax.chunked import FastmaxFunction, coefficients  # noqa: E402
+from attention.fastmax.function import FastmaxFunction, coefficients, fastmax_factorized  # noqa: E402
 from attention.fastmax.dropout import DROPOUT_VARIANTS, draw_dropout_masks, numerator_keys  # noqa: E402
 from attention.fastmax.reference import (fastmax_weights, kernel_minimum, normalize_qk,  # noqa: E402
                                          reference_forward, score_bound)
@@ -137,24 +137,26 @@ def test_groups_of_chunks_carry_state(monkeypatch, p, dropout):
 
 @pytest.mark.parametrize("p", [1, 2])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("dropout", [False, True])
+@pytest.mark.parametrize("dropout", [None, "separate", "shared"])
 def test_gradcheck_custom_function(p, causal, dropout):
+    # dropout: three numerator keys of their own, or one tensor as k_linear and k_quad_a with
+    # k_quad_b = k (the "1d" variant's pattern: identical tensors in two slots)
     B, H, T, D = 1, 2, 11, 3
     g = torch.Generator().manual_seed(5)
-    tensors = [torch.randn(B, H, T, D, generator=g, dtype=torch.float64) * 0.5 for _ in range(6 if dropout else 3)]
-    q, k, v = [t.requires_grad_() for t in tensors[:3]]
-    keys = [t.requires_grad_() for t in tensors[3:]] if dropout else [None, None, None]
+    count = {None: 3, "separate": 6, "shared": 4}[dropout]
+    q, k, v, *keys = [(torch.randn(B, H, T, D, generator=g, dtype=torch.float64) * 0.5).requires_grad_()
+                      for _ in range(count)]
     key_weight = torch.ones(B, T, dtype=torch.float64)
     key_weight[0, 4] = 0.0  # a padded key
     coeffs = coefficients(p, 1.0, 0.8, 0.3, 1.5)
     real = key_weight[:, None, :, None]
 
     def fn(q, k, v, *keys):  # the Function expects keys and values zeroed at padded keys
-        keys = [key * real for key in keys] + [None] * (3 - len(keys))
-        return FastmaxFunction.apply(q, k * real, v * real, *keys, key_weight, causal, coeffs, 4, "pytorch")
+        keys = [key * real for key in keys]
+        numerator = {None: [None] * 3, "separate": keys, "shared": keys[:1] * 2 + [None]}[dropout]
+        return FastmaxFunction.apply(q, k * real, v * real, *numerator, key_weight, causal, coeffs, 4, "pytorch")
 
-    inputs = (q, k, v, *[t for t in keys if t is not None])
-    assert torch.autograd.gradcheck(fn, inputs, eps=1e-6, atol=1e-7)
+    assert torch.autograd.gradcheck(fn, (q, k, v, *keys), eps=1e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize("p", [1, 2])
@@ -200,6 +202,27 @@ def test_memory_saved_for_backward_is_linear_in_T():
 
 # ---------------------------------------------------------------------------------------------
 # Triton kernels (interpreter on CPU tensors; float32 kernels against the float64 reference)
+
+try:  # a probe kernel for the quadratic-state helper, at module level: the interpreter runs a
+    # kernel with its module's globals
+    import triton
+    import triton.language as tl
+    from attention.fastmax.triton_kernels import _add_quadratic_row, _column, _tile
+
+    @triton.jit
+    def _quadratic_probe(A, B, VALUES, W, C, X3, Y3, D: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr):
+        rows = tl.arange(0, BT)
+        rmask = rows < BT
+        offs_d = tl.arange(0, D)
+        b, c = _tile(B, rows, rmask, offs_d, D), _tile(C, rows, rmask, offs_d, D)
+        values = _tile(VALUES, rows, rmask, tl.arange(0, BV), BV)
+        x3_ptrs = X3 + offs_d[:, None] * BV + tl.arange(0, BV)[None, :]
+        for m in range(D):
+            x3m, y3m = tl.load(x3_ptrs + m * D * BV), tl.load(Y3 + m * D + offs_d)
+            _add_quadratic_row(x3_ptrs + m * D * BV, Y3 + m * D + offs_d, x3m, y3m, _column(A, rows, rmask, m, D), b,
+                               values, _column(W, rows, rmask, m, D), c)
+except ImportError:  # the Triton tests fail without triton; the others still run
+    _quadratic_probe = None
 
 
 def _compare_triton(T, D, p, causal, padded=False, variant=None, chunk=16, Dv=None, H=2, seed=0):
@@ -258,6 +281,54 @@ def test_module_triton_implementation_matches_pytorch():
         outs = [attention.build("fastmax", implementation=impl, chunk_size=16)(q, k, v, causal)
                 for impl in ("triton", "pytorch")]
         torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-6)
+
+
+def test_triton_quadratic_state_helper_matches_torch():
+    """``_add_quadratic_row``, the one copy of the quadratic-state update, driven row by row from a
+    probe kernel (interpreter) against the sums it stands for, starting from nonzero states:
+    x3[m] += sum_r (a_r (x) b_r)[m] (x) values_r and y3[m] += sum_r w_rm c_r."""
+    D, BT, BV = 16, 16, 32
+    g = torch.Generator().manual_seed(9)
+    a, b, w, c = [torch.randn(BT, D, generator=g) for _ in range(4)]
+    values = torch.randn(BT, BV, generator=g)
+    x3, y3 = torch.randn(D, D, BV, generator=g), torch.randn(D, D, generator=g)
+    expected_x3 = x3 + torch.einsum("rm,rl,rj->mlj", a, b, values)
+    expected_y3 = y3 + torch.einsum("rm,rl->ml", w, c)
+    _quadratic_probe[(1,)](a, b, values, w, c, x3, y3, D=D, BT=BT, BV=BV)
+    torch.testing.assert_close(x3, expected_x3, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(y3, expected_y3, rtol=1e-5, atol=1e-5)
+
+
+def test_triton_kernels_update_quadratic_states_only_through_the_helper():
+    import inspect
+    import re
+    from attention.fastmax import triton_kernels as tk
+    # the update's product (a_m b)^T values appears once in the module, in the helper
+    assert len(re.findall(r"tl\.trans\(\w+\[:, None\] \* \w+\)", inspect.getsource(tk))) == 1
+    for kernel in (tk._fwd_kernel, tk._dq_kernel, tk._dkv_kernel):
+        body = inspect.getsource(kernel.fn)
+        assert re.search(r"_add_(key_)?quadratic_row\(", body), kernel.fn.__name__
+        assert "tl.store(x3" not in body and "tl.store(y3" not in body and "tl.store(r2" not in body
+
+
+def test_backends_import_nothing_of_the_package():
+    """function.py imports the backends; chunked.py and triton_kernels.py import no module of the
+    repository (no circle, no import of the package's __init__ names)."""
+    import ast
+    import pathlib
+    folder = pathlib.Path(chunked.__file__).parent
+
+    def imported(name):
+        found = set()
+        for node in ast.walk(ast.parse((folder / name).read_text())):
+            if isinstance(node, ast.ImportFrom):
+                found.update(f"{node.module}.{alias.name}" for alias in node.names)
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+        return {m for m in found if m.split(".")[0] == "attention"}
+
+    assert imported("chunked.py") == set() and imported("triton_kernels.py") == set()
+    assert imported("function.py") == {"attention.fastmax.chunked", "attention.fastmax.triton_kernels"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -459,7 +530,7 @@ def test_dropout_preserves_expected_output(variant):
             keys = [key if key is k_hat or key is None else key * (keep if variant == "1d" or i == 0 else keep ** 0.5)
                     for i, key in enumerate(keys)]
         coeffs = coefficients(p, 1.0, params["a1"], params["a2"], params["temperature"])
-        outs = chunked.fastmax_factorized(q_hat, k_hat, v, True, coeffs, None, keys, 16)
+        outs = fastmax_factorized(q_hat, k_hat, v, True, coeffs, None, keys, 16)
         mean, se = outs.mean(0)[0], outs.std(0)[0] / math.sqrt(draws)
         varying = se > 1e-12
         return ((mean - exact)[varying] / se[varying]).abs()

@@ -610,10 +610,16 @@ class AttentionSwapMixin:
 class GPT(AttentionSwapMixin, nn.Module):
     """GPT-2 causal language model with a tied LM head.
 
-    ``forward(idx, targets=None, attention_mask=None)`` with idx (B, T) int64, targets (B, T)
-    int64 (-1 = ignored) and attention_mask (B, T) bool (True = real token) or None returns
-    ``(logits, loss)``: logits (B, T, V) float for every position; loss is the mean
-    cross-entropy over targets != -1 (nats per token, scalar), or None without targets.
+    ``forward(idx, targets=None, attention_mask=None, only_targets=False)`` with idx (B, T) int64,
+    targets (B, T) int64 (-1 = ignored) and attention_mask (B, T) bool (True = real token) or None
+    returns ``(logits, loss)``: logits (B, T, V) float for every position; loss is the mean
+    cross-entropy over targets != -1 (nats per token, scalar), or None without targets. With
+    ``only_targets`` (tasks whose few labelled positions are all that is scored, e.g. recall
+    queries) the LM head runs on the M positions with a target only: logits (M, V), in row-major
+    order of those positions; the loss is the same.
+
+    Raises:
+        ValueError: ``only_targets`` without targets.
     """
 
     def __init__(self, config):
@@ -625,8 +631,15 @@ class GPT(AttentionSwapMixin, nn.Module):
         self.lm_head.weight = self.transformer.wte.weight  # tied, as in GPT-2
         self.rescale_ffn()  # DANet FFN scales from the start (appendix G)
 
-    def forward(self, idx, targets=None, attention_mask=None):
-        logits = self.lm_head(self.transformer(idx, attention_mask))
+    def forward(self, idx, targets=None, attention_mask=None, only_targets=False):
+        hidden = self.transformer(idx, attention_mask)
+        if only_targets:
+            if targets is None:
+                raise ValueError("only_targets=True needs targets (the positions to score)")
+            scored = targets != -1
+            logits = self.lm_head(hidden[scored])  # a full-vocabulary head at every position costs ~T/M times more
+            return logits, F.cross_entropy(logits, targets[scored])
+        logits = self.lm_head(hidden)
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
@@ -754,7 +767,7 @@ def config_dict(config):
     return asdict(config)
 
 
-MODEL_CLASSES = {"lm": GPT, "mlm": BertEncoder, "classify": Classifier}  # task -> the model class it trains
+MODEL_CLASSES = {"lm": GPT, "mlm": BertEncoder, "classify": Classifier, "recall": GPT}  # task -> model class
 
 
 def read_checkpoint(path):

@@ -69,6 +69,7 @@ REGISTRY = {
     "lm": "tasks.lm",
     "mlm": "tasks.mlm",
     "classify": "tasks.classify",
+    "recall": "tasks.recall",
 }
 
 REQUIRED = ("DEFAULTS", "HELP", "MODEL_KEYS", "DATA_KEYS", "BEST_METRIC", "prepare_data", "load_data", "build_model",

@@ -11,6 +11,7 @@ import os
 
 import pytest
 
+import attention as attention_lib
 import configurator
 import train
 import training
@@ -102,18 +103,34 @@ def test_layers_give_each_run_its_settings(task, attention, size):
     assert {k: v for k, v in cfg.items() if k != "out_dir"} == {k: v for k, v in want.items() if k != "out_dir"}
 
 
+EVERY_ATTENTION = sorted(f[:-3] for f in os.listdir(os.path.join(CONFIGS, "attention")) if f.endswith(".py"))
+
+
 def test_every_lra_config_file_is_a_layer_of_some_run():
-    used = {os.path.relpath(f, CONFIGS) for t in lra.TASKS for a in ATTENTIONS for s in SIZES for f in layers(t, a, s)}
+    used = {os.path.relpath(f, CONFIGS) for t in lra.TASKS for a in EVERY_ATTENTION for s in SIZES
+            for f in layers(t, a, s)}
     files = {os.path.relpath(os.path.join(d, f), CONFIGS) for d, _, names in os.walk(os.path.join(CONFIGS, "lra"))
              for f in names if f.endswith(".py")}
     assert files <= used, f"not a layer of any LRA run: {sorted(files - used)}"
-    assert len(files) == 5 * 2 + 5 * 2  # the task at two sizes, DenseAttention's override of each
+    overrides = {os.path.dirname(f) for f in files} - {"lra"}
+    # the task at two sizes, and an attention's override (all tasks, both sizes) where LRA's setting differs
+    assert len(files) == 5 * 2 + len(overrides) * 5 * 2
+
+
+@pytest.mark.parametrize("attention", [a for a in EVERY_ATTENTION if attention_lib.is_trainable(
+    configurator.parse(train.DEFAULTS, [os.path.join(CONFIGS, "attention", f"{a}.py")])["attention"])])
+def test_every_trainable_attention_layers_on_every_lra_task(attention):
+    for task in lra.TASKS:
+        for size in SIZES:
+            cfg = configurator.parse(train.DEFAULTS, layers(task, attention, size))
+            attention_lib.check_params(cfg["attention"], cfg["attention_params"])
 
 
 def test_out_dir_is_named_from_the_layers():
     assert training.layered_out_dir(layers("text", "fastmax1")) == os.path.join("out", "lra", "text_fastmax1")
     assert training.layered_out_dir(layers("text", "fastmax1", "_cpu")) == os.path.join("out", "lra", "text_cpu_fastmax1")
-    assert training.layered_out_dir(layers("text", "dense")) == os.path.join("out", "lra", "text_dense_text")
+    assert training.layered_out_dir(layers("text", "dense")) == os.path.join("out", "lra", "text_dense")
+    assert training.layered_out_dir(layers("text", "dense", "_cpu")) == os.path.join("out", "lra", "text_cpu_dense")
 
 
 # task: (schedule, peak learning rate, warmup, steps, weight decay) from LRA's base configs

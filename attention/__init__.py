@@ -66,3 +66,4 @@ from attention import dense  # noqa: E402,F401
 from attention import linear  # noqa: E402,F401
 from attention import performer  # noqa: E402,F401
 from attention import linformer  # noqa: E402,F401
+from attention import longformer  # noqa: E402,F401

@@ -67,3 +67,4 @@ from attention import linear  # noqa: E402,F401
 from attention import performer  # noqa: E402,F401
 from attention import linformer  # noqa: E402,F401
 from attention import longformer  # noqa: E402,F401
+from attention import bigbird  # noqa: E402,F401

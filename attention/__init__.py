@@ -69,3 +69,4 @@ from attention import linformer  # noqa: E402,F401
 from attention import longformer  # noqa: E402,F401
 from attention import bigbird  # noqa: E402,F401
 from attention import reformer  # noqa: E402,F401
+from attention import informer  # noqa: E402,F401

@@ -121,6 +121,10 @@ def load_model(cfg):
     params = dict(cfg["attention_params"] if cfg["attention"] else model.config.attention_params)
     if cfg["attention"]:
         configurator.check_attention_params(name, params)
+        if attention.causal_support(name) != "exact":  # a GPT's perplexity must not see later tokens
+            raise configurator.ConfigError(f"attention={name!r} is not exactly causal (attention.causal_support: "
+                                           f"{attention.causal_support(name)!r}); a language model's perplexity "
+                                           f"with it would not be a next-token prediction")
     if cfg["protocol"] == "casino":
         params = casino_params(name, params)
     if cfg["attention"] or cfg["protocol"] == "casino":

@@ -563,16 +563,25 @@ def inference_only_message(name, error=None):
 
 
 def check_trainable(cfg):
-    """Refuse an inference-only attention (``attention.is_trainable``) before any data is prepared.
+    """Refuse, before any data is prepared, an inference-only attention (``attention.is_trainable``)
+    and, for a causal task (``CAUSAL = True`` in its module), an attention that is not exactly
+    causal (``attention.causal_support``).
 
     Raises:
-        ConfigError: unknown attention (lists the registered ones), or an inference-only one.
+        ConfigError: unknown attention (lists the registered ones), an inference-only one, or one
+            whose causal outputs depend on later tokens or that has no causal form.
     """
     import attention
 
     try:
         trainable = attention.is_trainable(cfg["attention"])
+        causal = attention.causal_support(cfg["attention"])
     except ValueError as e:
         raise ConfigError(str(e)) from None
     if not trainable and not cfg["eval_only"]:
         raise ConfigError(inference_only_message(cfg["attention"]))
+    if getattr(tasks.get(cfg["task"]), "CAUSAL", False) and causal != "exact":
+        why = ("which keys a query scores depends on later tokens, so a causal model would see the future"
+               if causal == "leaky" else "it has no causal form")
+        raise ConfigError(f"attention={cfg['attention']!r} cannot be used by the causal task {cfg['task']!r}: {why}; "
+                          f"use it in a non-causal task (mlm, classify)")

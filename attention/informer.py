@@ -187,7 +187,13 @@ class Informer(SparseAttention):
         ValueError: factor not a positive number, seed not an integer >= 0, an unknown
             implementation (constructor); bad shapes or mask, or q and k of different lengths
             (forward).
+
+    ``causal = "leaky"``: with ``causal=True`` every scored pair has j <= i, but which queries are
+    active is a top-u choice over all positions, later ones included, so an output can change when
+    a later token does; train.py refuses it for causal tasks (``attention.causal_support``).
     """
+
+    causal = "leaky"
 
     def __init__(self, factor=5.0, seed=0, implementation="fast"):
         if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor < math.inf:

@@ -60,6 +60,8 @@ class Linformer(Attention):
             bad shapes or mask, a head count other than n_head (forward).
     """
 
+    causal = "unsupported"
+
     def __init__(self, proj_len=256, sharing="headwise", implementation="fast", block_size=None, n_head=None):
         super().__init__()
         check_int("proj_len", proj_len, 1, "the projected length k of keys and values")

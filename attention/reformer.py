@@ -239,7 +239,13 @@ class Reformer(SparseAttention):
     Raises:
         ValueError: a parameter that is not an integer in range or an unknown implementation
             (constructor); bad shapes or mask, or q and k of different lengths (forward).
+
+    ``causal = "leaky"``: with ``causal=True`` every scored pair has j <= i, but the buckets and
+    chunk boundaries depend on every token, later ones included, so an output can change when a
+    later token does; train.py refuses it for causal tasks (``attention.causal_support``).
     """
+
+    causal = "leaky"
 
     def __init__(self, n_hashes=8, bucket_size=64, chunk_size=0, seed=0, implementation="fast"):
         check_int("n_hashes", n_hashes, 1, "hashing rounds")

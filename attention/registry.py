@@ -49,6 +49,22 @@ def is_trainable(name):
     return bool(getattr(_lookup(name), "trainable", True))
 
 
+CAUSAL_KINDS = ("exact", "leaky", "unsupported")
+
+
+def causal_support(name):
+    """How the attention ``name`` handles ``causal=True`` (its class attribute ``causal``):
+    "exact" (an output depends on earlier and current tokens only), "leaky" (the pairs it scores
+    are masked causally, but which pairs it scores depends on later tokens: LSH buckets and chunk
+    boundaries, a top-u choice over all queries; a causal language model would see the future), or
+    "unsupported" (raises).
+
+    Raises:
+        ValueError: ``name`` is not registered (the message lists the registered names).
+    """
+    return getattr(_lookup(name), "causal", "exact")
+
+
 def registered():
     """Sorted list of the registered attention names."""
     return sorted(_REGISTRY)
@@ -162,6 +178,7 @@ class Attention(nn.Module):
     """
 
     trainable = True  # False: inference only (forward raises InferenceOnlyError under autograd)
+    causal = "exact"  # or "leaky" / "unsupported" (causal_support)
 
     def stats(self):
         """Counters accumulated since the last ``reset_stats`` (e.g. inner products); a dict of

@@ -38,6 +38,10 @@ A task module defines:
 
 and may define (optional):
 
+    CAUSAL: bool            True for a task whose model is causal (lm, recall): train.py then refuses
+                            an attention whose causal outputs depend on later tokens
+                            (``attention.causal_support``)
+
     RUN_ONLY_ENTRIES: dict  key of MODEL_KEYS / DATA_KEYS whose value is a dict -> the entries that may
                             change on resume because they never change the examples (e.g.
                             ``{"lra_options": ("workers",)}``)

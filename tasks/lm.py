@@ -49,6 +49,7 @@ MODEL_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "attention", 
 DATA_KEYS = ("dataset", "dataset_config")  # the tokens trained on; source paths may move (manifests check them)
 RUN_ONLY_ENTRIES = {}
 BEST_METRIC = ("val_loss", "min")
+CAUSAL = True  # a GPT: training.check_trainable refuses attentions that are not exactly causal
 VOCAB_SIZE = 50304  # GPT-2's 50257 padded to a multiple of 64 (faster matmuls); extra rows never targeted
 SPLITS = ("train", "val")
 

@@ -49,6 +49,7 @@ MODEL_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "attention", 
 DATA_KEYS = ("recall_pairs", "recall_power_a", "recall_data_seed", "recall_sizes")
 RUN_ONLY_ENTRIES = {}
 BEST_METRIC = ("val_accuracy", "max")
+CAUSAL = True  # a GPT: training.check_trainable refuses attentions that are not exactly causal
 
 
 def _options(cfg, num_pairs=None, sizes=None):

@@ -326,3 +326,8 @@ def test_grid_runner_skips_done_and_survives_failures(checkpoint, tmp_path, caps
     with pytest.raises(SystemExit, match="line 2 has no --out_json"):  # checked before any run
         grid.main([f"{common} --out_json={tmp_path}/first.json", common])
     assert not (tmp_path / "first.json").exists()
+
+
+def test_eval_refuses_an_attention_that_is_not_exactly_causal(checkpoint):
+    with pytest.raises(configurator.ConfigError, match="attention='reformer' is not exactly causal"):
+        eval_ppl.main([f"--out_dir={checkpoint}", "--attention=reformer", "--fraction=0.001"])

@@ -560,3 +560,31 @@ def test_attention_config_files_build():
     for name in sorted(os.listdir(folder)):
         cfg = configurator.parse(train.DEFAULTS, [os.path.join(folder, name)])
         attention.check_params(cfg["attention"], cfg["attention_params"])
+
+
+@pytest.mark.parametrize("name,why", [("reformer", "depends on later tokens"), ("informer", "depends on later tokens"),
+                                      ("linformer", "has no causal form")])
+def test_causal_tasks_refuse_attentions_that_are_not_exactly_causal(tmp_path, name, why):
+    with pytest.raises(ConfigError, match=f"attention='{name}' cannot be used by the causal task 'lm': .*{why}"):
+        train.main([TINY, f"--out_dir={tmp_path}", f"--attention={name}"])
+    # the same attention passes the check for a non-causal task
+    cfg = configurator.parse(train.DEFAULTS, ["configs/mlm/wikitext2_bert_mini.py", f"--attention={name}"])
+    training.check_trainable(cfg)
+
+
+def test_causal_support_is_declared_and_leaks_where_declared():
+    """An 'exact' attention's causal outputs do not change when later tokens do; reformer's do
+    (the reason it is declared 'leaky')."""
+    import attention
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 64, 16, dtype=torch.float64) for _ in range(3))
+    later = [t.clone() for t in (q, k, v)]
+    for t in later:
+        t[:, :, 40:] = torch.randn_like(t[:, :, 40:])
+    for name in ("softmax", "linear", "longformer", "bigbird", "reformer"):
+        assert attention.causal_support(name) in attention.registry.CAUSAL_KINDS
+        module = attention.build(name, context={"layer_idx": 0, "block_size": 64, "n_head": 2, "head_dim": 16},
+                                 **({"bucket_size": 8} if name == "reformer" else {}))
+        same = torch.allclose(module(q, k, v, True)[:, :, :40], module(*later, True)[:, :, :40])
+        assert same == (attention.causal_support(name) == "exact"), name

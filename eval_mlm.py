@@ -29,6 +29,7 @@ import torch
 import configurator
 from configurator import ConfigError
 from data import write_json
+import provenance
 
 DEFAULTS = dict(
     out_dir="out/wikitext2_bert_mini",
@@ -176,6 +177,7 @@ def main(argv):
               "regime_agreement": summary, "args": args}
     out = args["out"] or os.path.join(args["out_dir"], f"eval_mlm_{args['split']}.json")
     write_json(out, result, indent=2, default=str)
+    provenance.record(os.path.splitext(out)[0])
     print(f"wrote {out}", file=sys.stderr)
     return result
 

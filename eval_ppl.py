@@ -50,6 +50,7 @@ import configurator
 from data import write_json
 from data.wikitext2 import prepare as wt2
 import model as model_lib
+import provenance
 
 DEFAULTS = dict(
     out_dir="out/wikitext2_gpt_mini",
@@ -89,7 +90,7 @@ HELP = dict(
     temperature="sampling temperature of the casino protocol",
     seed="seed of the casino protocol's token sampling",
     device="torch device (cpu, cuda, ...)",
-    out_json="result file; '' = <out_dir or results>/eval_<split>_<protocol>_<attention>.json",
+    out_json="result file; '' = <out_dir, or results/eval_ppl for a Hugging Face model>/eval_<split>_<protocol>_<attention>.json (its folder's manifest.json records the command)",
     num_threads="torch CPU threads; 0 = torch's default",
     per_position="blocks/casino: also store the mean NLL at each position of the block",
 )
@@ -341,6 +342,7 @@ def main(argv):
     if cfg["num_threads"]:
         torch.set_num_threads(cfg["num_threads"])
     torch.manual_seed(cfg["seed"])
+    commit = provenance.git_commit()  # the code that makes the result, not code edited during a long run
     result = evaluate(cfg)
     if result["metric"] == "casino":
         label = "casino pseudo-perplexity (NOT perplexity: sampled tokens at T=%.2f)" % cfg["temperature"]
@@ -351,9 +353,10 @@ def main(argv):
           f"time {result['seconds']:.1f}s  ({result['protocol']}, L={result['context_length']}, "
           f"stride={result['stride']}, attention={result['attention']} {result['attention_params']})")
     out_json = cfg["out_json"] or os.path.join(
-        cfg["out_dir"] if cfg["init_from"] == "resume" else "results",
+        cfg["out_dir"] if cfg["init_from"] == "resume" else os.path.join("results", "eval_ppl"),
         f"eval_{cfg['split']}_{cfg['protocol']}_{result['attention']}.json")
     write_json(out_json, result, indent=2)
+    provenance.record(os.path.splitext(out_json)[0], commit=commit, argv=[os.path.abspath(__file__), *argv])
     print(f"wrote {out_json}")
     return result
 

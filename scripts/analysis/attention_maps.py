@@ -175,7 +175,7 @@ def main(argv=None):
     ap.add_argument("--head", type=int, default=0, help="head shown in every layer")
     ap.add_argument("--split", default="val", help="split the input is read from (train | val | test)")
     ap.add_argument("--offset", type=int, default=0, help="first token of the input in the split")
-    ap.add_argument("--out", default="results/shakespeare_attention_maps", help="output path without extension")
+    ap.add_argument("--out", default="results/shakespeare_char/attention_maps", help="output path without extension")
     ap.add_argument("--scale", default="linear", choices=SCALES, help="colour scale of the PNG")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--num_threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")

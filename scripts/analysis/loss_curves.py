@@ -166,7 +166,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out_dirs", nargs="+", help="train.py out_dirs (each with log.jsonl)")
     ap.add_argument("--labels", default="", help="comma-separated labels (default: the directory names)")
-    ap.add_argument("--out", default="results/loss_curves", help="output path without extension")
+    ap.add_argument("--out", default="results/loss_curves/loss_curves", help="output path without extension")
     ap.add_argument("--train_loss", default="eval", choices=TRAIN_SOURCES,
                     help="eval: train_loss of each evaluation; step: the logged training-step loss")
     ap.add_argument("--title", default="", help="figure title")

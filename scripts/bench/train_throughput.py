@@ -25,6 +25,7 @@ import configurator
 import training
 from scripts.bench.common import ROOT, train_py
 from data import write_json
+import provenance
 
 
 def main(argv):
@@ -71,6 +72,7 @@ def main(argv):
     ax.tick_params(axis="x", labelrotation=20)
     fig.tight_layout()
     fig.savefig(out + ".png", dpi=120)
+    provenance.record(out)
     for name in names:
         print(f"{name}: {median[name]:,.0f} tok/s ({summary['ratio_to_first'][name]:.2f}x the first)")
     print(f"wrote {out}.{{csv,json,png}}")

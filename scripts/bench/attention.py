@@ -1,30 +1,59 @@
-"""Benchmark of attention mechanisms: wall time and peak memory against sequence length T.
+"""Benchmark of every registered attention: wall time, peak memory and FLOPs against sequence length T.
 
-Measures, in one run, on the same random (1, H, T, D) float32 inputs (B*H = --heads):
-  - ``fastmax1_<impl>`` / ``fastmax2_<impl>``: Fastmax p = 1 / p = 2 (attention/fastmax/, default
-    parameters) through each fast path: ``pytorch`` (chunked.py) always, ``triton`` on CUDA only
-    (on CPU the Triton interpreter is a correctness tool, not a fast path);
-  - ``authors1`` / ``authors2``: the authors' PyTorch formulation (authors_baseline.py: per-position
-    cumulative sums of k (x) v and k (x) k (x) v, plain autograd);
-  - ``sdpa``: torch.nn.functional.scaled_dot_product_attention (exact softmax attention);
-for every T in --T, D in --D, causal and not, in two modes: ``forward`` (under torch.no_grad) and
-``forward_backward`` (forward with autograd, then backward of a random output gradient).
+Methods (``--methods``, each ``name``, ``name:key=value,key=value`` or ``@path/to/config.py``):
+  - a registered attention (``attention.registered()``) with its parameters, e.g. ``fastmax:p=2``,
+    ``tree:E=0.3,sampler=alignment``, ``dense:regime=quadratic``; values are Python literals
+    (bare words stay strings) checked by ``attention.check_params``;
+  - ``@configs/attention/<file>.py[:key=value,...]``: the attention and parameters of an attention
+    config file (its other keys, e.g. dense's ``block``, belong to the model and are ignored),
+    labelled by the file's stem (``fastmax1``);
+  - ``sdpa``: torch.nn.functional.scaled_dot_product_attention, the reference of every ratio;
+  - ``authors:p=1|2``: the Fastmax authors' PyTorch formulation (attention/fastmax/authors_baseline.py:
+    per-position cumulative sums of k (x) v and k (x) k (x) v, plain autograd);
+  - the old names ``fastmax1_pytorch``, ``fastmax2_pytorch``, ``fastmax1_triton``, ``fastmax2_triton``,
+    ``authors1``, ``authors2`` (kept as aliases, labelled as typed).
+Several methods: separate arguments, or one comma list (a comma item with "=" and no ":" continues the
+previous method's parameters: ``sdpa,fastmax:p=2,a2=0.4,linear``). Default: every file of
+configs/attention/ with its parameters, then sdpa, authors:p=1 and authors:p=2 (on CUDA also fastmax
+p = 1 and 2 through the Triton kernels); ``--add_methods`` appends to the list (tree at other E and
+samplers, the dense op's quadratic regime). A method that cannot run a configuration gets rows with a
+note, not an error: causal for an attention whose ``attention.causal_support`` is "unsupported"
+(linformer), forward+backward for one that is not ``attention.is_trainable`` (tree); "leaky" causal
+methods (reformer, informer: the chunking or the top-u choice sees later tokens) run and say so.
 
-Time: median of --repeats samples after one warm-up call (one call when a call takes over --long
-seconds); a sample of a call shorter than 0.1 s is the mean over a loop of calls lasting ~0.1 s, torch threads = --threads (stated in every row). A configuration is skipped (row with a
-note) when the same method at the previous T took longer than --budget seconds, or when its
-estimated memory exceeds --max_gb.
-Peak memory (--memory subprocess, the default on CPU): every (method, T, D, causal, mode) is run
-once in a fresh Python process that makes one small warm-up call (one-time library
-initialisation is not counted), allocates the inputs, resets the kernel's resident-set
-high-water mark (writes 5 to /proc/self/clear_refs), runs one call and reports VmHWM - VmRSS
-measured just before the call: the peak of the resident memory the call adds (tensors, autograd
-buffers, allocator slack). On CUDA: torch.cuda.max_memory_allocated minus the allocation before
-the call. --memory none skips it.
+Inputs: random (1, heads, T, D) float32 q, k, v (B*H = --heads), the module built with the model
+context (layer_idx 0, block_size T, n_head heads, head_dim D) and in training mode only for
+forward+backward. For every T in --T, D in --D, causal and not, two modes: ``forward`` (under
+torch.no_grad) and ``forward_backward`` (forward with autograd, then backward of a random output
+gradient).
 
-Writes <out>.csv, <out>.json (rows, settings and the issue's targets: linearity in T, speed-ups
-against SDPA, memory against the authors' formulation, break-even T per configuration) and a
-log-log <out>.png (time and memory against T).
+Time: median of --repeats samples after one warm-up call (one call when it takes over --long
+seconds); a sample of a call shorter than 0.1 s is the mean over a loop of calls lasting ~0.1 s
+(scripts/bench/common.py); torch threads = --threads. CUDA: CUDA events around the calls. A method
+stops at the first T whose call is predicted to take more than --budget seconds (log-log extrapolation
+from its two previous T, slope clamped to [1, 3]; one previous T: linear growth), whose estimated
+memory exceeds --max_gb, or after a call that failed (its error in the row's note).
+Peak memory (--memory subprocess, the default): each (method, T, D, causal, mode) with T in
+--memory_T (default: every T) once more in a fresh Python process that makes one small warm-up call,
+allocates the inputs, resets the resident-set high-water mark (5 -> /proc/self/clear_refs), runs one
+call and reports VmHWM - VmRSS measured just before the call: the resident memory the call adds
+(tensors, autograd buffers, allocator slack). CUDA: torch.cuda.max_memory_allocated growth.
+FLOPs (analytic, ``flop_count``): 2 x the multiply-adds of the products that the method's own path
+performs at its block granularity (blocks computed and then masked count, skipped blocks do not;
+elementwise work, exp and normalisation are left out); forward+backward = 3 x forward (the backward
+of a product is two products of its size; recomputation inside a custom backward is not counted).
+Tree attention: from the inner products it reports (``stats()``) when it has run, else an estimate.
+The formulas are checked against torch's FlopCounterMode on the fast paths in
+tests/scripts/test_bench_attention.py. Achieved GFLOP/s = FLOPs / time, and its fraction of this
+machine's matmul peak: a float32 (--probe_n x --probe_n) @ (--probe_n x --probe_n) product timed
+with the same threads at the start and at the end of the run (the larger of the two is the peak).
+
+Writes <out>.csv (one row per configuration), <out>.json (settings, the probe, the methods with
+their FLOP formula, the rows, and the summary: per method the linearity check of issue 26,
+time(16384) / (16 x time(1024)) <= 1.5, the speed-up against SDPA at T = 16384 in the same mode,
+the break-even T against SDPA, and issue 27's operator aims), <out>.png (log-log time against T per
+method, one panel per (mode, causal) at --plot_D) and <out>.md (per D, mode and causal: time / SDPA
+time per T, and the summary); then ``provenance.record(out)``.
 
 ``--suite layer`` (DenseAttention paper, throughput experiment): tokens/s of one encoder layer
 (non-causal, model width = head dim = --D, one head) against T: a DANet block (model.DANetBlock,
@@ -34,10 +63,15 @@ sequences, so all T see the same number of tokens. Time per token is seconds / (
 <out>.csv/.json/.png with the issue's targets (linear-regime time per token at the largest T
 against T = 1024; DANet linear vs softmax throughput at T = 16384; auto against the better regime).
 
-Usage: nice -n 10 python -m scripts.bench.attention [--T 256,...,32768] [--D 32,64] [--threads 2]
+Usage: nice -n 10 python -m scripts.bench.attention [--T 128,...,65536] [--D 32,64,128] [--threads 2]
+           [--methods sdpa fastmax:p=2 @configs/attention/linear.py] [--add_methods tree:E=0.3]
        python -m scripts.bench.attention --suite layer --out results/bench_danet_layer/bench_danet_layer
+(docs/benchmark.md: the full CPU run.)
 """
 import argparse
+import ast
+import glob
+import inspect
 import json
 import math
 import os
@@ -47,65 +81,549 @@ import torch
 import torch.nn.functional as F
 
 import attention
-import attention.fastmax  # noqa: F401
+from attention.dense.compute import choose_regime, regime_cost, segment_length
 from attention.fastmax.authors_baseline import authors_formulation
+from attention.informer import GROUP as INFORMER_GROUP, active_count, sample_count
+from attention.longformer import auto_chunk
+from attention.reformer import bucket_count, chunk_length
+from attention.tree.schedule import terms_table
 from data import write_json
 import provenance
-from scripts.bench.common import (loglog_axes, make_inputs, median_seconds, parse_list, peak_added_mb, run_child,
-                                  run_once, synchronize, write_csv)
+from scripts.bench.common import (ROOT, cuda_event_timer, loglog_axes, make_inputs, matmul_peak, median_seconds,
+                                  parse_list, peak_added_mb, run_child, run_once, synchronize, write_csv)
 
-FIELDS = ["method", "mode", "causal", "T", "D", "heads", "threads", "device", "seconds", "repeats",
-          "peak_mb", "note"]
+FIELDS = ["method", "spec", "mode", "causal", "T", "D", "heads", "threads", "device", "seconds", "repeats",
+          "peak_mb", "gflop", "flop_source", "gflop_per_s", "peak_fraction", "note"]
 MODES = ("forward", "forward_backward")
+CONFIG_DIR = os.path.join(ROOT, "configs", "attention")
+ALIASES = {
+    "fastmax1_pytorch": "fastmax:p=1,implementation=pytorch",
+    "fastmax2_pytorch": "fastmax:p=2,implementation=pytorch",
+    "fastmax1_triton": "fastmax:p=1,implementation=triton",
+    "fastmax2_triton": "fastmax:p=2,implementation=triton",
+    "authors1": "authors:p=1",
+    "authors2": "authors:p=2",
+}
+AUTHORS_PARAMS = {k: p.default for k, p in inspect.signature(authors_formulation).parameters.items()
+                  if k not in ("q", "k", "v", "causal")}
+LINEARITY_LIMIT = 1.5  # issue 26: time(16384) within 1.5x of 16 x time(1024)
 
 
-def methods_for(device, wanted):
-    names = ["fastmax1_pytorch", "fastmax2_pytorch", "authors1", "authors2", "sdpa"]
+# ----------------------------------------------------------------------------------------------
+# methods
+
+
+class Method:
+    """One benchmarked method: ``kind`` "registry" (``name`` registered, ``params`` its user
+    parameters), "sdpa" or "authors"; ``label`` names it in rows, tables and plots; ``spec`` is
+    the canonical ``name:key=value,...`` text."""
+
+    def __init__(self, label, kind, name, params, source=None, ignored=None):
+        self.label, self.kind, self.name, self.params = label, kind, name, dict(params)
+        self.source = source or label
+        self.ignored = dict(ignored or {})  # a config file's keys for the model, not the attention
+
+    @property
+    def spec(self):
+        items = ",".join(f"{k}={v}" for k, v in self.params.items())
+        return f"{self.name}:{items}" if items else self.name
+
+    def full_params(self):
+        """The parameters with the method's defaults filled in."""
+        if self.kind == "authors":
+            return {**AUTHORS_PARAMS, **self.params}
+        if self.kind == "sdpa":
+            return {}
+        defaults = {k: v for k, v in attention.accepted_params(self.name).items()
+                    if v is not inspect.Parameter.empty}
+        return {**defaults, **self.params}
+
+    def trainable(self):
+        return self.kind != "registry" or attention.is_trainable(self.name)
+
+    def causal_support(self):
+        return "exact" if self.kind != "registry" else attention.causal_support(self.name)
+
+    def as_dict(self):
+        return {"label": self.label, "kind": self.kind, "name": self.name, "params": self.params,
+                "source": self.source, "ignored_config_keys": self.ignored}
+
+    @classmethod
+    def from_dict(cls, d):
+        return cls(d["label"], d["kind"], d["name"], d["params"], d.get("source"), d.get("ignored_config_keys"))
+
+
+def _value(text):
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text  # a bare word: sampler=alignment
+
+
+def _parse_params(text, where):
+    params = {}
+    for item in (text.split(",") if text else []):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"method '{where}': parameters are key=value pairs separated by commas; got '{item}'")
+        params[key.strip()] = _value(value.strip())
+    return params
+
+
+def _unknown_method(name):
+    try:
+        attention.check_params(name, {})
+    except ValueError as e:
+        registry_message = str(e)
+    return ValueError(f"{registry_message}; the benchmark also knows 'sdpa' (torch's SDPA), 'authors:p=1|2' "
+                      f"(the Fastmax authors' formulation), the old names {', '.join(ALIASES)}, and "
+                      f"'@configs/attention/<file>.py' (a config file)")
+
+
+def load_config(path):
+    """(attention name, attention_params, the file's other keys) of an attention config file, read
+    as train.py reads it (``configurator.parse_explicit`` against ``training.DEFAULTS``); the other
+    keys (dense's ``block``, ``pos_emb``) configure the model, not the operation.
+
+    Raises:
+        ValueError (configurator.ConfigError): an unreadable file, an unknown key or a bad type;
+            a file that sets no ``attention``.
+    """
+    import configurator  # here: the fresh processes of the memory measurement do not read configs
+    import training
+    full = path if os.path.isabs(path) or os.path.exists(path) else os.path.join(ROOT, path)
+    config, explicit = configurator.parse_explicit(training.DEFAULTS, [full])
+    if "attention" not in explicit:
+        raise ValueError(f"attention config '{path}' sets no 'attention'")
+    others = {k: config[k] for k in explicit if k not in ("attention", "attention_params")}
+    return config["attention"], dict(config["attention_params"]), others
+
+
+def parse_method(text):
+    """A ``Method`` from ``name``, ``name:key=value,...``, ``@config.py[:key=value,...]`` or an old
+    alias.
+
+    Raises:
+        ValueError: unknown name (the message lists the registered attentions and the benchmark's
+            own names), bad parameter syntax, a parameter the method does not accept or of the
+            wrong type, an unreadable config file.
+    """
+    text = text.strip()
+    if text in ALIASES:
+        method = parse_method(ALIASES[text])
+        method.label = method.source = text
+        return method
+    if text.startswith("@"):
+        path, _, overrides = text[1:].partition(".py:")
+        path = path if path.endswith(".py") else path + ".py"
+        name, params, others = load_config(path)
+        params.update(_parse_params(overrides, text))
+        label = os.path.splitext(os.path.basename(path))[0] + (f":{overrides}" if overrides else "")
+        method = Method(label, "registry", name, params, source=text, ignored=others)
+    else:
+        name, _, rest = text.partition(":")
+        params = _parse_params(rest, text)
+        kind = name if name in ("sdpa", "authors") else "registry"
+        method = Method(text, kind, name, params)
+    if method.kind == "sdpa" and method.params:
+        raise ValueError(f"method 'sdpa' takes no parameters; got {sorted(method.params)}")
+    if method.kind == "authors":
+        unknown = sorted(set(method.params) - set(AUTHORS_PARAMS))
+        if unknown:
+            raise ValueError(f"method 'authors' got unknown parameter(s) {unknown}; accepted: {', '.join(AUTHORS_PARAMS)}")
+        if method.params.get("p", AUTHORS_PARAMS["p"]) not in (1, 2):
+            raise ValueError(f"method 'authors': p must be 1 or 2; got {method.params['p']!r}")
+    if method.kind == "registry":
+        if method.name not in attention.registered():
+            raise _unknown_method(method.name)
+        attention.check_params(method.name, method.params)
+    return method
+
+
+def split_methods(text):
+    """Method texts of one comma list: an item with "=" and no ":" continues the previous
+    method's parameters (``tree:E=0.3,sampler=alignment,sdpa`` is two methods)."""
+    items = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if items and "=" in item and ":" not in item and not item.startswith("@"):
+            items[-1] += "," + item
+        else:
+            items.append(item)
+    return items
+
+
+def default_methods(device):
+    """Every attention config file (sorted), then sdpa, authors:p=1, authors:p=2; on CUDA the
+    Fastmax Triton kernels too."""
+    texts = ["@" + os.path.relpath(path, ROOT) for path in sorted(glob.glob(os.path.join(CONFIG_DIR, "*.py")))]
+    texts += ["sdpa", "authors:p=1", "authors:p=2"]
     if device == "cuda":
-        names[2:2] = ["fastmax1_triton", "fastmax2_triton"]
-    return [m for m in names if wanted is None or m in wanted]
+        texts += ["fastmax1_triton", "fastmax2_triton"]
+    return texts
 
 
-def make_call(method, causal):
-    """A function (q, k, v) -> out for the method."""
-    if method.startswith("fastmax"):
-        p, impl = int(method[7]), method.split("_")[1]
-        module = attention.build("fastmax", p=p, implementation=impl)
-        return lambda q, k, v: module(q, k, v, causal)
-    if method.startswith("authors"):
-        p = int(method[7])
-        return lambda q, k, v: authors_formulation(q, k, v, causal, p=p)
-    if method == "sdpa":
-        return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    raise ValueError(f"unknown method {method}")
+def resolve_methods(methods, add_methods, device):
+    """The ``Method`` list of the command line (duplicates by label dropped)."""
+    texts = default_methods(device) if not methods else [t for arg in methods for t in split_methods(arg)]
+    texts += [t for arg in (add_methods or []) for t in split_methods(arg)]
+    out, seen = [], set()
+    for text in texts:
+        method = parse_method(text)
+        if method.label not in seen:
+            seen.add(method.label)
+            out.append(method)
+    return out
+
+
+def unsupported(method, mode, causal):
+    """Why ``method`` cannot run (mode, causal), or None."""
+    if causal and method.causal_support() == "unsupported":
+        return f"n/a: {method.name} cannot run causal (attention.causal_support)"
+    if mode == "forward_backward" and not method.trainable():
+        return f"n/a: {method.name} is inference-only (attention.is_trainable): no forward+backward"
+    return None
+
+
+def make_call(method, causal, T, D, heads, device, mode="forward"):
+    """(call (q, k, v) -> out, the module or None) for one method and input size."""
+    if method.kind == "sdpa":
+        return (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)), None
+    if method.kind == "authors":
+        params = method.params
+        return (lambda q, k, v: authors_formulation(q, k, v, causal, **params)), None
+    context = {"layer_idx": 0, "block_size": T, "n_head": heads, "head_dim": D}
+    module = attention.build(method.name, context, **method.params).to(device)
+    module.train(mode == "forward_backward")
+    return (lambda q, k, v: module(q, k, v, causal)), module
+
+
+# ----------------------------------------------------------------------------------------------
+# FLOPs
+
+
+def _ceil_to(T, c):
+    return -(-T // c) * c
+
+
+def _softmax_flops(p, T, D, causal, name):
+    dense_mask = name == "softmax_reference" or p.get("window") or p.get("exclude_self")
+    pairs = T * T if dense_mask or not causal else T * (T + 1) // 2
+    return 4 * D * pairs
+
+
+def _fastmax_flops(p, T, D, causal):
+    Y = D + 1  # the value columns and the denominator's column rho
+    features = D + (D * D if p["p"] == 2 else 0)
+    if not causal:
+        return 4 * T * features * Y
+    C = p["chunk_size"]
+    Tc = _ceil_to(T, C)
+    return 4 * Tc * features * Y + 2 * Tc * C * (D + Y)
+
+
+def _authors_flops(p, T, D):
+    out = 4 * T * D * D + 2 * T * D
+    if p["p"] == 2:
+        out += 4 * T * D ** 3 + 2 * T * D * D
+    return out
+
+
+def _kernel_flops(T, R, Dv, causal, C):
+    """linear.kernel_attention with R features: states, their use, and causal (C, C) blocks."""
+    if not causal:
+        return 4 * T * R * Dv + 2 * T * R
+    full, rest = divmod(T, C)
+    squares = full * C * C + rest * rest
+    return 2 * squares * (R + Dv) + T * (4 * R * Dv + 2 * R)
+
+
+def _dense_flops(p, T, D, causal):
+    window = p["window"]
+    L = segment_length(T, window)
+    segments = math.ceil(((window // 2 if p["shift"] else 0) + T) / window) if window else 1
+    regime = choose_regime(p["regime"], T, D, causal, window, p["chunk_size"])
+    return 2 * regime_cost(regime, L, D, causal, p["chunk_size"]) * segments
+
+
+def _performer_flops(p, T, D, causal):
+    deterministic = p["features"] == "deterministic"
+    R = D if deterministic else p["num_features"]
+    projection = 0 if deterministic else 4 * T * D * R  # q W^T and k W^T
+    return projection + _kernel_flops(T, R, D, causal, p["chunk_size"])
+
+
+def _longformer_flops(p, T, D, causal):
+    c = min(p["chunk_size"] or auto_chunk(p["window"]), T)
+    Tp = _ceil_to(T, c)
+    nb = Tp // c
+    reach = min(nb - 1, math.ceil(p["window"] / c))
+    g = min(p["num_global"], T)
+    key_blocks = (reach + 1 if causal else 2 * reach + 1) + math.ceil(g / c)
+    return 4 * D * (Tp * key_blocks * c + g * Tp)
+
+
+def _bigbird_flops(p, T, D, causal):
+    b = p["block_size_sparse"]
+    Tp = _ceil_to(T, b)
+    nb = Tp // b
+    half = (p["num_window_blocks"] - 1) // 2
+    g = p["num_global_blocks"]
+    n_global = len({i for i in range(math.ceil(g / 2)) if i < nb} | {nb - 1 - i for i in range(g // 2) if i < nb})
+    key_blocks = (half + 1 if causal else 2 * half + 1) + min(p["num_random_blocks"], nb) + n_global
+    return 4 * D * (Tp * key_blocks * b + n_global * b * Tp)
+
+
+def _reformer_flops(p, T, D, causal):
+    m = chunk_length(T, p["bucket_size"], p["chunk_size"])
+    n_buckets = bucket_count(T, p["bucket_size"])
+    hashing = T * D * n_buckets if n_buckets > 1 else 0  # x R_r with R_r (D, n_buckets / 2)
+    return p["n_hashes"] * (hashing + 8 * _ceil_to(T, m) * m * D)  # 2m keys per query
+
+
+def _informer_flops(p, T, D, causal):
+    G = INFORMER_GROUP
+    measurement = 2 * _ceil_to(T, G) * D * (G + sample_count(T, p["factor"]))
+    return measurement + 4 * active_count(T, p["factor"]) * T * D
+
+
+def _tree_flops_estimate(p, T, D, causal):
+    """Estimate: one D-dim inner product and one value term per bud, ceil(l^E) buds for a history
+    of l keys (causal: l = t + 1, or t with exclude_self; non-causal: l = T); feature samplers add
+    the projections of q and k (R = 2D by default)."""
+    E = float(p["E"])
+    if causal:
+        table = terms_table(T, E)
+        terms = int(table[:T].sum()) if p["exclude_self"] else int(table[1:].sum())
+    else:
+        terms = T * int(terms_table(T, E)[T])
+    R = 0 if p["sampler"] in ("uniform", "edh", "alignment") else (2 * D if p["sampler"] == "positive_alignment"
+                                                                   else p["R"] or 2 * D)
+    return 4 * D * terms + 2 * R * terms + (2 * T * D * R if R else 0)
+
+
+def tree_reported_flops(module, T, D, heads):
+    """Forward FLOPs of one call from the tree module's counters (over all calls since its last
+    reset): 2D per alignment inner product, 2D per bud of the weighted value sum, 2R per feature
+    inner product, plus the feature projections of q and k; None before any call."""
+    stats = module.stats()
+    if not stats.get("queries"):
+        return None
+    per_call = heads * T / stats["queries"]
+    R = 0
+    if stats["feature_inner_products"]:
+        R = 2 * D if module.sampler == "positive_alignment" else (module.R or 2 * D)
+    flops = (2 * D * stats["alignment_inner_products"] + 2 * D * stats["terms"]
+             + 2 * R * stats["feature_inner_products"]) * per_call
+    return flops + (2 * heads * T * D * R if R else 0)
+
+
+FLOP_FORMULAS = {
+    "sdpa": "4 D H T^2 (causal: 4 D H T(T+1)/2, the CPU and CUDA kernels skip blocks above the diagonal)",
+    "softmax": "as sdpa; with window or exclude_self a dense mask: 4 D H T^2 in both modes",
+    "softmax_reference": "4 D H T^2 (the (T, T) matrix, causal or not)",
+    "authors": "H (4 T D^2 + 2 T D) (+ H (4 T D^3 + 2 T D^2) for p = 2); causal: the outer products and "
+               "their cumulative sums counted as one multiply-add per element",
+    "fastmax": "Y = D + 1 (values and the denominator column), F = D (+ D^2 for p = 2): non-causal H 4 T F Y; "
+               "causal H (4 Tc F Y + 2 Tc C (D + Y)), Tc = T rounded up to the chunk C",
+    "linear": "non-causal H (4 T D^2 + 2 T D); causal adds the (C, C) blocks: H (2 sum(n_c^2) 2D + T (4 D^2 + 2 D))",
+    "performer": "as linear with R = num_features features, plus H 4 T D R for the projections of q and k",
+    "dense": "2 x attention.dense.compute.regime_cost(regime for T, D) x segments x H: linear 4 T D^2, "
+             "quadratic 4 T^2 D, causal linear 4 T C D + 4 T D^2 + 2 (T / C) D^2",
+    "linformer": "H 8 T k D (E K, F V, the (T, k) scores, their product with F V), k = proj_len",
+    "longformer": "H 4 D (Tp m c + g Tp): query blocks of c, m = window blocks + global blocks per query block, "
+                  "g global rows against all keys",
+    "bigbird": "H 4 D (Tp m b + n_g b Tp): m = window + random + global blocks per query block of b, "
+               "n_g global blocks against all keys",
+    "reformer": "H n_hashes (T D n_buckets + 8 Tp m D): hashing, and 2m keys per query in sorted chunks of m",
+    "informer": "H (2 Tg D (64 + S) + 4 u T D): the measurement per group of 64 queries with S sampled keys, "
+                "u active rows against all keys",
+    "tree": "reported: 2D per alignment inner product + 2D per bud + 2R per feature inner product (module stats); "
+            "estimate when it has not run: 4 D H sum over queries of ceil(l^E)",
+}
+
+
+FLOP_FUNCTIONS = {  # registered name -> forward FLOPs per head of its fast path: f(params, T, D, causal)
+    "softmax": lambda p, T, D, causal: _softmax_flops(p, T, D, causal, "softmax"),
+    "softmax_reference": lambda p, T, D, causal: _softmax_flops(p, T, D, causal, "softmax_reference"),
+    "fastmax": _fastmax_flops,
+    "linear": lambda p, T, D, causal: _kernel_flops(T, D, D, causal, p["chunk_size"]),
+    "performer": _performer_flops,
+    "dense": _dense_flops,
+    "linformer": lambda p, T, D, causal: 8 * T * p["proj_len"] * D,  # E K, F V, the (T, k) scores, times F V
+    "longformer": _longformer_flops,
+    "bigbird": _bigbird_flops,
+    "reformer": _reformer_flops,
+    "informer": _informer_flops,
+    "tree": _tree_flops_estimate,
+}
+
+
+def flop_count(method, T, D, heads, causal):
+    """Analytic forward FLOPs of one call on (1, heads, T, D) inputs (module docstring), or None
+    for an attention without a formula. ``implementation="reference"``: the (T, T) form, 4 D T^2
+    per head."""
+    p = method.full_params()
+    if method.kind == "sdpa":
+        per_head = _softmax_flops(p, T, D, causal, "sdpa")
+    elif method.kind == "authors":
+        per_head = _authors_flops(p, T, D)
+    elif method.name not in FLOP_FUNCTIONS:
+        return None
+    elif p.get("implementation") == "reference" and method.name != "tree":  # tree's is the same buds
+        per_head = 4 * D * T * T
+    else:
+        per_head = FLOP_FUNCTIONS[method.name](p, T, D, causal)
+    return float(per_head * heads)
+
+
+def flop_formula(method):
+    return FLOP_FORMULAS.get("sdpa" if method.kind == "sdpa" else method.name, "no formula")
+
+
+# ----------------------------------------------------------------------------------------------
+# measuring
 
 
 def estimated_bytes(method, T, D, heads, causal, mode):
     """Rough float32 memory of the largest tensors of a call (for skipping, not reported)."""
     base = 8 * heads * T * D * 4
-    if method.startswith("authors") and causal:
-        features = D ** int(method[7])
-        return base + heads * T * features * D * 4 * (3 if mode == "forward_backward" else 2)
-    return base  # SDPA's flash backends (CPU and CUDA) keep O(T) state, no (T, T) weights
+    backward = mode == "forward_backward"
+    p = method.full_params()
+    if method.kind == "authors":
+        features = D ** p["p"]
+        if not causal:  # p = 2 holds q (x) q and k (x) k, (T, D^2) each
+            return base + (heads * T * features * 4 * 2 * (2 if backward else 1) if p["p"] == 2 else 0)
+        return base + heads * T * features * D * 4 * (3 if backward else 2)
+    if method.kind == "sdpa":
+        return base  # flash backends (CPU and CUDA) keep O(T) state, no (T, T) weights
+    name = method.name
+    quadratic = ((p.get("implementation") == "reference" and name != "tree") or name == "softmax_reference"
+                 or (name == "softmax" and (p["window"] or p["exclude_self"]))
+                 or (name == "dense" and not p["window"]
+                     and choose_regime(p["regime"], T, D, causal, 0, p["chunk_size"]) == "quadratic"))
+    if quadratic:
+        return base + heads * T * T * 4 * (3 if backward else 1)
+    if backward and name in ("longformer", "bigbird", "reformer", "informer"):
+        # autograd keeps per query and scored key: scores, weights, mask, gathered keys and values
+        if name == "reformer":
+            keys_per_query = 2 * chunk_length(T, p["bucket_size"], p["chunk_size"]) * p["n_hashes"]
+        else:
+            keys_per_query = flop_count(method, T, D, 1, causal) / (4 * D * T)
+        return base + 4 * heads * T * keys_per_query * 4
+    return base
+
+
+def predicted_seconds(points, T):
+    """Time predicted for T from the measured (T, seconds) of smaller T: log-log extrapolation of
+    the last two (slope clamped to [1, 3]), linear growth from a single one; None without any."""
+    if not points:
+        return None
+    T1, s1 = points[-1]
+    slope = 1.0
+    if len(points) > 1:
+        T0, s0 = points[-2]
+        slope = min(3.0, max(1.0, math.log(s1 / s0) / math.log(T1 / T0))) if s0 > 0 and s1 > 0 else 1.0
+    return s1 * (T / T1) ** slope
 
 
 def time_call(method, mode, causal, T, D, heads, device, repeats, long_call):
-    call = make_call(method, causal)
+    """(median seconds, repeats, the module or None) of one configuration."""
+    call, module = make_call(method, causal, T, D, heads, device, mode)
     q, k, v = make_inputs(T, D, heads, device, mode == "forward_backward")
     grad_out = torch.randn(1, heads, T, D, generator=torch.Generator().manual_seed(1)).to(device)
-    return median_seconds(lambda: run_once(call, q, k, v, mode, grad_out), repeats, long_call,
-                          lambda: synchronize(device))
+    timer = cuda_event_timer() if device == "cuda" else None
+    seconds, n = median_seconds(lambda: run_once(call, q, k, v, mode, grad_out), repeats, long_call,
+                                lambda: synchronize(device), timer=timer)
+    return seconds, n, module
 
 
 def measure_peak_child(spec):
     """In a fresh process: peak memory (MB) that one call adds on top of its inputs."""
     torch.set_num_threads(spec["threads"])
-    call = make_call(spec["method"], spec["causal"])
+    method = Method.from_dict(spec["method"])
+    call, _ = make_call(method, spec["causal"], spec["T"], spec["D"], spec["heads"], spec["device"], spec["mode"])
     return peak_added_mb(call, spec["T"], spec["D"], spec["heads"], spec["device"], spec["mode"])
 
 
 def measure_peak(spec):
     return run_child("scripts.bench.attention", spec)
+
+
+def _first_line(exc):
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:200]
+
+
+def run_curve(method, mode, causal, D, Ts, args, max_bytes, probe_gflops):
+    """The rows of one method, mode, causal and D over every T (stops as the module docstring says),
+    each printed when it is done."""
+    reason = unsupported(method, mode, causal)
+    leaky = causal and method.causal_support() == "leaky"
+    memory_T = None if args.memory_T is None else set(parse_list(args.memory_T, int))
+    points, stop = [], [None]  # measured (T, seconds); why the larger T are skipped
+
+    def one(T):
+        row = dict(method=method.label, spec=method.spec, mode=mode, causal=causal, T=T, D=D, heads=args.heads,
+                   threads=args.threads, device=args.device, seconds=None, repeats=0, peak_mb=None, gflop=None,
+                   flop_source="", gflop_per_s=None, peak_fraction=None, note="")
+        if reason:
+            row["note"] = reason
+            return row
+        flops = flop_count(method, T, D, args.heads, causal)
+        if flops is not None:
+            row["gflop"] = flops * (3 if mode == "forward_backward" else 1) / 1e9
+            row["flop_source"] = "formula"
+        if stop[0] is None:
+            need = estimated_bytes(method, T, D, args.heads, causal, mode)
+            predicted = predicted_seconds(points, T)
+            if need > max_bytes:
+                stop[0] = f"skipped: estimated memory {need / 2 ** 30:.1f} GB > {max_bytes / 2 ** 30:.1f} GB (--max_gb)"
+            elif predicted is not None and predicted > args.budget:
+                stop[0] = f"skipped: predicted {predicted:.1f} s per call > --budget {args.budget:g} s"
+        if stop[0] is not None:
+            row["note"] = stop[0]
+            return row
+        try:
+            row["seconds"], row["repeats"], module = time_call(method, mode, causal, T, D, args.heads, args.device,
+                                                               args.repeats, args.long)
+        except Exception as exc:  # noqa: BLE001  (a method's failure is a row, not the end of the run)
+            row["note"] = f"failed: {_first_line(exc)}"
+            stop[0] = f"skipped: failed at T={T}"
+            return row
+        points.append((T, row["seconds"]))
+        if method.name == "tree" and module is not None:
+            reported = tree_reported_flops(module, T, D, args.heads)
+            if reported is not None:
+                row["gflop"], row["flop_source"] = reported / 1e9, "reported"
+        if row["gflop"] is not None:
+            row["gflop_per_s"] = row["gflop"] / row["seconds"]
+            row["peak_fraction"] = row["gflop_per_s"] / probe_gflops if probe_gflops else None
+        if leaky:
+            row["note"] = "leaky causal (attention.causal_support)"
+        if args.memory == "subprocess" and (memory_T is None or T in memory_T):
+            spec = dict(method=method.as_dict(), mode=mode, causal=causal, T=T, D=D, heads=args.heads,
+                        threads=args.threads, device=args.device)
+            row["peak_mb"], note = measure_peak(spec)
+            row["note"] = "; ".join(x for x in (row["note"], note) if x)
+        return row
+
+    rows = []
+    for T in Ts:
+        row = one(T)
+        rows.append(row)
+        print(f"{row['method']:28s} {mode:16s} causal={causal!s:5s} D={D:3d} T={T:6d} "
+              f"t={row['seconds'] if row['seconds'] is None else round(row['seconds'], 5)} "
+              f"GFLOP/s={row['gflop_per_s'] if row['gflop_per_s'] is None else round(row['gflop_per_s'], 2)} "
+              f"peak_mb={row['peak_mb'] if row['peak_mb'] is None else round(row['peak_mb'], 1)} "
+              f"{row['note']}", flush=True)
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------
+# summaries
 
 
 def break_even(rows, method, sdpa, mode, causal, D):
@@ -142,63 +660,146 @@ def lookup(rows, key, **where):
     return None
 
 
-def targets(rows, methods):
-    """The issue's performance targets, evaluated on the measured rows (None = not measured)."""
-    out = {"linearity_16384_vs_16x1024": [], "break_even_T_vs_sdpa": []}
-    for method in methods:
-        if not method.startswith("fastmax"):
-            continue
-        for D in sorted({r["D"] for r in rows}):
-            for causal in (False, True):
-                for mode in MODES:
-                    where = dict(method=method, mode=mode, causal=causal, D=D)
-                    t_long, t_short = lookup(rows, "seconds", T=16384, **where), lookup(rows, "seconds", T=1024, **where)
-                    if t_long is not None and t_short is not None:
-                        ratio = t_long / (16 * t_short)
-                        out["linearity_16384_vs_16x1024"].append({**where, "ratio": ratio, "ok": ratio <= 1.2})
-                    out["break_even_T_vs_sdpa"].append(
-                        {**where, "T": break_even(rows, method, "sdpa", mode, causal, D)})
+def summarize(rows, labels, reference="sdpa"):
+    """Per (method, mode, causal, D): issue 26's linearity check, the speed-up against SDPA at
+    T = 16384, the break-even T against SDPA; and issue 27's operator aims (None = not measured)."""
+    out = {"linearity_16384_vs_16x1024": [], "speedup_vs_sdpa_at_16384": [], "break_even_T_vs_sdpa": []}
+    for D in sorted({r["D"] for r in rows}):
+        for causal in (False, True):
+            for mode in MODES:
+                for label in labels:
+                    where = dict(method=label, mode=mode, causal=causal, D=D)
+                    if lookup(rows, "method", **where) is None:
+                        continue
+                    long_, short = lookup(rows, "seconds", T=16384, **where), lookup(rows, "seconds", T=1024, **where)
+                    ratio = long_ / (16 * short) if long_ and short else None
+                    out["linearity_16384_vs_16x1024"].append(
+                        {**where, "ratio": ratio, "ok": None if ratio is None else ratio <= LINEARITY_LIMIT})
+                    if label == reference:
+                        continue
+                    ref = lookup(rows, "seconds", method=reference, mode=mode, causal=causal, D=D, T=16384)
+                    speedup = ref / long_ if ref and long_ else None
+                    out["speedup_vs_sdpa_at_16384"].append(
+                        {**where, "seconds": long_, "sdpa_seconds": ref, "speedup": speedup,
+                         "faster": None if speedup is None else speedup > 1})
+                    out["break_even_T_vs_sdpa"].append({**where, "T": break_even(rows, label, reference, mode, causal, D)})
 
-    def speedup(method, D, mode):
-        ours = lookup(rows, "seconds", method=method, mode=mode, causal=True, D=D, T=16384)
-        sdpa = lookup(rows, "seconds", method="sdpa", mode=mode, causal=True, D=D, T=16384)
-        return None if ours is None or sdpa is None else sdpa / ours
+    def per_token_ratio(label, mode, causal, D, T):
+        a, b = (lookup(rows, "seconds", method=label, mode=mode, causal=causal, D=D, T=t) for t in (T, 1024))
+        return a / (T / 1024 * b) if a and b else None
 
-    out["causal_p1_D64_T16384_speedup_vs_sdpa"] = {
-        mode: {"speedup": speedup("fastmax1_pytorch", 64, mode), "target": 10.0} for mode in MODES}
-    out["causal_p2_D32_T16384_speedup_vs_sdpa"] = {
-        mode: {"speedup": speedup("fastmax2_pytorch", 32, mode), "target": 1.0} for mode in MODES}
-    ours = lookup(rows, "peak_mb", method="fastmax2_pytorch", mode="forward_backward", causal=True, D=32, T=4096)
-    theirs = lookup(rows, "peak_mb", method="authors2", mode="forward_backward", causal=True, D=32, T=4096)
-    out["causal_p2_D32_T4096_memory_authors_over_ours"] = {
-        "ratio": None if not ours or theirs is None else theirs / ours, "target": 10.0, "ours_mb": ours,
-        "authors_mb": theirs}
+    def faster(label, mode, D):
+        ours = lookup(rows, "seconds", method=label, mode=mode, causal=True, D=D, T=16384)
+        ref = lookup(rows, "seconds", method=reference, mode=mode, causal=True, D=D, T=16384)
+        return {"speedup": ref / ours if ours and ref else None, "target": 1.0}
+
+    Ds = sorted({r["D"] for r in rows})
+    out["aims"] = {
+        "dense_linear_time_per_token_32768_over_1024": {
+            f"{mode} causal={causal} D={D}": {"ratio": per_token_ratio("dense", mode, causal, D, 32768), "target": 1.2}
+            for mode in MODES for causal in (True, False) for D in Ds},
+        "fastmax2_causal_D64_speedup_vs_sdpa_at_16384": {mode: faster("fastmax2", mode, 64) for mode in MODES},
+    }
     return out
 
 
-def plot(rows, methods, path):
+def _fmt(x, digits=3):
+    if x is None:
+        return "—"
+    return f"{x:.{digits}g}"
+
+
+def markdown(rows, labels, summary, settings, probe, reference="sdpa"):
+    """The <out>.md text: per D, mode and causal, time / SDPA time per T, then the summary."""
+    lines = [f"# Attention benchmark: time / SDPA time per T ({settings['device']}, {settings['threads']} threads)",
+             "",
+             f"Inputs (1, {settings['heads']}, T, D) float32; median of {settings['repeats']} samples; "
+             f"matmul peak {probe['gflops']:.1f} GFLOP/s (float32 {probe['n']}^3 product, same threads). "
+             "A cell is the method's time divided by SDPA's at the same T, D, mode and causal (below 1: faster "
+             "than SDPA); the first row is SDPA's time in seconds. — : not measured (over the time budget or "
+             "the memory cap, or SDPA missing); n/a: the method cannot run the configuration.",
+             ""]
+    Ts = sorted({r["T"] for r in rows})
+    lin = {(e["method"], e["mode"], e["causal"], e["D"]): e for e in summary["linearity_16384_vs_16x1024"]}
+    spd = {(e["method"], e["mode"], e["causal"], e["D"]): e for e in summary["speedup_vs_sdpa_at_16384"]}
+    for D in sorted({r["D"] for r in rows}):
+        for mode in MODES:
+            for causal in (False, True):
+                sel = [r for r in rows if r["D"] == D and r["mode"] == mode and r["causal"] == causal]
+                if not sel:
+                    continue
+                lines += [f"## D = {D}, {mode}, {'causal' if causal else 'non-causal'}", "",
+                          "| method | " + " | ".join(f"T={T}" for T in Ts)
+                          + " | linearity 16384 / (16 x 1024) | speed-up vs SDPA at 16384 | best % of matmul peak |",
+                          "|---|" + "---|" * (len(Ts) + 3)]
+                ref = {r["T"]: r["seconds"] for r in sel if r["method"] == reference}
+                if ref:
+                    lines.append(f"| {reference} (seconds) | " + " | ".join(_fmt(ref.get(T)) for T in Ts) + " | "
+                                 + _fmt((lin.get((reference, mode, causal, D)) or {}).get("ratio")) + " | "
+                                 + ("1" if ref.get(16384) else "—") + " | "
+                                 + _fmt(_best_fraction(sel, reference)) + " |")
+                for label in labels:
+                    if label == reference:
+                        continue
+                    mine = {r["T"]: r for r in sel if r["method"] == label}
+                    if not mine:
+                        continue
+                    cells = []
+                    for T in Ts:
+                        r = mine.get(T)
+                        if r is None:
+                            cells.append("")
+                        elif r["note"].startswith("n/a"):
+                            cells.append("n/a")
+                        else:
+                            cells.append(_fmt(r["seconds"] / ref[T] if r["seconds"] and ref.get(T) else None))
+                    key = (label, mode, causal, D)
+                    lines.append(f"| {label} | " + " | ".join(cells) + " | "
+                                 + _fmt((lin.get(key) or {}).get("ratio")) + " | "
+                                 + _fmt((spd.get(key) or {}).get("speedup")) + " | "
+                                 + _fmt(_best_fraction(sel, label)) + " |")
+                lines.append("")
+    return "\n".join(lines)
+
+
+def _best_fraction(rows, label):
+    fractions = [r["peak_fraction"] for r in rows if r["method"] == label and r["peak_fraction"] is not None]
+    return 100 * max(fractions) if fractions else None
+
+
+def plot(rows, labels, path, D):
+    """Log-log time against T per method, one panel per (mode, causal) at head dim D."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    Ds = sorted({r["D"] for r in rows})
-    panels = [(causal, mode) for causal in (False, True) for mode in MODES]
-    metrics = [("seconds", "time (s)"), ("peak_mb", "peak memory (MB)")]
-    fig, axes = plt.subplots(len(Ds) * len(metrics), len(panels), figsize=(4.2 * len(panels), 3.2 * len(Ds) * 2),
-                             squeeze=False)
-    for di, D in enumerate(Ds):
-        for mi, (key, label) in enumerate(metrics):
-            for pi, (causal, mode) in enumerate(panels):
-                ax = axes[di * len(metrics) + mi][pi]
-                for method in methods:
-                    pts = sorted((r["T"], r[key]) for r in rows if r["method"] == method and r["D"] == D
-                                 and r["causal"] == causal and r["mode"] == mode and r[key])
-                    if pts:
-                        ax.plot(*zip(*pts), marker="o", ms=3, label=method)
-                loglog_axes(ax, f"D={D} {'causal' if causal else 'non-causal'} {mode}", label)
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
+    panels = [(mode, causal) for mode in MODES for causal in (False, True)]
+    fig, axes = plt.subplots(2, 2, figsize=(13, 9), squeeze=False)
+    colors = plt.get_cmap("tab20").colors
+    markers = "os^vD<>ph*"
+    for ax, (mode, causal) in zip(axes.flat, panels):
+        for i, label in enumerate(labels):
+            pts = sorted((r["T"], r["seconds"]) for r in rows if r["method"] == label and r["D"] == D
+                         and r["mode"] == mode and r["causal"] == causal and r["seconds"])
+            if pts:
+                reference = label == "sdpa"
+                ax.plot(*zip(*pts), marker=markers[i % len(markers)], ms=3, lw=1.6 if reference else 1.2,
+                        color="black" if reference else colors[i % len(colors)], ls="--" if reference else "-",
+                        label=label)
+        loglog_axes(ax, f"D={D} {'causal' if causal else 'non-causal'} {mode}", "time per call (s)")
+    handles, names = [], []
+    for ax in axes.flat:
+        for h, n in zip(*ax.get_legend_handles_labels()):
+            if n not in names:
+                handles.append(h)
+                names.append(n)
+    fig.legend(handles, names, loc="center right", fontsize=7)
+    fig.tight_layout(rect=(0, 0, 0.82, 1))
     fig.savefig(path, dpi=110)
+    plt.close(fig)
 
+
+# ----------------------------------------------------------------------------------------------
+# the layer suite (DenseAttention paper, throughput experiment)
 
 LAYER_METHODS = ("danet_linear", "danet_quadratic", "danet_auto", "softmax_layer")
 LAYER_FIELDS = ["method", "mode", "T", "batch", "D", "threads", "device", "seconds", "repeats", "tokens_per_s",
@@ -287,10 +888,16 @@ def plot_layers(rows, path):
     fig.savefig(path, dpi=110)
 
 
+def memory_limit(args):
+    """Bytes a call may be estimated to need: --max_gb, or half the RAM."""
+    if args.max_gb is not None:
+        return args.max_gb * 2 ** 30
+    return 0.5 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 def run_layer_suite(args):
     """The ``--suite layer`` benchmark (see the module docstring); writes <out>.csv/.json/.png."""
-    max_bytes = (args.max_gb * 2 ** 30 if args.max_gb is not None
-                 else 0.5 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    max_bytes = memory_limit(args)
     Ts, (D,) = parse_list(args.T, int), parse_list(args.D, int)
     rows = []
     for mode in parse_list(args.modes, str):
@@ -327,22 +934,78 @@ def run_layer_suite(args):
     return rows, summary
 
 
+# ----------------------------------------------------------------------------------------------
+# the attention suite
+
+
+def run_attention_suite(args, methods):
+    """The benchmark of ``methods`` (module docstring); writes <out>.csv/.json/.png/.md."""
+    labels = [m.label for m in methods]
+    Ts, Ds = parse_list(args.T, int), parse_list(args.D, int)
+    modes = parse_list(args.modes, str)
+    causals = [c.strip() == "True" for c in args.causal.split(",") if c.strip()]
+    max_bytes = memory_limit(args)
+    probes = [matmul_peak(args.probe_n, args.device, args.repeats)]
+    print(f"matmul probe: {probes[0]['gflops']:.1f} GFLOP/s (n = {args.probe_n}, {args.threads} threads)", flush=True)
+    peak = probes[0]["gflops"]
+    rows = []
+    for D in Ds:
+        for causal in causals:
+            for mode in modes:
+                for method in methods:
+                    rows += run_curve(method, mode, causal, D, Ts, args, max_bytes, peak)
+    probes.append(matmul_peak(args.probe_n, args.device, args.repeats))
+    probe = dict(max(probes, key=lambda p: p["gflops"]), start=probes[0], end=probes[1])
+    for r in rows:  # fractions of the run's peak (the larger of the two probes)
+        if r["gflop_per_s"] is not None:
+            r["peak_fraction"] = r["gflop_per_s"] / probe["gflops"]
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    write_csv(args.out + ".csv", rows, FIELDS)
+    summary = summarize(rows, labels)
+    settings = dict(vars(args), torch=torch.__version__, machine=provenance.machine(), memory_method=(
+        "peak resident memory added by one call, fresh process per measurement (VmHWM - VmRSS after clear_refs)"
+        if args.device == "cpu" else "torch.cuda.max_memory_allocated delta"),
+        flops_rule="analytic forward FLOPs (2 x multiply-adds of the products of the method's own path); "
+                   "forward_backward = 3 x forward; tree: reported inner products when measured")
+    settings.pop("_child", None)
+    method_info = [dict(m.as_dict(), spec=m.spec, trainable=m.trainable(), causal_support=m.causal_support(),
+                        flop_formula=flop_formula(m)) for m in methods]
+    write_json(args.out + ".json", {"settings": settings, "probe": probe, "methods": method_info,
+                                    "summary": summary, "rows": rows})
+    plot_D = args.plot_D if args.plot_D in Ds else (64 if 64 in Ds else Ds[0])
+    plot(rows, labels, args.out + ".png", plot_D)
+    with open(args.out + ".md", "w") as f:
+        f.write(markdown(rows, labels, summary, settings, probe))
+    provenance.record(args.out, commit=args.commit)
+    print(json.dumps(summary["aims"], indent=1))
+    return rows, summary
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--T", default=None, help="comma list (default: 256 ... 32768; --suite layer: 128 ... 65536)")
-    ap.add_argument("--D", default=None, help="comma list (default: 32,64; --suite layer: 64)")
+    ap.add_argument("--T", default=None, help="comma list (default: 128 ... 65536, powers of 2)")
+    ap.add_argument("--D", default=None, help="comma list (default: 32,64,128; --suite layer: 64)")
     ap.add_argument("--heads", type=int, default=8, help="B*H (inputs are (1, heads, T, D))")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--long", type=float, default=5.0, help="a call longer than this is timed once")
-    ap.add_argument("--budget", type=float, default=120.0, help="skip larger T after a call this long (s)")
+    ap.add_argument("--budget", type=float, default=120.0,
+                    help="seconds per call: a method stops at the first T predicted to take longer")
     ap.add_argument("--max_gb", type=float, default=None, help="skip calls estimated above this (default: half the RAM)")
-    ap.add_argument("--methods", default=None, help="comma list (default: all for the device)")
+    ap.add_argument("--methods", nargs="+", default=None,
+                    help="name, name:key=value,..., @configs/attention/<file>.py, sdpa, authors:p=1|2 "
+                         "(default: every attention config, sdpa, authors:p=1, authors:p=2)")
+    ap.add_argument("--add_methods", nargs="+", default=None, help="appended to --methods (or to the default list)")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--causal", default="False,True")
     ap.add_argument("--memory", default="subprocess", choices=["subprocess", "none"])
+    ap.add_argument("--memory_T", default=None, help="comma list: measure peak memory at these T only (default: all)")
+    ap.add_argument("--probe_n", type=int, default=2048, help="size of the matmul peak probe")
+    ap.add_argument("--plot_D", type=int, default=64, help="head dim of the plot (default 64, else the first D)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--out", default="results/bench_attention")
+    ap.add_argument("--out", default=None,
+                    help="output path without extension (default results/bench_attention/all; "
+                         "--suite layer: results/bench_danet_layer/bench_danet_layer)")
     ap.add_argument("--suite", default="attention", choices=["attention", "layer"],
                     help="attention: the mechanisms on (1, heads, T, D); layer: one encoder layer's tokens/s")
     ap.add_argument("--layer_tokens", type=int, default=16384, help="--suite layer: tokens per call (B = this // T)")
@@ -356,56 +1019,17 @@ def main(argv=None):
     torch.set_flush_denormal(True)
     args.commit = provenance.git_commit()
     layer_suite = args.suite == "layer"
-    args.T = args.T or ",".join(str(2 ** i) for i in (range(7, 17) if layer_suite else range(8, 16)))
-    args.D = args.D or ("64" if layer_suite else "32,64")
+    args.T = args.T or ",".join(str(2 ** i) for i in range(7, 17))
+    args.D = args.D or ("64" if layer_suite else "32,64,128")
     if layer_suite:
+        args.out = args.out or "results/bench_danet_layer/bench_danet_layer"
         return run_layer_suite(args)
-    max_bytes = (args.max_gb * 2 ** 30 if args.max_gb is not None
-                 else 0.5 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    methods = methods_for(args.device, None if args.methods is None else parse_list(args.methods, str))
-    Ts, Ds = parse_list(args.T, int), parse_list(args.D, int)
-    modes = parse_list(args.modes, str)
-    causals = [c.strip() == "True" for c in args.causal.split(",") if c.strip()]
-    rows = []
-    for D in Ds:
-        for causal in causals:
-            for mode in modes:
-                for method in methods:
-                    previous = None
-                    for T in Ts:
-                        row = dict(method=method, mode=mode, causal=causal, T=T, D=D, heads=args.heads,
-                                   threads=args.threads, device=args.device, seconds=None, repeats=0, peak_mb=None,
-                                   note="")
-                        if previous is not None and previous > args.budget:
-                            row["note"] = f"skipped: T={T // 2} took {previous:.1f} s > budget"
-                        elif estimated_bytes(method, T, D, args.heads, causal, mode) > max_bytes:
-                            row["note"] = "skipped: estimated memory above limit"
-                        else:
-                            row["seconds"], row["repeats"] = time_call(method, mode, causal, T, D, args.heads,
-                                                                       args.device, args.repeats, args.long)
-                            previous = row["seconds"]
-                            if args.memory == "subprocess":
-                                spec = dict(method=method, mode=mode, causal=causal, T=T, D=D, heads=args.heads,
-                                            threads=args.threads, device=args.device)
-                                row["peak_mb"], row["note"] = measure_peak(spec)
-                        rows.append(row)
-                        print(f"{method:18s} {mode:16s} causal={causal!s:5s} D={D:3d} T={T:6d} "
-                              f"t={row['seconds'] if row['seconds'] is None else round(row['seconds'], 5)} "
-                              f"peak_mb={row['peak_mb'] if row['peak_mb'] is None else round(row['peak_mb'], 1)} "
-                              f"{row['note']}", flush=True)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    write_csv(args.out + ".csv", rows, FIELDS)
-    summary = targets(rows, methods)
-    settings = dict(vars(args), torch=torch.__version__, threads=args.threads, machine=platform.processor() or
-                    platform.machine(), cpus=os.cpu_count(), memory_method=(
-                        "peak resident memory added by one call, fresh process per measurement (VmHWM - VmRSS "
-                        "after clear_refs)" if args.device == "cpu" else "torch.cuda.max_memory_allocated delta"))
-    settings.pop("_child", None)
-    write_json(args.out + ".json", {"settings": settings, "targets": summary, "rows": rows})
-    plot(rows, methods, args.out + ".png")
-    provenance.record(args.out, commit=args.commit)
-    print(json.dumps(summary, indent=1))
-    return rows, summary
+    args.out = args.out or "results/bench_attention/all"
+    try:
+        methods = resolve_methods(args.methods, args.add_methods, args.device)
+    except ValueError as e:
+        ap.error(str(e))
+    return run_attention_suite(args, methods)
 
 
 if __name__ == "__main__":

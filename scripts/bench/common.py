@@ -1,10 +1,11 @@
 """What the benchmarks share: seeded inputs, one timed call, medians, peak memory in a fresh process,
-CSV rows, and train.py's own tokens/s. A library for the scripts of this folder, not a script.
+the machine's matmul peak, CSV rows, and train.py's own tokens/s. A library for the scripts of this
+folder, not a script.
 
 Timing rule (every benchmark): the median of ``repeats`` samples after one warm-up call; a sample
 of a call shorter than MIN_SAMPLE_SECONDS is the mean over a loop of calls lasting about that
-long. Peak memory: VmHWM - VmRSS of a fresh process around one call (CPU), or the growth of
-``torch.cuda.max_memory_allocated`` (CUDA).
+long; on CUDA, CUDA events around the calls (``cuda_event_timer``). Peak memory: VmHWM - VmRSS of a
+fresh process around one call (CPU), or the growth of ``torch.cuda.max_memory_allocated`` (CUDA).
 """
 import csv
 import json
@@ -17,8 +18,6 @@ import tempfile
 import time
 
 import torch
-
-import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -58,27 +57,59 @@ def synchronize(device):
 MIN_SAMPLE_SECONDS = 0.1  # a sample of a short call times this long a loop of calls (timer and scheduler noise)
 
 
-def median_seconds(once, repeats, long_call, sync=lambda: None):
+def wall_timer(sync=lambda: None):
+    """A timer ``fn -> seconds`` of the wall time of ``fn()``, with ``sync()`` before and after."""
+    def timed(fn):
+        sync()
+        start = time.perf_counter()
+        fn()
+        sync()
+        return time.perf_counter() - start
+    return timed
+
+
+def cuda_event_timer():
+    """A timer ``fn -> seconds`` measured by two CUDA events recorded around ``fn()`` on the
+    current stream (the GPU time between them; waits for the second event)."""
+    def timed(fn):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1000.0
+    return timed
+
+
+def median_seconds(once, repeats, long_call, sync=lambda: None, timer=None):
     """(median over ``repeats`` samples of the wall time per call of ``once``, repeats), after a
     warm-up call. A sample is one call, or for calls shorter than MIN_SAMPLE_SECONDS the mean of
     a loop of calls lasting about that long. A warm-up longer than ``long_call`` seconds is the
-    only timing (repeats = 1)."""
-    sync()
-    start = time.perf_counter()
-    once()
-    sync()
-    first = time.perf_counter() - start
+    only timing (repeats = 1). ``timer`` (default ``wall_timer(sync)``) measures a function's
+    time, e.g. ``cuda_event_timer()``."""
+    timer = timer or wall_timer(sync)
+    first = timer(once)
     if first > long_call:
         return first, 1
     calls = max(1, math.ceil(MIN_SAMPLE_SECONDS / max(first, 1e-9)))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+
+    def loop():
         for _ in range(calls):
             once()
-        sync()
-        times.append((time.perf_counter() - start) / calls)
+
+    times = [timer(loop) / calls for _ in range(repeats)]
     return statistics.median(times), repeats
+
+
+def matmul_peak(n, device="cpu", repeats=5, long_call=5.0):
+    """This machine's float32 matmul rate with torch's current threads: an (n, n) @ (n, n) product
+    timed as every benchmark call (``median_seconds``). Returns {"n", "seconds", "gflops"}, with
+    gflops = 2 n^3 / seconds / 1e9."""
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(n, n, generator=g).to(device) for _ in range(2))
+    timer = cuda_event_timer() if device == "cuda" else None
+    seconds, _ = median_seconds(lambda: torch.mm(a, b), repeats, long_call, lambda: synchronize(device), timer)
+    return {"n": n, "seconds": seconds, "gflops": 2 * n ** 3 / seconds / 1e9}
 
 
 def _status_kb(field):
@@ -137,6 +168,7 @@ def loglog_axes(ax, title, ylabel, fontsize=9):
 def train_py(config_files, iters):
     """tokens/s that train.py reports for ``iters`` optimizer steps after one warm-up step, with
     logging every step and no evaluation inside the window (harmonic mean over the logged steps)."""
+    import train  # here, not at the top: the fresh processes of the memory measurement skip it
     with tempfile.TemporaryDirectory() as out:
         train.main([*config_files, f"--out_dir={out}", f"--max_iters={iters + 1}", "--log_interval=1",
                     f"--eval_interval={10 ** 9}", "--eval_iters=1", "--always_save_checkpoint=False"])

@@ -2,6 +2,7 @@
 the softmax limit when the blocks cover everything, no switch to full attention on a short input,
 seeds, parameter errors. The blockwise path against the reference (float64, padding, gradients,
 dtypes, no (T, T) tensor) is in tests/attention/test_blockwise.py with the other sparse methods."""
+import functools
 import itertools
 
 import pytest
@@ -9,17 +10,14 @@ import torch
 
 import attention
 from attention import bigbird
+from attention.testing import padding_mask, random_qkv
 
 T = 23
 
 
-def _qkv(B=2, H=3, T=T, D=4, dtype=torch.float64, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(B, H, T, D, generator=g, dtype=dtype) for _ in range(3)]
-
-
-LEFT = torch.arange(T).expand(2, T) >= torch.tensor([[0], [5]])  # batch 1: 5 padding positions first
-HOLES = (torch.arange(T) % 4 != 2).expand(2, T)
+_qkv = functools.partial(random_qkv, B=2, H=3, T=T, D=4)
+LEFT = padding_mask("left", 2, T, pads=(0, 5))  # batch 1: 5 padding positions first
+HOLES = padding_mask("holes", 2, T, every=4, first=2)
 
 
 def _params(block=3, r=2, w=3, g=2, seed=0):

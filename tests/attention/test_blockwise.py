@@ -4,6 +4,7 @@ and for every method its fast path against its (T, T) reference in float64 (caus
 padding, parameter grids that exercise several blocks and lengths no block divides), gradients,
 half inputs, tiny and fully padded inputs, no (T, T) tensor, and input errors. The methods'
 own rules and limits are in tests/attention/test_<method>.py."""
+import functools
 import itertools
 import math
 
@@ -13,28 +14,18 @@ import torch
 import attention
 from attention import blockwise
 from attention.softmax import allowed_keys
+from attention.testing import padding_mask, random_qkv
 
 T = 23
 
 
-def _qkv(B=2, H=2, T=T, D=4, dtype=torch.float64, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(B, H, T, D, generator=g, dtype=dtype) for _ in range(3)]
+_qkv = functools.partial(random_qkv, B=2, H=2, T=T, D=4)
 
 
 def _mask(kind, B=2, T=T):
-    """None, right padding (batch 0), left padding (batch 1: causal rows without a real key) or
-    holes (every fourth position)."""
-    if kind is None:
-        return None
-    mask = torch.ones(B, T, dtype=torch.bool)
-    if kind == "right":
-        mask[0, T - 7:] = False
-    elif kind == "left":
-        mask[1, :5] = False
-    else:
-        mask[:, 2::4] = False
-    return mask
+    """None, right padding (batch 0: its last 7 positions), left padding (batch 1: its first 5,
+    causal rows without a real key) or holes (every fourth position from 2)."""
+    return padding_mask(kind, B, T, pads={"right": (7,), "left": (0, 5)}.get(kind), every=4, first=2)
 
 
 PADDING = [None, "right", "left", "holes"]

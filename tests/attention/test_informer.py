@@ -3,6 +3,7 @@ running mean divided by the count when causal), the sparse path against the refe
 several query groups, the softmax limit u = T, seeds, parameter errors. The module against its
 reference (float64, padding, gradients, dtypes, no (T, T) tensor) is in
 tests/attention/test_blockwise.py with the other sparse methods."""
+import functools
 import itertools
 import math
 
@@ -11,17 +12,14 @@ import torch
 
 import attention
 from attention import informer
+from attention.testing import padding_mask, random_qkv
 
 T = 29
 
 
-def _qkv(B=2, H=2, T=T, D=4, dtype=torch.float64, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(B, H, T, D, generator=g, dtype=dtype) for _ in range(3)]
-
-
-LEFT = torch.arange(T).expand(2, T) >= torch.tensor([[0], [6]])  # batch 1: 6 padding positions first
-HOLES = (torch.arange(T) % 5 != 4).expand(2, T)
+_qkv = functools.partial(random_qkv, B=2, H=2, T=T, D=4)
+LEFT = padding_mask("left", 2, T, pads=(0, 6))  # batch 1: 6 padding positions first
+HOLES = padding_mask("holes", 2, T, every=5, first=4)
 
 
 def test_counts():

@@ -1,6 +1,7 @@
 """linear (Katharopoulos et al. 2020): the chunked fast path against the (T, T) reference in
 float64, the reference against the paper's formula written per query, causality, padding, dtypes,
 gradients, parameter errors, and a few training steps through train.py."""
+import functools
 import itertools
 import os
 
@@ -9,27 +10,14 @@ import torch
 
 import attention
 from attention.linear import elu_features, kernel_attention, kernel_reference
+from attention.testing import padding_mask, random_qkv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 T = 13
 
 
-def qkv(B=2, H=3, T=T, D=5, Dv=4, dtype=torch.float64, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    q, k = (torch.randn(B, H, T, D, generator=g, dtype=dtype) for _ in range(2))
-    return q, k, torch.randn(B, H, T, Dv, generator=g, dtype=dtype)
-
-
-def padding(kind, B=2, T=T):
-    if kind is None:
-        return None
-    mask = torch.ones(B, T, dtype=torch.bool)
-    if kind == "right":
-        mask[0, T - 4:] = False
-        mask[1, T - 1:] = False
-    else:  # left: under causal attention the first rows of batch 1 have no real key
-        mask[1, :3] = False
-    return mask
+qkv = functools.partial(random_qkv, B=2, H=3, T=T, D=5, Dv=4)
+padding = functools.partial(padding_mask, B=2, T=T)  # DEFAULT_PADS: right (4, 1) last, left (0, 3) first
 
 
 def by_hand(q, k, v, causal, mask):

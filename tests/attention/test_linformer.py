@@ -2,6 +2,7 @@
 sharing, the identity-projection limit (softmax), shorter sequences (the first T columns of E and
 F), padding masked before the projection, the causal error, the model context (block_size,
 n_head), parameter errors, and a few MLM training steps through train.py."""
+import functools
 import itertools
 import os
 
@@ -12,27 +13,14 @@ import attention
 import model as model_lib
 import attention.linformer as linformer_module
 from attention.linformer import Linformer
+from attention.testing import padding_mask, random_qkv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 T, N, H = 10, 16, 3  # sequence length, block_size, heads
 
 
-def qkv(B=2, H=H, T=T, D=6, Dv=4, dtype=torch.float64, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    q, k = (torch.randn(B, H, T, D, generator=g, dtype=dtype) for _ in range(2))
-    return q, k, torch.randn(B, H, T, Dv, generator=g, dtype=dtype)
-
-
-def padding(kind, B=2, T=T):
-    if kind is None:
-        return None
-    mask = torch.ones(B, T, dtype=torch.bool)
-    if kind == "right":
-        mask[0, T - 4:] = False
-        mask[1, T - 1:] = False
-    else:
-        mask[1, :3] = False
-    return mask
+qkv = functools.partial(random_qkv, B=2, H=H, T=T, D=6, Dv=4)
+padding = functools.partial(padding_mask, B=2, T=T)  # DEFAULT_PADS: right (4, 1) last, left (0, 3) first
 
 
 def build(proj_len=5, block_size=N, **kw):

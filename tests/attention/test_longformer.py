@@ -1,6 +1,7 @@
 """longformer: the pair rule written out by hand, the softmax limit, global tokens, parameter
 errors. The blockwise path against the reference (float64, padding, gradients, dtypes, no (T, T)
 tensor) is in tests/attention/test_blockwise.py with the other sparse methods."""
+import functools
 import itertools
 
 import pytest
@@ -8,17 +9,14 @@ import torch
 
 import attention
 from attention import longformer
+from attention.testing import padding_mask, random_qkv
 
 T = 19
 
 
-def _qkv(B=2, H=2, T=T, D=4, dtype=torch.float64, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(B, H, T, D, generator=g, dtype=dtype) for _ in range(3)]
-
-
-LEFT = torch.arange(T).expand(2, T) >= torch.tensor([[0], [4]])  # batch 1: 4 padding positions first
-HOLES = (torch.arange(T) % 3 != 1).expand(2, T)
+_qkv = functools.partial(random_qkv, B=2, H=2, T=T, D=4)
+LEFT = padding_mask("left", 2, T, pads=(0, 4))  # batch 1: 4 padding positions first
+HOLES = padding_mask("holes", 2, T, every=3, first=1)
 
 
 def test_pairs_follow_the_rule_written_out():

@@ -3,6 +3,7 @@ float64 for both kernels, the causal normaliser, Lemma 1 and the Monte Carlo con
 (a bound a wrong feature map misses), float32 robustness, the projection draws (orthogonal
 blocks, chi norms, seeds), redraws per optimizer step through the model and through train.py
 (never during evaluation, restored from a checkpoint), parameter errors."""
+import functools
 import itertools
 import math
 import os
@@ -16,27 +17,19 @@ from attention.feature_maps import (performer_projection, performer_relu_feature
                                     position_seed)
 from attention.linear import kernel_reference
 from attention.performer import Performer
+from attention.testing import padding_mask, random_qkv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 T = 13
 VARIANTS = [("softmax", "orthogonal"), ("softmax", "iid"), ("relu", "orthogonal"), ("relu", "deterministic")]
 
 
-def qkv(B=2, H=3, T=T, D=8, Dv=5, dtype=torch.float64, seed=0, scale=1.0):
-    g = torch.Generator().manual_seed(seed)
-    q, k = (scale * torch.randn(B, H, T, D, generator=g, dtype=dtype) for _ in range(2))
-    return q, k, torch.randn(B, H, T, Dv, generator=g, dtype=dtype)
+qkv = functools.partial(random_qkv, B=2, H=3, T=T, D=8, Dv=5)
 
 
 def padding(kind, B=2, T=T):
-    if kind is None:
-        return None
-    mask = torch.ones(B, T, dtype=torch.bool)
-    if kind == "right":
-        mask[0, T - 4:] = False
-    else:
-        mask[1, :3] = False
-    return mask
+    """right: only batch 0 is padded (its last 4 positions); left: batch 1's first 3."""
+    return padding_mask(kind, B, T, pads=(4,) if kind == "right" else None)
 
 
 def build(**kw):

@@ -2,6 +2,7 @@
 one-bucket limit (shared-QK softmax with the self rule), lengths that divide nothing, the unused
 k, seeds, parameter errors. The chunked path against the reference (float64, padding, gradients,
 dtypes, no (T, T) tensor) is in tests/attention/test_blockwise.py with the other sparse methods."""
+import functools
 import itertools
 import math
 
@@ -10,17 +11,14 @@ import torch
 
 import attention
 from attention import reformer
+from attention.testing import padding_mask, random_qkv
 
 T = 23
 
 
-def _qkv(B=2, H=2, T=T, D=4, dtype=torch.float64, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(B, H, T, D, generator=g, dtype=dtype) for _ in range(3)]
-
-
-LEFT = torch.arange(T).expand(2, T) >= torch.tensor([[0], [3]])  # batch 1: 3 padding positions first
-HOLES = (torch.arange(T) % 5 != 3).expand(2, T)
+_qkv = functools.partial(random_qkv, B=2, H=2, T=T, D=4)
+LEFT = padding_mask("left", 2, T, pads=(0, 3))  # batch 1: 3 padding positions first
+HOLES = padding_mask("holes", 2, T, every=5, first=3)
 
 
 def test_bucket_count():

@@ -1,12 +1,13 @@
+import functools
+
 import pytest
 import torch
 
 import attention
+from attention.testing import random_qkv
 
 
-def qkv(B=2, H=3, T=7, D=8, dtype=torch.float64, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(B, H, T, D, generator=g, dtype=dtype) for _ in range(3)]
+qkv = functools.partial(random_qkv, B=2, H=3, T=7, D=8)
 
 
 @pytest.fixture

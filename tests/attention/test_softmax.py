@@ -1,5 +1,6 @@
 """softmax / softmax_reference: the pair rules (causal, window, exclude_self, padding), empty rows,
 NaN propagation, and agreement of the fused path with the reference."""
+import functools
 import itertools
 import math
 
@@ -7,25 +8,18 @@ import pytest
 import torch
 
 import attention
+from attention.testing import padding_mask, random_qkv
 
 T = 7
 
 
-def qkv(B=2, H=3, T=T, D=8, dtype=torch.float64, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(B, H, T, D, generator=g, dtype=dtype) for _ in range(3)]
+qkv = functools.partial(random_qkv, B=2, H=3, T=T, D=8)
 
 
 def padding(kind):
-    if kind is None:
-        return None
-    mask = torch.ones(2, T, dtype=torch.bool)
-    if kind == "right":
-        mask[0, 5:] = False
-        mask[1, 6:] = False
-    else:  # left padding: under causal attention the first rows of batch 1 have no real key
-        mask[1, :2] = False
-    return mask
+    """right: batch 0's last 2 positions, batch 1's last 1; left: batch 1's first 2 (under
+    causal attention its first rows have no real key)."""
+    return padding_mask(kind, 2, T, pads={"right": (2, 1), "left": (0, 2)}.get(kind))
 
 
 def allowed(i, j, causal, window, exclude_self):

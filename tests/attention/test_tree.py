@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import attention
+from attention.testing import random_qkv
 from attention.tree.reference import BudTree, default_P, initial_width, num_terms, tree_attention_query
 from attention.tree.samplers import (SAMPLERS, ZERO_MASS_KEY, gumbel_noise, hash_uniform, log_mass,
                                      sampling_keys)
@@ -12,9 +13,8 @@ from attention.tree.samplers import (SAMPLERS, ZERO_MASS_KEY, gumbel_noise, hash
 torch.set_flush_denormal(True)
 
 
-def _qkv(B=2, H=3, T=29, D=8, seed=0, dtype=torch.float64):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(B, H, T, D, generator=g, dtype=dtype) for _ in range(3)]
+def _qkv(B=2, H=3, T=29, D=8, **kw):
+    return random_qkv(B, H, T, D, **kw)
 
 
 def _softmax(q, k, v, causal, exclude_self=False):

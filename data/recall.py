@@ -135,10 +135,15 @@ def prepare(seq_len, num_pairs, vocab_size=8192, power_a=0.01, seed=0, sizes=Non
             inputs, labels = generate(sizes[split], seq_len, num_pairs, vocab_size, power_a, seed=[seed, index])
             for name, array, dtype in (("inputs", inputs, np.uint16), ("labels", labels, np.int16)):
                 path = os.path.join(out, f"{split}_{name}.npy")
-                data.atomic_write(path, lambda tmp, a=array.astype(dtype): np.save(open(tmp, "wb"), a))
+                data.atomic_write(path, lambda tmp, a=array.astype(dtype): _save_npy(tmp, a))
 
     data.ensure_manifest(directory, expected, build, what="MQAR data")
     return directory
+
+
+def _save_npy(path, array):
+    with open(path, "wb") as f:  # a file object: np.save would append ".npy" to the temporary name
+        np.save(f, array)
 
 
 def load(directory, split):

@@ -119,11 +119,16 @@ def get_batch(data, split, cfg, seed, device):
     return _batch(inputs, labels, rows, device)
 
 
+def _correct(logits, targets):
+    """Bool (M,): whether the most likely token at each scored position is its target (logits from
+    ``GPT.forward(..., only_targets=True)``, in the order of ``targets != -1``)."""
+    return logits.argmax(-1) == targets[targets != -1]
+
+
 def loss(model, batch):
     """Mean cross-entropy over the query positions (nats per query); metrics {"loss", "accuracy"}."""
     logits, value = model(batch["idx"], batch["targets"], only_targets=True)
-    correct = (logits.argmax(-1) == batch["targets"][batch["targets"] != -1]).float().mean()
-    return value, {"loss": value.detach(), "accuracy": correct}
+    return value, {"loss": value.detach(), "accuracy": _correct(logits, batch["targets"]).float().mean()}
 
 
 @torch.no_grad()
@@ -140,7 +145,7 @@ def split_metrics(model, inputs, labels, batch_size, device):
         logits, value = model(batch["idx"], batch["targets"], only_targets=True)
         n = logits.shape[0]
         total_loss += float(value) * n
-        correct += int((logits.argmax(-1) == batch["targets"][batch["targets"] != -1]).sum())
+        correct += int(_correct(logits, batch["targets"]).sum())
         queries += n
     return {"loss": total_loss / queries, "accuracy": correct / queries, "queries": queries}
 

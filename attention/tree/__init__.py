@@ -46,6 +46,14 @@ def _as_int_or_none(name, value):
     return int(f)
 
 
+def _as_bool(name, value):
+    if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
+        return value.lower() in ("true", "1")
+    if value in (True, False):  # also 0 / 1
+        return bool(value)
+    raise ValueError(f"{name} must be True or False; got {value!r}")
+
+
 def _choice(name, value, allowed):
     if value not in allowed:
         raise ValueError(f"{name} '{value}' unknown; allowed: {', '.join(allowed)}")
@@ -116,12 +124,18 @@ class TreeAttention(Attention):
         layer_idx (int): 0-based index of the model's block; enters every random draw (seed).
         block_size (int | None): the model's maximum sequence length; sets the default P.
             layer_idx and block_size are supplied by the model (attention.MODEL_CONTEXT).
+        record_keys (bool): record which keys every query attends to exactly (default False: no
+            recording, no cost). True runs the reference implementation (``implementation``
+            must be "auto" or "reference"; the fast paths do not record) and keeps the record of
+            the last call in ``self.recorded`` (see ``forward_recorded``). For analyses such as
+            the recall study (scripts/analysis/recall_tree.py).
 
     Feature maps get q and k scaled by D^(-1/4) each, so the random features estimate
     exp(<q, k>/sqrt(D)) (as the authors' code does).
 
     Raises:
-        ValueError: on bad parameters (message names the parameter and what is allowed); in
+        ValueError: on bad parameters (message names the parameter and what is allowed; also
+            record_keys with implementation "cpu" or "vectorized"); in
             ``forward`` if an attention_mask is given (not supported), exclude_self without causal,
             or shapes are wrong.
         RuntimeError: in ``forward`` with gradients enabled and an input that requires them.
@@ -131,7 +145,7 @@ class TreeAttention(Attention):
 
     def __init__(self, E=0.5, sampler="edh", normalization="bud_mean", descent="authors", P=None, b=0.99,
                  R=None, feature_redraw="per_query", seed=0, implementation="auto", exclude_self=False,
-                 layer_idx=0, block_size=None):
+                 layer_idx=0, block_size=None, record_keys=False):
         super().__init__()
         try:
             E = float(E)
@@ -162,13 +176,19 @@ class TreeAttention(Attention):
         self.seed = int(_as_int_or_none("seed", seed) or 0)
         self.exclude_self, self.layer_idx, self.block_size = bool(exclude_self), int(layer_idx), block_size
         self.draw_seed = layer_seed(self.seed, self.layer_idx)
+        self.record_keys = _as_bool("record_keys", record_keys)
+        if self.record_keys and self.implementation not in ("auto", "reference"):
+            raise ValueError(f"record_keys=True records in the reference implementation only; got implementation="
+                             f"'{self.implementation}' (allowed with record_keys: auto, reference)")
+        self.recorded = None
         self._feature_map = None
         self.reset_stats()
 
     def extra_repr(self):
         return (f"E={self.E}, sampler={self.sampler}, normalization={self.normalization}, descent={self.descent}, "
                 f"P={self.P}, b={self.b}, R={self.R}, feature_redraw={self.feature_redraw}, seed={self.seed}, "
-                f"implementation={self.implementation}, exclude_self={self.exclude_self}, layer_idx={self.layer_idx}")
+                f"implementation={self.implementation}, exclude_self={self.exclude_self}, layer_idx={self.layer_idx}"
+                + (", record_keys=True" if self.record_keys else ""))
 
     def feature_map(self, D):
         """The module's RandomFeatureMap for head dim D (created on first use), or None."""
@@ -187,7 +207,63 @@ class TreeAttention(Attention):
         return default_P(block_length(self.block_size or T), self.E)
 
     def forward(self, q, k, v, causal, attention_mask=None):
-        """q, k, v: (B, H, T, D) -> out (B, H, T, D) in v's dtype. See the class docstring."""
+        """q, k, v: (B, H, T, D) -> out (B, H, T, D) in v's dtype. See the class docstring.
+        With ``record_keys`` the call goes through ``forward_recorded`` (reference implementation)
+        and its record is kept in ``self.recorded``."""
+        if self.record_keys:
+            out, self.recorded = self.forward_recorded(q, k, v, causal, attention_mask)
+            return out
+        qf, kf = self._checked_features(q, k, v, causal, attention_mask)
+        impl = _FORWARD[self._implementation_for(q.device)]
+        out = impl(q, k, v, bool(causal), self.exclude_self, self.E, self.buds_per_round(q.shape[2]),
+                   self.sampler, self.normalization, self.b, self.draw_seed, qf=qf, kf=kf, stats=self._stats,
+                   descent=self.descent)
+        return out.to(v.dtype)
+
+    def forward_recorded(self, q, k, v, causal, attention_mask=None, positions=None):
+        """The reference implementation with this module's parameters and draws, recording which
+        keys each query attends to exactly. Works whatever ``record_keys`` and ``implementation``
+        are (every implementation makes the same draws, so the record describes the fast paths'
+        output too, up to their rounding: exactly in float64). Adds to ``stats`` like ``forward``.
+
+        Args:
+            q, k, v (torch.Tensor): (B, H, T, D) float; causal (bool); attention_mask: must be None.
+            positions (iterable of int | None): query positions to evaluate; the others get a zero
+                output and no record (rows of -1 / False). None = all. A causal query's result
+                does not depend on which other positions are evaluated.
+
+        Returns:
+            (out, record): out (B, H, T, D) in v's dtype; record dict (``reference_forward``, paper
+            section 2 and Algorithm 1):
+            - "exact_keys": bool (B, H, T, T), [b, h, t, i] = key i is a term of its own in query
+              t's output (a bud holding one key): its exact score <q_t, k_i> / sqrt(D) entered
+              the output with softmax's weight exp(score). One tree serves all heads (section
+              2.4), so every head has the same rows (an expanded view of a (B, T, T) tensor).
+              Always within the allowed keys (i <= t causal, i < t with exclude_self); with E = 1
+              all of them.
+            - "bud_start": int64 (B, T, T), the first key position of the bud (term) that holds
+              key i for query t; -1 outside the history or for a query not evaluated.
+
+        Raises:
+            ValueError, RuntimeError: as ``forward``; ValueError for a position outside 0..T-1.
+        """
+        qf, kf = self._checked_features(q, k, v, causal, attention_mask)
+        B, H, T, _ = q.shape
+        if positions is not None:
+            positions = [int(p) for p in positions]
+            bad = [p for p in positions if not 0 <= p < T]
+            if bad:
+                raise ValueError(f"positions must lie in 0..{T - 1} (the sequence length is {T}); got {bad[:5]}")
+        record = {}
+        out = reference_forward(q, k, v, bool(causal), self.exclude_self, self.E, self.buds_per_round(T),
+                                self.sampler, self.normalization, self.b, self.draw_seed, qf=qf, kf=kf,
+                                stats=self._stats, positions=positions, descent=self.descent, record=record)
+        record["exact_keys"] = record["exact_keys"][:, None].expand(B, H, T, T)
+        return out.to(v.dtype), record
+
+    def _checked_features(self, q, k, v, causal, attention_mask):
+        """Check the call (see ``forward``'s errors) and return the feature-mapped (qf, kf), or
+        (None, None) for samplers without feature maps."""
         check_qkv(q, k, v, attention_mask)
         if attention_mask is not None:
             raise ValueError("tree attention does not support attention_mask; pass None (pad-free batches only)")
@@ -199,15 +275,10 @@ class TreeAttention(Attention):
                                "softmax and swap tree in for evaluation (python eval_ppl.py --attention=tree), "
                                "or call it under torch.no_grad()")
         fmap = self.feature_map(q.shape[-1])
-        qf = kf = None
-        if fmap is not None:
-            fmap = fmap.to(q.device)
-            qf, kf = fmap(q.double()), fmap(k.double())
-        impl = _FORWARD[self._implementation_for(q.device)]
-        out = impl(q, k, v, bool(causal), self.exclude_self, self.E, self.buds_per_round(q.shape[2]),
-                   self.sampler, self.normalization, self.b, self.draw_seed, qf=qf, kf=kf, stats=self._stats,
-                   descent=self.descent)
-        return out.to(v.dtype)
+        if fmap is None:
+            return None, None
+        fmap = fmap.to(q.device)
+        return fmap(q.double()), fmap(k.double())
 
     def _implementation_for(self, device):
         if self.implementation != "auto":

@@ -38,6 +38,9 @@ Conventions shared with cpu_kernel.cpp and vectorized.py (schedule helpers in sc
   to exact attention. "paper" sums the bud's values, so with equal scores it returns
   (l / #buds) mean(v) instead of mean(v). With E = 1 every bud is a leaf and both equal exact
   softmax attention.
+- Keys attended exactly (recorded on request, ``reference_forward(record=...)``, here only): the
+  buds that hold one key. Their exact score is known and weighted as in softmax; every other key
+  enters the output only through its bud's mean score.
 """
 import math
 
@@ -99,7 +102,7 @@ class BudTree:
 
 
 def tree_attention_query(tree, q, l, n_terms, P, sampler, normalization, scale, b, seed, batch, pos, qf=None,
-                         descent="authors"):
+                         descent="authors", return_buds=False):
     """Algorithm 1 for one query over a tree whose first l leaves are the history.
 
     Args:
@@ -114,12 +117,16 @@ def tree_attention_query(tree, q, l, n_terms, P, sampler, normalization, scale, 
         descent (str): what a sampled bud whose right child is empty does (module docstring):
             "authors" (it becomes its left child and uses up its draw) or "split" (it descends
             until it can be split and is split in the same round).
+        return_buds (bool): also put the final buds in ``info["buds"]`` (off by default: no cost).
 
     Returns:
         (out, info): out float64 (H, D); info dict with "initial" (initial buds), "splits",
         "terms" (final number of buds), "rounds", "sampled" (per round, the list of sampled
         buds as (start, leaf count) pairs) and "expandable" (per round, the number of expandable
-        buds), for tests.
+        buds), for tests; with ``return_buds`` also "buds": the final buds (the terms of the
+        output) as (start, key count) pairs in no particular order: bud n holds the history keys
+        start .. start + count - 1 (a bud's non-empty leaves are consecutive from its start), and
+        the buds partition 0 .. l-1.
 
     Raises:
         ValueError: n_terms outside [1, l], P < 1 or an unknown descent.
@@ -171,6 +178,8 @@ def tree_attention_query(tree, q, l, n_terms, P, sampler, normalization, scale, 
         rnd += 1
     info["rounds"] = rnd
     info["terms"] = len(buds)
+    if return_buds:
+        info["buds"] = [(j << h, tree.count(h, j)) for h, j, _, _ in buds]
 
     counts = torch.tensor([tree.count(h, j) for h, j, _, _ in buds], dtype=torch.float64)
     A_all = torch.stack([bd[2] for bd in buds])                          # (n, H)
@@ -184,7 +193,7 @@ def tree_attention_query(tree, q, l, n_terms, P, sampler, normalization, scale, 
 
 
 def reference_forward(q, k, v, causal, exclude_self, E, P, sampler, normalization, b, seed,
-                      qf=None, kf=None, stats=None, positions=None, descent="authors"):
+                      qf=None, kf=None, stats=None, positions=None, descent="authors", record=None):
     """Tree attention for (B, H, T, D) inputs, one batch element and one query at a time.
 
     Args:
@@ -196,6 +205,20 @@ def reference_forward(q, k, v, causal, exclude_self, E, P, sampler, normalizatio
         positions (iterable | None): query positions to evaluate (others stay zero, keys are still
             inserted); None = all. For timing a subset in benchmarks.
         descent (str): "authors" or "split" (module docstring).
+        record (dict | None): if a dict, the final buds (the terms of the output) of every
+            evaluated query are written into it (off by default: no cost):
+            - "bud_start": int64 (B, T, T); [b, t, i] = first key position of the bud that holds
+              key i in query t's output, -1 where key i is outside t's history or query t was
+              not evaluated (``positions``). The tree is shared by the heads (paper section 2.4),
+              so this holds for every head.
+            - "exact_keys": bool (B, T, T); [b, t, i] = key i is a bud of its own (one key):
+              the keys tree attention attends to exactly. Its exact score <q_t, k_i> / sqrt(D)
+              was computed (directly or as parent minus right child, Eq. 2) and it gets softmax's
+              unnormalised weight exp(score) on v_i under both normalizations; every other key of
+              the history enters the output only through its bud's mean score (module docstring).
+              Every key of the history is in exactly one bud, so "the keys that entered the
+              output" would be the whole history; the exact keys are the ones the sampling found.
+              With E = 1 these are all keys of the history.
     Returns:
         float64 tensor (B, H, T, D).
     """
@@ -208,6 +231,7 @@ def reference_forward(q, k, v, causal, exclude_self, E, P, sampler, normalizatio
     use_f = sampler in FEATURE_SAMPLERS
     R = qf.shape[-1] if use_f else None
     out = torch.zeros(B, H, Tlen, D, dtype=torch.float64)
+    bud_start = None if record is None else torch.full((B, Tlen, Tlen), -1, dtype=torch.int64)
     for bi in range(B):
         tree = BudTree(L, H, D, R)
 
@@ -229,10 +253,26 @@ def reference_forward(q, k, v, causal, exclude_self, E, P, sampler, normalizatio
             if l > 0:
                 o, info = tree_attention_query(tree, q[bi, :, t], l, num_terms(l, E), P, sampler, normalization,
                                                scale, b, seed, bi, t, qf[bi, :, t].double() if use_f else None,
-                                               descent=descent)
+                                               descent=descent, return_buds=record is not None)
                 out[bi, :, t] = o
                 ips, terms = info["initial"] + info["splits"], info["terms"]
+                if record is not None:
+                    for start, count in info["buds"]:
+                        bud_start[bi, t, start:start + count] = start
             add_stats(stats, H, 1, ips, l, terms, use_f)
             if causal and exclude_self:
                 insert(t)
+    if record is not None:
+        record["bud_start"] = bud_start
+        record["exact_keys"] = _single_key_buds(bud_start)
     return out
+
+
+def _single_key_buds(bud_start):
+    """bool (B, T, T): the keys whose bud (``bud_start`` labels, -1 = none) holds no other key.
+    A bud's keys are consecutive and labelled by its first position, so key i is alone exactly
+    when it is its bud's start and key i+1 is not in the same bud."""
+    starts_here = bud_start == torch.arange(bud_start.shape[-1])
+    next_same = torch.zeros_like(starts_here)
+    next_same[..., :-1] = bud_start[..., 1:] == bud_start[..., :-1]
+    return starts_here & ~next_same

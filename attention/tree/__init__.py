@@ -228,9 +228,11 @@ class TreeAttention(Attention):
 
         Args:
             q, k, v (torch.Tensor): (B, H, T, D) float; causal (bool); attention_mask: must be None.
-            positions (iterable of int | None): query positions to evaluate; the others get a zero
-                output and no record (rows of -1 / False). None = all. A causal query's result
-                does not depend on which other positions are evaluated.
+            positions (iterable of int | torch.Tensor | None): query positions to evaluate, the same
+                for every batch element, or a bool (B, T) tensor (True = evaluate) per batch
+                element; the others get a zero output and no record (rows of -1 / False). None =
+                all. A query's result does not depend on which other positions are evaluated
+                (its draws depend on its batch index and position only).
 
         Returns:
             (out, record): out (B, H, T, D) in v's dtype; record dict (``reference_forward``, paper
@@ -245,11 +247,17 @@ class TreeAttention(Attention):
               key i for query t; -1 outside the history or for a query not evaluated.
 
         Raises:
-            ValueError, RuntimeError: as ``forward``; ValueError for a position outside 0..T-1.
+            ValueError, RuntimeError: as ``forward``; ValueError for a position outside 0..T-1 or
+                a positions tensor that is not bool (B, T).
         """
         qf, kf = self._checked_features(q, k, v, causal, attention_mask)
         B, H, T, _ = q.shape
-        if positions is not None:
+        if torch.is_tensor(positions) and positions.dim() == 2:
+            if positions.shape != (B, T) or positions.dtype != torch.bool:
+                raise ValueError(f"positions as a tensor must be bool of shape (B, T) = {(B, T)}; got "
+                                 f"{positions.dtype} {tuple(positions.shape)}")
+            positions = positions.cpu()
+        elif positions is not None:
             positions = [int(p) for p in positions]
             bad = [p for p in positions if not 0 <= p < T]
             if bad:

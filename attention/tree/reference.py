@@ -202,8 +202,10 @@ def reference_forward(q, k, v, causal, exclude_self, E, P, sampler, normalizatio
         E (float), P (int | None: default_P), sampler, normalization (str), b (float), seed (int).
         qf, kf (torch.Tensor | None): (B, H, T, R) feature-mapped queries / keys for FEATURE_SAMPLERS.
         stats (dict | None): counters to increment (see TreeAttention.stats).
-        positions (iterable | None): query positions to evaluate (others stay zero, keys are still
-            inserted); None = all. For timing a subset in benchmarks.
+        positions (iterable | torch.Tensor | None): query positions to evaluate (others stay zero,
+            keys are still inserted): an iterable of ints for every batch element, or a bool
+            (B, T) tensor (True = evaluate) per batch element; None = all. For timing a subset in
+            benchmarks and for recording at chosen queries.
         descent (str): "authors" or "split" (module docstring).
         record (dict | None): if a dict, the final buds (the terms of the output) of every
             evaluated query are written into it (off by default: no cost):
@@ -223,7 +225,12 @@ def reference_forward(q, k, v, causal, exclude_self, E, P, sampler, normalizatio
         float64 tensor (B, H, T, D).
     """
     B, H, Tlen, D = q.shape
-    todo = set(range(Tlen)) if positions is None else set(positions)
+    if positions is None:
+        todo = [set(range(Tlen))] * B
+    elif torch.is_tensor(positions) and positions.dim() == 2:
+        todo = [set(row.nonzero().flatten().tolist()) for row in positions]
+    else:
+        todo = [set(positions)] * B
     L = block_length(Tlen)
     P = default_P(L, E) if P is None else P
     scale = 1.0 / math.sqrt(D)
@@ -245,7 +252,7 @@ def reference_forward(q, k, v, causal, exclude_self, E, P, sampler, normalizatio
             if causal and not exclude_self:
                 insert(t)
             l = Tlen if not causal else (t if exclude_self else t + 1)
-            if t not in todo:
+            if t not in todo[bi]:
                 if causal and exclude_self:
                     insert(t)
                 continue

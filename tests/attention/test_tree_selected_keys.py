@@ -158,6 +158,15 @@ def test_positions_subset_and_errors():
     assert (part[:, :, others] == 0).all()
     with pytest.raises(ValueError, match="positions must lie in 0..15"):
         module.forward_recorded(q, k, v, causal=True, positions=[16])
+    # per batch element: a (B, T) mask; each element keeps its own draws (batch index in the noise)
+    mask = torch.zeros(2, 16, dtype=torch.bool)
+    mask[0, 5], mask[1, 9], mask[1, 12] = True, True, True
+    part, rec_part = module.forward_recorded(q, k, v, causal=True, positions=mask)
+    assert torch.equal(rec_part["bud_start"] >= 0, (rec_full["bud_start"] >= 0) & mask[:, :, None])
+    assert torch.equal(rec_part["bud_start"][mask], rec_full["bud_start"][mask])
+    torch.testing.assert_close(part.transpose(1, 2)[mask], full.transpose(1, 2)[mask], atol=0, rtol=0)
+    with pytest.raises(ValueError, match="bool of shape"):
+        module.forward_recorded(q, k, v, causal=True, positions=mask[:1])
 
 
 def test_recording_is_off_by_default_and_only_in_the_reference():

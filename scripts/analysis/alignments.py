@@ -223,7 +223,8 @@ def plot(edges, counts, summaries, quantity, path, title, log_counts=False):
     import matplotlib.pyplot as plt
 
     L, H, _ = counts.shape
-    fig, axes = plt.subplots(L, H, figsize=(1.9 * H + 0.8, 1.5 * L + 1.0), squeeze=False)
+    height = 1.5 * L + 1.0
+    fig, axes = plt.subplots(L, H, figsize=(max(1.9 * H + 0.8, 7.5), height), squeeze=False)
     for layer in range(L):
         e = edges[layer]
         for head in range(H):
@@ -243,7 +244,7 @@ def plot(edges, counts, summaries, quantity, path, title, log_counts=False):
                 ax.set_ylabel(f"layer {layer}", fontsize=8)
     fig.suptitle(title, fontsize=9)
     fig.supxlabel({"score": "q.k / sqrt(D)", "dot": "q.k", "cosine": "cos(q, k)"}[quantity], fontsize=8)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.55 / height))  # room for the two-line title
     fig.savefig(path, dpi=100)
     plt.close(fig)
 

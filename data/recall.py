@@ -16,12 +16,16 @@ An example of length T with N key-value pairs over a vocabulary of V tokens:
   after the context, as repeated bigrams do in text);
 - the label of a query position is the queried key's value (the model predicts it as the next
   token); every other position has label -1 (ignored by loss and accuracy);
-- every other position of the query region holds a filler token drawn uniformly from the
-  vocabulary minus this example's keys.
+- every other position of the query region holds a filler: token 0 (``filler="zero"``, the
+  default: Zoology's Figure 2 runs, ``random_non_queries=False`` in their configs) or a token drawn
+  uniformly from the vocabulary minus this example's keys (``filler="random"``, their generator's
+  default ``random_non_queries=True``).
 
-Difference from Zoology's generator: its filler is drawn from the whole vocabulary, so a filler
-can repeat a key and make a query ambiguous (rarely); ours never does, so every query's key
-occurs exactly once before it, in the context. The data is a pure function of the options and
+With random fillers the query region looks like more key-value pairs, and a model must tell the
+queries from the noise; with token 0 it need not. A softmax GPT learns the zero-filler task far
+sooner (docs/recall.md). Difference from Zoology's random fillers: theirs are drawn from the whole
+vocabulary, so a filler can repeat a key and make a query ambiguous (rarely); ours never do, so
+every query's key occurs exactly once before it, in the context. The data is a pure function of the options and
 the seed (``numpy.random.default_rng([seed, split index])``), the same on every machine.
 
 Files: ``data/mqar/<name>/{train,val,test}_{inputs,labels}.npy`` (inputs uint16 (n, T),
@@ -39,13 +43,16 @@ import data
 
 DATA_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mqar")
 SPLITS = ("train", "val", "test")
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2  # 2: the filler option
+FILLERS = ("zero", "random")
 IGNORE = -1  # label of every position that is not a query
 DEFAULT_SIZES = {"train": 20000, "val": 1000, "test": 1000}
 
 
-def check_options(seq_len, num_pairs, vocab_size, power_a):
+def check_options(seq_len, num_pairs, vocab_size, power_a, filler="zero"):
     """Raise ValueError naming the option and what is allowed when the task cannot be built."""
+    if filler not in FILLERS:
+        raise ValueError(f"filler must be one of {', '.join(FILLERS)}; got {filler!r}")
     if num_pairs < 1:
         raise ValueError(f"num_pairs must be >= 1, got {num_pairs}")
     if seq_len % 2 or seq_len < 4 * num_pairs:
@@ -58,7 +65,7 @@ def check_options(seq_len, num_pairs, vocab_size, power_a):
         raise ValueError(f"power_a must be > 0, got {power_a}")
 
 
-def generate(num_examples, seq_len, num_pairs, vocab_size=8192, power_a=0.01, seed=0):
+def generate(num_examples, seq_len, num_pairs, vocab_size=8192, power_a=0.01, seed=0, filler="zero"):
     """``num_examples`` MQAR examples (the rules in the module docstring).
 
     Args:
@@ -68,6 +75,8 @@ def generate(num_examples, seq_len, num_pairs, vocab_size=8192, power_a=0.01, se
         vocab_size (int): V, keys from 1 .. V/2 - 1, values from V/2 .. V-1.
         power_a (float): exponent a of the gap distribution p(g) ~ (g + 1)^(a - 1).
         seed: anything ``numpy.random.default_rng`` accepts.
+        filler (str): "zero" (token 0 between the queries) or "random" (uniform over the
+            vocabulary without this example's keys).
 
     Returns:
         (inputs, labels): int64 arrays of shape (n, T); labels are -1 except at the N query
@@ -76,7 +85,7 @@ def generate(num_examples, seq_len, num_pairs, vocab_size=8192, power_a=0.01, se
     Raises:
         ValueError: options outside what ``check_options`` allows.
     """
-    check_options(seq_len, num_pairs, vocab_size, power_a)
+    check_options(seq_len, num_pairs, vocab_size, power_a, filler)
     rng = np.random.default_rng(seed)
     half = vocab_size // 2
     context = 2 * num_pairs
@@ -94,6 +103,8 @@ def generate(num_examples, seq_len, num_pairs, vocab_size=8192, power_a=0.01, se
         fill = rng.integers(0, vocab_size - num_pairs, size=seq_len - context)
         for key in np.sort(keys):
             fill += fill >= key
+        if filler == "zero":
+            fill[:] = 0  # drawn all the same, so both fillers share every other draw of a seed
         row = inputs[i]
         row[0:context:2], row[1:context:2] = keys, values
         row[context:] = fill
@@ -103,21 +114,22 @@ def generate(num_examples, seq_len, num_pairs, vocab_size=8192, power_a=0.01, se
     return inputs, labels
 
 
-def folder(seq_len, num_pairs, vocab_size=8192, power_a=0.01, seed=0, sizes=None, root=DATA_ROOT):
-    """The prepared folder of one option set, e.g. ``<root>/T256_N16_V8192_a0.01_s0_20000-1000-1000``
+def folder(seq_len, num_pairs, vocab_size=8192, power_a=0.01, seed=0, sizes=None, root=DATA_ROOT, filler="zero"):
+    """The prepared folder of one option set, e.g. ``<root>/T256_N16_V8192_a0.01_zero_s0_20000-1000-1000``
     (``sizes`` default DEFAULT_SIZES)."""
     sizes = DEFAULT_SIZES if sizes is None else sizes
-    return os.path.join(root, f"T{seq_len}_N{num_pairs}_V{vocab_size}_a{power_a:g}_s{seed}_"
+    return os.path.join(root, f"T{seq_len}_N{num_pairs}_V{vocab_size}_a{power_a:g}_{filler}_s{seed}_"
                         + "-".join(str(sizes[split]) for split in SPLITS))
 
 
-def prepare(seq_len, num_pairs, vocab_size=8192, power_a=0.01, seed=0, sizes=None, root=DATA_ROOT):
+def prepare(seq_len, num_pairs, vocab_size=8192, power_a=0.01, seed=0, sizes=None, root=DATA_ROOT, filler="zero"):
     """Generate the train / val / test sets of one option set once (a folder per option set,
     reused while its manifest matches) and return the folder.
 
     Args:
         sizes (dict | None): examples per split, default {"train": 20000, "val": 1000, "test": 1000}.
         root (str): where the folders go (default ``data/mqar/``).
+        filler (str): "zero" | "random" (see ``generate``).
 
     Raises:
         ValueError: options outside what ``check_options`` allows, or a negative size.
@@ -125,14 +137,15 @@ def prepare(seq_len, num_pairs, vocab_size=8192, power_a=0.01, seed=0, sizes=Non
     sizes = dict(DEFAULT_SIZES if sizes is None else sizes)
     if sorted(sizes) != sorted(SPLITS) or min(sizes.values()) < 1:
         raise ValueError(f"sizes must give a positive count for each of {', '.join(SPLITS)}; got {sizes}")
-    check_options(seq_len, num_pairs, vocab_size, power_a)
-    directory = folder(seq_len, num_pairs, vocab_size, power_a, seed, sizes, root)
+    check_options(seq_len, num_pairs, vocab_size, power_a, filler)
+    directory = folder(seq_len, num_pairs, vocab_size, power_a, seed, sizes, root, filler)
     expected = {"generator": "data.recall", "generator_version": GENERATOR_VERSION, "seq_len": seq_len,
-                "num_pairs": num_pairs, "vocab_size": vocab_size, "power_a": power_a, "seed": seed, "sizes": sizes}
+                "num_pairs": num_pairs, "vocab_size": vocab_size, "power_a": power_a, "filler": filler, "seed": seed, "sizes": sizes}
 
     def build(out):
         for index, split in enumerate(SPLITS):
-            inputs, labels = generate(sizes[split], seq_len, num_pairs, vocab_size, power_a, seed=[seed, index])
+            inputs, labels = generate(sizes[split], seq_len, num_pairs, vocab_size, power_a, seed=[seed, index],
+                                      filler=filler)
             for name, array, dtype in (("inputs", inputs, np.uint16), ("labels", labels, np.int16)):
                 path = os.path.join(out, f"{split}_{name}.npy")
                 data.atomic_write(path, lambda tmp, a=array.astype(dtype): _save_npy(tmp, a))
@@ -167,10 +180,12 @@ def main(argv=None):
     ap.add_argument("--vocab_size", type=int, default=8192)
     ap.add_argument("--power_a", type=float, default=0.01)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--filler", default="zero", choices=FILLERS)
     ap.add_argument("--sizes", default="20000,1000,1000", help="train,val,test examples")
     args = ap.parse_args(argv)
     sizes = dict(zip(SPLITS, (int(x) for x in args.sizes.split(","))))
-    print(prepare(args.seq_len, args.num_pairs, args.vocab_size, args.power_a, args.seed, sizes))
+    print(prepare(args.seq_len, args.num_pairs, args.vocab_size, args.power_a, args.seed, sizes,
+                  filler=args.filler))
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ DEFAULTS = dict(
     recall_pairs=16,
     recall_vocab=8192,
     recall_power_a=0.01,
+    recall_filler="zero",
     recall_data_seed=0,
     recall_sizes={"train": 20000, "val": 1000, "test": 1000},
     recall_test_pairs=(),
@@ -38,6 +39,7 @@ HELP = dict(
     recall_pairs="key-value pairs per training (and val / test) sequence; the sequence length is block_size",
     recall_vocab="vocabulary size (keys from the lower half, values from the upper half)",
     recall_power_a="exponent a of the query-gap distribution p(g) ~ (g + 1)^(a - 1) (Zoology: 0.01)",
+    recall_filler="tokens between the queries: zero (token 0, Zoology's Figure 2) | random (their generator's default)",
     recall_data_seed="seed of the generated examples (the training seed is `seed`)",
     recall_sizes="examples per split {'train', 'val', 'test'}",
     recall_test_pairs="more numbers of pairs to test at the same length after training, e.g. (4, 8)",
@@ -46,7 +48,7 @@ HELP = dict(
 )
 MODEL_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "attention", "attention_params", "recall_vocab",
               *ARCHITECTURE_DEFAULTS)
-DATA_KEYS = ("recall_pairs", "recall_power_a", "recall_data_seed", "recall_sizes")
+DATA_KEYS = ("recall_pairs", "recall_power_a", "recall_filler", "recall_data_seed", "recall_sizes")
 RUN_ONLY_ENTRIES = {}
 BEST_METRIC = ("val_accuracy", "max")
 CAUSAL = True  # a GPT: training.check_trainable refuses attentions that are not exactly causal
@@ -55,7 +57,8 @@ CAUSAL = True  # a GPT: training.check_trainable refuses attentions that are not
 def _options(cfg, num_pairs=None, sizes=None):
     return dict(seq_len=cfg["block_size"], num_pairs=cfg["recall_pairs"] if num_pairs is None else num_pairs,
                 vocab_size=cfg["recall_vocab"], power_a=cfg["recall_power_a"], seed=cfg["recall_data_seed"],
-                sizes=cfg["recall_sizes"] if sizes is None else sizes, root=cfg["recall_dir"] or recall_data.DATA_ROOT)
+                sizes=cfg["recall_sizes"] if sizes is None else sizes, root=cfg["recall_dir"] or recall_data.DATA_ROOT,
+                filler=cfg["recall_filler"])
 
 
 def _test_sizes(cfg):

@@ -27,12 +27,26 @@ def check_example(inputs, labels, num_pairs, vocab_size):
     assert all(inputs[t] not in keys for t in fillers)
 
 
+@pytest.mark.parametrize("filler", ["zero", "random"])
 @pytest.mark.parametrize("T,N,V", [(64, 4, 8192), (32, 8, 64), (256, 16, 8192)])
-def test_examples_follow_the_definition(T, N, V):
-    inputs, labels = recall.generate(50, T, N, V, seed=3)
+def test_examples_follow_the_definition(T, N, V, filler):
+    inputs, labels = recall.generate(50, T, N, V, seed=3, filler=filler)
     assert inputs.shape == labels.shape == (50, T)
     for x, y in zip(inputs, labels):
         check_example(list(x), list(y), N, V)
+    fillers = inputs[:, 2 * N:][labels[:, 2 * N:] == -1]
+    if filler == "zero":
+        assert (fillers == 0).all()
+    else:
+        assert len(np.unique(fillers)) > 10  # spread over the vocabulary, not one token
+
+
+def test_fillers_change_nothing_else():
+    zero_inputs, zero_labels = recall.generate(20, 64, 4, seed=5, filler="zero")
+    random_inputs, random_labels = recall.generate(20, 64, 4, seed=5, filler="random")
+    assert np.array_equal(zero_labels, random_labels)
+    scored = (zero_labels != -1) | (np.arange(64) < 8)  # the context and the queries
+    assert np.array_equal(zero_inputs[scored], random_inputs[scored])
 
 
 def test_seed_fixes_the_data_and_gaps_follow_the_power_law():
@@ -54,7 +68,8 @@ def test_seed_fixes_the_data_and_gaps_follow_the_power_law():
                                           (dict(seq_len=33, num_pairs=4), "seq_len must be even"),
                                           (dict(seq_len=64, num_pairs=0), "num_pairs must be >= 1"),
                                           (dict(seq_len=64, num_pairs=4, vocab_size=8), "vocab_size must lie in"),
-                                          (dict(seq_len=64, num_pairs=4, power_a=0.0), "power_a must be > 0")])
+                                          (dict(seq_len=64, num_pairs=4, power_a=0.0), "power_a must be > 0"),
+                                          (dict(seq_len=64, num_pairs=4, filler="noise"), "filler must be one of zero, random")])
 def test_bad_options_say_what_is_allowed(kwargs, match):
     with pytest.raises(ValueError, match=match):
         recall.generate(1, **kwargs)
@@ -72,5 +87,6 @@ def test_prepare_writes_once_and_regenerates_on_other_options(tmp_path):
     assert (tmp_path / folder.split("/")[-1] / "train_inputs.npy").stat().st_mtime_ns == mtime
     other = recall.prepare(64, 8, 512, sizes=sizes, root=str(tmp_path))
     assert other != folder
+    assert recall.prepare(64, 4, 512, sizes=sizes, root=str(tmp_path), filler="random") not in (folder, other)
     val, test = recall.load(folder, "val"), recall.load(folder, "test")
     assert not np.array_equal(val[0], test[0][:5])  # splits are drawn from different streams

@@ -106,20 +106,23 @@ def kernel_attention(q, k, v, causal, query_features, key_features, attention_ma
     Returns:
         torch.Tensor (B, H, Tq, Dv).
     """
-    B, H, T, _ = k.shape
+    B, H = k.shape[:2]
     C = chunk_size
     S, m = None, k.new_full((B, H), float("-inf"))
     lower = torch.ones(C, C, dtype=torch.bool, device=k.device).tril()
+    # chunks from split, not slices taken inside the loop: the backward of each slice would
+    # write its gradient into a zero tensor of the full (B, H, T, D) shape, O(T^2 / C) in all;
+    # split's backward concatenates the chunks' gradients once
+    q_chunks, k_chunks, v_chunks = q.split(C, dim=2), k.split(C, dim=2), v.split(C, dim=2)
+    masks = [None] * len(k_chunks) if attention_mask is None else attention_mask.split(C, dim=1)
     outs = []
-    for a in range(0, T, C):
-        mask_c = None if attention_mask is None else attention_mask[:, a:a + C]
-        kf, s = _key_chunk(key_features, k[:, :, a:a + C], mask_c)
-        v_c = v[:, :, a:a + C]
+    for i, (k_c, v_c, mask_c) in enumerate(zip(k_chunks, v_chunks, masks)):
+        kf, s = _key_chunk(key_features, k_c, mask_c)
         if S is None:
             S, Z = kf.new_zeros(B, H, kf.shape[-1], v.shape[-1]), kf.new_zeros(B, H, kf.shape[-1])
         if causal:
             n = kf.shape[2]
-            qf = query_features(q[:, :, a:a + C])
+            qf = query_features(q_chunks[i])
             scores = qf @ kf.transpose(-1, -2)  # (B, H, n, n)
             num, den = qf @ S, qf @ Z[..., None]
             if s is None:
@@ -134,8 +137,8 @@ def kernel_attention(q, k, v, causal, query_features, key_features, attention_ma
             outs.append(_divide(num + scores @ v_c, den + scores.sum(-1, keepdim=True)))
         S, Z, m = _absorb(S, Z, m, kf, s, v_c)
     if not causal:  # every query sees the same sums (at scale m, common to all of them)
-        for a in range(0, q.shape[2], C):
-            qf = query_features(q[:, :, a:a + C])
+        for q_c in q_chunks:
+            qf = query_features(q_c)
             outs.append(_divide(qf @ S, qf @ Z[..., None]))
     return torch.cat(outs, dim=2)
 

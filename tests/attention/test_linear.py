@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import attention
+from attention.blockwise import elements_written
 from attention.linear import elu_features, kernel_attention, kernel_reference
 from attention.testing import padding_mask, random_qkv
 
@@ -136,6 +137,18 @@ def test_long_sequence_runs_without_a_T_by_T_matrix():
     out = attention.build("linear")(q, k, v, causal=True)
     torch.testing.assert_close(out[:, :, :100], attention.build("linear")(q[:, :, :100], k[:, :, :100], v[:, :, :100],
                                                                           causal=True))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_forward_and_backward_work_grow_linearly_in_T(causal):
+    """Elements written by the forward and backward at T and 4 T: 4 times as many. (Chunks sliced
+    inside the loop made the backward write a (B, H, T, D) gradient per chunk: 12 to 14 times.)"""
+    counts = []
+    for n in (256, 1024):
+        q, k, v = (t.requires_grad_() for t in qkv(B=1, H=1, T=n, D=8, Dv=8))
+        module = attention.build("linear", chunk_size=16)
+        counts.append(elements_written(lambda: module(q, k, v, causal=causal).sum().backward())[1])
+    assert counts[1] <= 4.3 * counts[0]
 
 
 @pytest.mark.parametrize("bad", [dict(chunk_size=0), dict(chunk_size=2.5), dict(chunk_size=True),

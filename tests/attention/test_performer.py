@@ -13,6 +13,7 @@ import torch
 
 import attention
 import model as model_lib
+from attention.blockwise import elements_written
 from attention.feature_maps import (performer_projection, performer_relu_features, performer_softmax_features,
                                     position_seed)
 from attention.linear import kernel_reference
@@ -142,6 +143,18 @@ def test_gradients_match_reference(causal):
         grads.append(torch.autograd.grad((out * weights).sum(), (q, k, v)))
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_forward_and_backward_work_grow_linearly_in_T(causal):
+    """Elements written by the forward and backward at T and 4 T: 4 times as many (chunks sliced
+    inside the loop made the backward write a (B, H, T, D) gradient per chunk)."""
+    counts = []
+    for n in (256, 1024):
+        q, k, v = (t.requires_grad_() for t in qkv(B=1, H=1, T=n, D=8, Dv=8))
+        module = build(num_features=8, chunk_size=16)
+        counts.append(elements_written(lambda: module(q, k, v, causal=causal).sum().backward())[1])
+    assert counts[1] <= 4.3 * counts[0]
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

@@ -3,6 +3,12 @@ explicit masked softmax their references call, a masked softmax over gathered ke
 its log-normaliser, rows that attend to every key, block-sparse attention over a table of key
 blocks, and the parameter checks.
 
+Rows that attend to every key (``attend_rows``) and block-sparse attention (``block_sparse``) have
+their own backward (``torch.autograd.Function``), so that forward and backward both cost O(T):
+autograd's backward of a gather or a slice taken inside a loop writes a zero tensor of the whole
+input's size per iteration, and the loops here have O(T) iterations of at most SCORE_BUDGET
+scores. ``elements_written`` and ``largest_intermediate`` are the tests' measures of that.
+
 Every function takes q, k, v of shape (B, H, T, D) (or a block view of them) and computes in
 ``work_dtype`` (float32, or float64 for float64 input); callers cast the result to v's dtype.
 The allowed-pair convention is the one of ``attention.softmax``: a query row with no allowed key
@@ -11,6 +17,7 @@ outputs zeros (and a log-normaliser of -inf).
 import math
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from attention.linear import check_choice
 from attention.registry import Attention, check_qkv
@@ -118,6 +125,95 @@ def attend(q, k, v, allowed, bias=None, with_lse=False):
     return out, (top + torch.log(total)).squeeze(-1).masked_fill(empty.squeeze(-1), float("-inf"))
 
 
+def _softmax_backward_(grad, weights):
+    """The gradient of the scores from ``grad``, that of the softmax weights ``weights`` (last
+    dim): weights * (grad - sum(grad * weights)), torch's softmax backward, written into ``grad``
+    (a temporary of the caller)."""
+    return grad.sub_((grad * weights).sum(-1, keepdim=True)).mul_(weights)
+
+
+def _key_chunks(q_rows, rows, k, causal, real):
+    """The chunks of keys of ``attend_rows``: (start, stop, allowed (B, 1 or H, n, stop - start))
+    with at most SCORE_BUDGET scores each (every row against the chunk)."""
+    B, H, n, _ = q_rows.shape
+    T = k.shape[2]
+    step = max(1, SCORE_BUDGET // max(1, B * H * n))
+    for start in range(0, T, step):
+        stop = min(T, start + step)
+        allowed = real[:, None, None, start:stop]
+        if causal:
+            allowed = allowed & (torch.arange(start, stop, device=k.device) <= rows[..., None])
+        yield start, stop, allowed
+
+
+def _chunk_scores(q_scaled, k, start, stop, allowed):
+    """Scores (B, H, n, stop - start) of the rows against keys start..stop-1, -inf where not
+    allowed."""
+    return (q_scaled @ k[:, :, start:stop].transpose(-1, -2)).masked_fill_(~allowed, float("-inf"))
+
+
+def _attend_rows_forward(q_rows, rows, k, v, causal, real):
+    """The forward of ``attend_rows``: (out (B, H, n, Dv), lse (B, H, n, 1)), lse the
+    log-normaliser, -inf for a row without an allowed key (whose out is 0)."""
+    B, H, n, D = q_rows.shape
+    q_scaled = q_rows / math.sqrt(D)
+    top = q_rows.new_full((B, H, n, 1), float("-inf"))  # the largest score so far
+    total = q_rows.new_zeros(B, H, n, 1)  # sum of exp(score - top)
+    acc = q_rows.new_zeros(B, H, n, v.shape[-1])  # sum of exp(score - top) v
+    for start, stop, allowed in _key_chunks(q_rows, rows, k, causal, real):
+        scores = _chunk_scores(q_scaled, k, start, stop, allowed)
+        new_top = torch.maximum(top, scores.amax(-1, keepdim=True))
+        shift = new_top.masked_fill(torch.isneginf(new_top), 0.0)  # no key yet: exp(-inf - 0) = 0
+        weights = torch.exp(scores.sub_(shift))
+        decay = torch.exp(top - shift)
+        total = total * decay + weights.sum(-1, keepdim=True)
+        acc = acc * decay + weights @ v[:, :, start:stop]
+        top = new_top
+    empty = total == 0
+    out = (acc / total.masked_fill(empty, 1.0)).masked_fill_(empty, 0.0)
+    return out, (top + torch.log(total)).masked_fill_(empty, float("-inf"))
+
+
+class _AttendRows(torch.autograd.Function):
+    """``attend_rows`` over chunks of keys, forward and backward (the online softmax of
+    "FlashAttention: Fast and Memory-Efficient Exact Attention with IO-Awareness", Dao et al.
+    2022, algorithms 1 and 2, on the CPU).
+
+    Every chunk of keys is read once, for all n rows together, with at most SCORE_BUDGET scores
+    a chunk: forward and backward cost O(n T D) and keep O(n D) besides the inputs (the weights
+    are recomputed from the log-normalisers in the backward). Groups of rows over all keys would
+    need SCORE_BUDGET / (B H T) rows a group, fewer as T grows, and read k and v (and write a
+    (B, H, T, D) gradient of each) once per group: O(n T^2 B H D / SCORE_BUDGET). Results equal
+    the explicit softmax up to rounding."""
+
+    @staticmethod
+    def forward(ctx, q_rows, rows, k, v, causal, real):
+        out, lse = _attend_rows_forward(q_rows, rows, k, v, causal, real)
+        ctx.causal = causal
+        ctx.save_for_backward(q_rows, rows, k, v, real, out, lse)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):
+        q_rows, rows, k, v, real, out, lse = ctx.saved_tensors
+        scale = 1 / math.sqrt(q_rows.shape[-1])
+        empty = torch.isneginf(lse)
+        grad = grad_out.masked_fill(empty, 0.0)  # rows without a key output a constant 0
+        lse = lse.masked_fill(empty, 0.0)  # their scores are all -inf: weights exp(-inf - 0) = 0
+        delta = (grad * out).sum(-1, keepdim=True)  # sum_j w_ij dw_ij with dw = grad v^T
+        q_scaled = q_rows * scale
+        dq = torch.zeros_like(q_rows)
+        dk, dv = torch.empty_like(k), torch.empty_like(v)
+        for start, stop, allowed in _key_chunks(q_rows, rows, k, ctx.causal, real):
+            weights = torch.exp(_chunk_scores(q_scaled, k, start, stop, allowed).sub_(lse))
+            dv[:, :, start:stop] = weights.transpose(-1, -2) @ grad
+            ds = (grad @ v[:, :, start:stop].transpose(-1, -2)).sub_(delta).mul_(weights)
+            dq += ds @ k[:, :, start:stop]
+            dk[:, :, start:stop] = ds.transpose(-1, -2) @ q_scaled
+        return dq.mul_(scale), None, dk, dv, None, None
+
+
 def attend_rows(q_rows, rows, k, v, causal, real):
     """Selected queries attend to every allowed key (global tokens, Informer's active queries).
 
@@ -129,19 +225,122 @@ def attend_rows(q_rows, rows, k, v, causal, real):
         real (torch.Tensor): (B, T) bool, True = real key.
 
     Returns:
-        (B, H, n, Dv); n x T scores at a time at most (in groups of rows when that is large).
+        (B, H, n, Dv), rows without an allowed key 0. Chunks of keys with n x chunk <= SCORE_BUDGET
+        scores each and an online softmax (``_AttendRows``): O(n T D) work and O(n D) memory
+        besides the inputs, forward and backward.
     """
-    T = k.shape[2]
-    keys = torch.arange(T, device=k.device)
-    step = max(1, SCORE_BUDGET // max(1, k.shape[0] * k.shape[1] * T))
-    outs = []
-    for start in range(0, q_rows.shape[2], step):
-        part = rows[..., start:start + step]
-        allowed = real[:, None, None, :]
-        if causal:
-            allowed = allowed & (keys <= part[..., None])
-        outs.append(attend(q_rows[:, :, start:start + step], k, v, allowed))
-    return torch.cat(outs, dim=2) if outs else q_rows.new_zeros(*q_rows.shape[:3], v.shape[-1])
+    if _needs_grad(q_rows, k, v):
+        return _AttendRows.apply(q_rows, rows, k, v, causal, real)
+    return _attend_rows_forward(q_rows, rows, k, v, causal, real)[0]
+
+
+def _needs_grad(*tensors):
+    """Whether autograd records a graph for an operation on ``tensors``."""
+    return torch.is_grad_enabled() and any(x.requires_grad for x in tensors)
+
+
+def _block_sparse_forward(q, k, v, block, key_blocks, key_allowed, pattern, real, keep):
+    """The forward of ``block_sparse``: (out (B, H, T, Dv), and with ``keep`` the lists of every
+    step's softmax weights and empty rows, else empty lists)."""
+    B, H, T, D = q.shape
+    G, nb, m = key_blocks.shape
+    kb, vb = k.view(B, H, nb, block, D), v.view(B, H, nb, block, v.shape[-1])
+    offsets = torch.arange(block, device=q.device)
+    outs, weights, empties = [], [], []
+    for start, stop in _steps(q, block, m):
+        ids = key_blocks[:, start:stop]
+        n = ids.shape[1]
+        keys, values = (_gather_blocks(x, ids) for x in (kb, vb))
+        j = (ids[..., None] * block + offsets).view(G, n, 1, m * block)
+        per_key = key_allowed[:, start:stop, None] & real[:, j]  # (B, G, n, 1, m * block)
+        allowed = per_key & pattern
+        queries = q[:, :, start * block:stop * block].reshape(B, H, n, block, D)
+        scores = (queries / math.sqrt(D)) @ keys.transpose(-1, -2)
+        empty = ~allowed.any(-1, keepdim=True)
+        # in place, as ``attend``; an all -inf row would be NaN: finite here, zeroed below
+        scores = scores.masked_fill_(~allowed, float("-inf")).masked_fill_(empty, 0.0)
+        w = torch.softmax(scores, dim=-1)
+        outs.append((w @ values).masked_fill(empty, 0.0).reshape(B, H, n * block, -1))
+        if keep:
+            weights.append(w)
+            empties.append(empty)
+    return torch.cat(outs, dim=2), weights, empties
+
+
+class _BlockSparse(torch.autograd.Function):
+    """``block_sparse`` with a backward that adds each step's key and value gradients into one
+    (B, H, T, D) tensor (index_add_).
+
+    Forward: step by step, the operations of ``attend`` on the gathered blocks; it keeps each
+    step's softmax weights (as autograd would) but not the gathered keys and values. Backward:
+    per step, the gathers again, then the products of the softmax backward. Autograd's own
+    backward of a step's gathers (and of its slice of queries) writes a zero (B, H, T, D) tensor
+    and adds it to the gradient: O(T^2 / step) in all, with steps of SCORE_BUDGET /
+    (B H block^2 m) query blocks. Gradients equal autograd's up to rounding (the order in which
+    the steps' contributions to a key are summed)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, block, key_blocks, key_allowed, pattern, real):
+        out, weights, empties = _block_sparse_forward(q, k, v, block, key_blocks, key_allowed, pattern, real,
+                                                      keep=True)
+        ctx.block = block
+        ctx.save_for_backward(q, k, v, key_blocks, *weights, *empties)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):
+        q, k, v, key_blocks, *saved = ctx.saved_tensors
+        weights, empties = saved[:len(saved) // 2], saved[len(saved) // 2:]
+        block = ctx.block
+        B, H, T, D = q.shape
+        Dv = v.shape[-1]
+        G, nb, m = key_blocks.shape
+        kb, vb = k.view(B, H, nb, block, D), v.view(B, H, nb, block, Dv)
+        scale = 1 / math.sqrt(D)
+        dq = torch.empty_like(q)
+        dk, dv = torch.zeros_like(kb), torch.zeros_like(vb)
+        for (start, stop), w, empty in zip(_steps(q, block, m), weights, empties):
+            ids = key_blocks[:, start:stop]
+            n = ids.shape[1]
+            keys, values = (_gather_blocks(x, ids) for x in (kb, vb))
+            grad = grad_out[:, :, start * block:stop * block].reshape(B, H, n, block, Dv).masked_fill(empty, 0.0)
+            queries = q[:, :, start * block:stop * block].reshape(B, H, n, block, D) * scale
+            ds = _softmax_backward_(grad @ values.transpose(-1, -2), w)
+            dq[:, :, start * block:stop * block] = (ds @ keys).reshape(B, H, n * block, D) * scale
+            _add_blocks(dk, ids, ds.transpose(-1, -2) @ queries)
+            _add_blocks(dv, ids, w.transpose(-1, -2) @ grad)
+        return dq, dk.view_as(k), dv.view_as(v), None, None, None, None, None
+
+
+def _steps(q, block, m):
+    """(start, stop) ranges of query blocks of ``block_sparse``: SCORE_BUDGET scores a step."""
+    B, H, T, _ = q.shape
+    nb = T // block
+    step = max(1, SCORE_BUDGET // (B * H * block * m * block))
+    return [(start, min(nb, start + step)) for start in range(0, nb, step)]
+
+
+def _gather_blocks(x, ids):
+    """x (B, H, nb, block, d) at the key blocks ids (G, n, m), G = 1 or H ->
+    (B, H, n, m * block, d)."""
+    B, H, _, block, d = x.shape
+    G, n, m = ids.shape
+    heads = torch.arange(H, device=x.device).view(H, 1, 1)
+    picked = x[:, :, ids[0]] if G == 1 else x[:, heads, ids]
+    return picked.reshape(B, H, n, m * block, d)
+
+
+def _add_blocks(total, ids, x):
+    """total (B, H, nb, block, d) += x (B, H, n, m * block, d) at the key blocks ids (G, n, m),
+    in place (index_add_: a block that appears in several slots receives all of them)."""
+    B, H, nb, block, d = total.shape
+    G, n, m = ids.shape
+    if G == 1:
+        total.index_add_(2, ids[0].flatten(), x.reshape(B, H, n * m, block, d))
+    else:
+        flat = (torch.arange(H, device=ids.device).view(H, 1, 1) * nb + ids).flatten()
+        total.view(B, H * nb, block, d).index_add_(1, flat, x.reshape(B, H * n * m, block, d))
 
 
 def block_sparse(q, k, v, block, key_blocks, key_allowed, pattern, real):
@@ -166,27 +365,13 @@ def block_sparse(q, k, v, block, key_blocks, key_allowed, pattern, real):
         real (torch.Tensor): (B, T) bool, True = real key.
 
     Returns:
-        (B, H, T, Dv).
+        (B, H, T, Dv). The backward (``_BlockSparse``) costs O(T) like the forward; it keeps the
+        softmax weights (B, H, T, m * block) when a gradient is needed.
     """
-    B, H, T, D = q.shape
-    G, nb, m = key_blocks.shape
-    kb, vb = k.view(B, H, nb, block, D), v.view(B, H, nb, block, v.shape[-1])
-    offsets = torch.arange(block, device=q.device)
-    heads = torch.arange(H, device=q.device).view(H, 1, 1)
-    step = max(1, SCORE_BUDGET // (B * H * block * m * block))
-    outs = []
-    for start in range(0, nb, step):
-        ids = key_blocks[:, start:start + step]
-        n = ids.shape[1]
-        # (B, H, n, m, block, D): every query block's own key blocks, per head when G = H
-        index = (slice(None), slice(None), ids[0]) if G == 1 else (slice(None), heads, ids)
-        keys = kb[index].reshape(B, H, n, m * block, D)
-        values = vb[index].reshape(B, H, n, m * block, -1)
-        j = (ids[..., None] * block + offsets).view(G, n, 1, m * block)
-        per_key = key_allowed[:, start:start + step, None] & real[:, j]  # (B, G, n, 1, m * block)
-        queries = q[:, :, start * block:(start + n) * block].reshape(B, H, n, block, D)
-        outs.append(attend(queries, keys, values, per_key & pattern).reshape(B, H, n * block, -1))
-    return torch.cat(outs, dim=2)
+    args = (q, k, v, block, key_blocks, key_allowed, pattern, real)
+    if _needs_grad(q, k, v):
+        return _BlockSparse.apply(*args)
+    return _block_sparse_forward(*args, keep=False)[0]
 
 
 class SparseAttention(Attention):
@@ -231,3 +416,31 @@ def largest_intermediate(fn, *args, **kwargs):
     with _LargestOutput() as mode:
         result = fn(*args, **kwargs)
     return result, mode.largest
+
+
+class _ElementsWritten(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        if func.is_view:
+            return result
+        if func.overloadpacket is torch.ops.aten.index_add_:  # writes its source's rows only
+            self.count += args[3].numel()
+            return result
+        for out in result if isinstance(result, (tuple, list)) else (result,):
+            if isinstance(out, torch.Tensor):
+                self.count += out.numel()
+        return result
+
+
+def elements_written(fn, *args, **kwargs):
+    """Run ``fn(*args, **kwargs)`` and return (its result, the number of tensor elements that the
+    aten operations it ran wrote: every output of a non-view operation, the backward's too when
+    ``fn`` calls it). A measure of work that does not depend on the machine's load: the tests'
+    check that forward and backward grow linearly in T."""
+    with _ElementsWritten() as mode:
+        result = fn(*args, **kwargs)
+    return result, mode.count

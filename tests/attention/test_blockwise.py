@@ -114,6 +114,78 @@ def test_block_sparse_against_explicit_mask():
     torch.testing.assert_close(out, blockwise.explicit_attention(q, k, v, allowed), rtol=1e-12, atol=1e-12)
 
 
+def _block_pairs(ids, key_allowed, pattern, real, block):
+    """The allowed (B, H or 1, T, T) pairs of ``block_sparse``'s table, written out pair by pair."""
+    G, nb, m = ids.shape
+    B, T = real.shape
+    allowed = torch.zeros(B, G, T, T, dtype=torch.bool)
+    for b, g, i, c in itertools.product(range(B), range(G), range(T), range(m * block)):
+        j = int(ids[g, i // block, c // block]) * block + c % block
+        if key_allowed[g, i // block, c] and pattern[i % block, c] and real[b, j]:
+            allowed[b, g, i, j] = True
+    return allowed
+
+
+@pytest.mark.parametrize("per_head", [False, True])
+def test_block_sparse_gradcheck_over_several_steps(per_head, monkeypatch):
+    """The custom backward of block_sparse (float64 gradcheck) with one query block a step, a
+    table per head or shared, a causal pattern inside the own block and rows without any key."""
+    monkeypatch.setattr(blockwise, "SCORE_BUDGET", 1)
+    block, nb, H = 3, 4, 2
+    q, k, v = (x.requires_grad_() for x in random_qkv(B=2, H=H, T=block * nb, D=3, Dv=2))
+    real = torch.ones(2, block * nb, dtype=torch.bool)
+    real[1, :block] = False  # batch 1: query block 0 has no key (its own block is padding)
+    own = torch.arange(nb)
+    if per_head:  # head 0: previous and own block; head 1: own block and block 3 (twice: one slot off)
+        ids = torch.stack([torch.stack([(own - 1).clamp(min=0), own], 1), torch.stack([own, own.new_full((nb,), 3)], 1)])
+        slot = torch.stack([torch.stack([own > 0, own >= 0], 1), torch.stack([own >= 0, own != 3], 1)])
+    else:
+        ids, slot = torch.stack([(own - 1).clamp(min=0), own], 1)[None], torch.stack([own > 0, own >= 0], 1)[None]
+    key_allowed = slot.repeat_interleave(block, dim=2)
+    pattern = torch.cat([torch.ones(block, block, dtype=torch.bool), torch.ones(block, block, dtype=torch.bool).tril()], 1)
+    if per_head:
+        pattern = torch.ones(block, 2 * block, dtype=torch.bool)
+    out = blockwise.block_sparse(q, k, v, block, ids, key_allowed, pattern, real)
+    allowed = _block_pairs(ids, key_allowed, pattern, real, block)
+    assert not allowed[1, 0, :block].any()  # head 0 of batch 1: rows without a key
+    torch.testing.assert_close(out, blockwise.explicit_attention(q, k, v, allowed), rtol=1e-12, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda *x: blockwise.block_sparse(*x, block, ids, key_allowed, pattern, real),
+                                    (q, k, v), eps=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("causal,per_row", list(itertools.product([False, True], [False, True])))
+def test_attend_rows_gradcheck_over_several_key_chunks(causal, per_row, monkeypatch):
+    """attend_rows (one key a chunk) against the explicit softmax, and its custom backward
+    (float64 gradcheck), rows shared by every head or per (batch, head), rows without a key."""
+    monkeypatch.setattr(blockwise, "SCORE_BUDGET", 1)
+    n = 10
+    q, k, v = (x.requires_grad_() for x in random_qkv(B=2, H=2, T=n, D=3, Dv=2))
+    real = padding_mask("left", 2, n, pads=(0, 4))  # batch 1: causal rows 0..3 have no key
+    rows = torch.tensor([0, 7, 3]) if not per_row else torch.tensor([[[0, 7, 3], [9, 2, 2]], [[1, 0, 8], [5, 6, 0]]])
+    expected = attention.build("softmax_reference")(q, k, v, causal=causal, attention_mask=real)
+    index = rows.expand(2, 2, 3)[..., None]
+    torch.testing.assert_close(blockwise.attend_rows(q.gather(2, index.expand(-1, -1, -1, 3)), rows, k, v, causal, real),
+                               expected.gather(2, index.expand(-1, -1, -1, 2)), rtol=1e-12, atol=1e-12)
+    q_rows = q.gather(2, index.expand(-1, -1, -1, 3)).detach().requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, b, c: blockwise.attend_rows(a, rows, b, c, causal, real), (q_rows, k, v),
+                                    eps=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("name,params", [("longformer", dict(window=6, num_global=2, chunk_size=8)),
+                                         ("bigbird", dict(block_size_sparse=8))])
+def test_forward_and_backward_work_grow_linearly_in_T(name, params, monkeypatch):
+    """Elements written by the forward and backward at T and 4 T, with steps of two query blocks
+    (a small SCORE_BUDGET): 4 times as many. (Autograd's backward of each step's gathers wrote a
+    (B, H, T, D) gradient per step; the global rows' groups did the same.)"""
+    monkeypatch.setattr(blockwise, "SCORE_BUDGET", 2 * 2 * 8 * 8 * 8)  # B H block^2 m: bigbird's 8 blocks
+    counts = []
+    for n in (256, 1024):
+        q, k, v = (x.requires_grad_() for x in random_qkv(B=1, H=2, T=n, D=8, dtype=torch.float32))
+        module = attention.build(name, **params)
+        counts.append(blockwise.elements_written(lambda: module(q, k, v, causal=True).sum().backward())[1])
+    assert counts[1] <= 4.3 * counts[0]
+
+
 def test_small_helpers():
     x = torch.ones(2, 3, 5, 4)
     assert blockwise.pad_positions(x, 4).shape == (2, 3, 8, 4) and blockwise.pad_positions(x, 5) is x

@@ -38,6 +38,7 @@ import sys
 
 from data import atomic_write
 import provenance
+from scripts.analysis.runs import attention_label, find_runs
 
 TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
 TITLES = ("ListOps", "Text", "Retrieval", "Image", "Pathfinder", "Path-X")
@@ -57,25 +58,6 @@ PUBLISHED_STEPS = [  # FAST Table 2: training steps per second on an RTX A5000, 
     ("fastmax1", "FAST Table 2 (RTX A5000)", (47.4, 26.7, 24.7, 12.8, 24.4, None), 27.2),
     ("fastmax2", "FAST Table 2 (RTX A5000)", (11.6, 6.1, 6.9, 3.0, 6.8, None), 6.9),
 ]
-
-
-def find_runs(paths):
-    """Every final_metrics.json file under ``paths`` (files or directories, searched recursively)."""
-    files = []
-    for p in paths:
-        if os.path.isfile(p):
-            files.append(p)
-        for root, _, names in os.walk(p):
-            files += [os.path.join(root, n) for n in names if n == "final_metrics.json"]
-    return sorted(set(files))
-
-
-def attention_label(cfg):
-    """Row label of a run's config: softmax, fastmax<p>, dense, or the attention name."""
-    name = cfg.get("attention", "softmax")
-    if name == "fastmax":
-        return f"fastmax{cfg.get('attention_params', {}).get('p', 2)}"
-    return name
 
 
 def task_column(cfg):

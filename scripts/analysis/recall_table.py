@@ -1,0 +1,177 @@
+"""The multi-query associative recall (MQAR) table: test accuracy per attention x cell (sequence
+length, key-value pairs, width), mean and spread over seeds at the learning rate picked on seed 0,
+and training tokens per second (issue 25; tasks/recall.py, scripts/sweeps/recall.sh).
+
+    python -m scripts.analysis.recall_table table out/recall [more dirs] [--out=results/recall]
+    python -m scripts.analysis.recall_table pick out/recall --attention=softmax --seq_len=256 \\
+        --num_pairs=16 --d_model=64            # prints the picked learning rate (%g)
+
+Reads every ``final_metrics.json`` under the paths (train.py's final metrics of task "recall").
+Picking: among the seed-0 runs of one attention and cell, the highest validation accuracy of the
+selected checkpoint (``best_metric``; test accuracy never decides), ties to the smaller rate. The
+cell's entry is then every seed's run at that rate.
+
+Writes to ``--out``:
+- ``summary.csv``: one row per run, columns ``attention, seq_len, num_pairs, d_model, seed,
+  test_accuracy, tokens_per_s`` (accuracy a fraction over query positions; tokens/s = training
+  tokens (iters x batch x length) per second of training, evaluation excluded), then
+  ``learning_rate, val_accuracy, picked`` (whether the run is at its cell's picked rate);
+- ``recall_table.md``: accuracy mean +- standard deviation (min-max, seeds) per attention x cell,
+  tokens/s per attention x cell (median over the cell's runs), and Zoology's numbers where the
+  setting matches (Arora et al. 2023, "Zoology: Measuring and Improving Recall in Efficient
+  Language Models", Figure 2: attention about 1.0 in every cell; their models have no MLP).
+
+Exit status 1 (SystemExit) when no recall run is found, or (pick) no seed-0 run of the cell.
+"""
+import argparse
+import csv
+import io
+import json
+import os
+import statistics
+import sys
+
+import provenance
+from data import atomic_write
+from scripts.analysis.runs import attention_label, find_runs
+
+COLUMNS = ("attention", "seq_len", "num_pairs", "d_model", "seed", "test_accuracy", "tokens_per_s",
+           "learning_rate", "val_accuracy", "picked")
+ZOOLOGY_NOTE = ("Zoology (Arora et al. 2023, Figure 2; 2 layers, one head, no MLP, 100k examples, best of 4 "
+                "learning rates in 1e-4..1e-2, 64 epochs): attention about 1.0 in every cell; at 256/16 "
+                "BaseConv, H3, RWKV and Hyena 0.05-0.14 at width 64 and 0.54-0.82 at width 256.")
+
+
+def read_runs(files):
+    """One dict per recall run (the COLUMNS but ``picked``), from final_metrics.json files."""
+    runs = []
+    for path in files:
+        with open(path) as f:
+            metrics = json.load(f)
+        cfg = metrics.get("config", {})
+        if cfg.get("task") != "recall" or "test_accuracy" not in metrics:
+            continue
+        tokens = metrics["iters"] * cfg["batch_size"] * cfg["block_size"]
+        runs.append({"attention": attention_label(cfg), "seq_len": cfg["block_size"], "num_pairs": cfg["recall_pairs"],
+                     "d_model": cfg["n_embd"], "seed": cfg["seed"], "test_accuracy": metrics["test_accuracy"],
+                     "tokens_per_s": tokens / metrics["train_time_s"] if metrics.get("train_time_s") else None,
+                     "learning_rate": cfg["learning_rate"], "val_accuracy": metrics["best_metric"]["value"],
+                     "path": path})
+    return runs
+
+
+def cell_key(run):
+    return run["attention"], run["seq_len"], run["num_pairs"], run["d_model"]
+
+
+def pick_rate(runs, key):
+    """The learning rate picked for one (attention, seq_len, num_pairs, d_model): the seed-0 run with
+    the highest validation accuracy, ties to the smaller rate; None without a seed-0 run."""
+    candidates = [r for r in runs if cell_key(r) == key and r["seed"] == 0]
+    if not candidates:
+        return None
+    return min(candidates, key=lambda r: (-r["val_accuracy"], r["learning_rate"]))["learning_rate"]
+
+
+def mark_picked(runs):
+    """Set ``picked`` on every run: its learning rate is the one picked for its cell."""
+    rates = {key: pick_rate(runs, key) for key in {cell_key(r) for r in runs}}
+    for r in runs:
+        r["picked"] = r["learning_rate"] == rates[cell_key(r)]
+    return runs
+
+
+def _cell_label(seq_len, num_pairs, d_model):
+    return f"{seq_len}/{num_pairs} w{d_model}"
+
+
+def _order(attentions):
+    first = ["softmax", "fastmax1", "fastmax2", "dense"]
+    return [a for a in first if a in attentions] + sorted(a for a in attentions if a not in first)
+
+
+def tables(runs):
+    """(accuracy rows, tokens/s rows, cell labels) for the markdown: rows per attention, a column per cell."""
+    cells = sorted({k[1:] for k in map(cell_key, runs)})
+    labels = [_cell_label(*c) for c in cells]
+    accuracy, speed = [], []
+    for attention in _order({r["attention"] for r in runs}):
+        acc_row, speed_row = [attention], [attention]
+        for cell in cells:
+            chosen = [r for r in runs if cell_key(r) == (attention, *cell) and r["picked"]]
+            values = [r["test_accuracy"] for r in chosen]
+            if not values:
+                acc_row.append("-")
+            elif len(values) == 1:
+                acc_row.append(f"{values[0]:.3f} (1 seed)")
+            else:
+                acc_row.append(f"{statistics.mean(values):.3f} +- {statistics.stdev(values):.3f} "
+                               f"({min(values):.3f}-{max(values):.3f}, {len(values)} seeds)")
+            rates = [r["tokens_per_s"] for r in runs if cell_key(r) == (attention, *cell) and r["tokens_per_s"]]
+            speed_row.append(f"{statistics.median(rates):,.0f}" if rates else "-")
+        accuracy.append(acc_row)
+        speed.append(speed_row)
+    return accuracy, speed, labels
+
+
+def _markdown_table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows])
+
+
+def markdown(runs):
+    accuracy, speed, labels = tables(runs)
+    return "\n\n".join([
+        "# MQAR test accuracy (fraction of query positions), mean +- std over seeds at the picked learning rate",
+        _markdown_table(["attention", *labels], accuracy),
+        "# Training tokens per second (median over the cell's runs; this machine, see the manifest)",
+        _markdown_table(["attention", *labels], speed),
+        ZOOLOGY_NOTE, ""])
+
+
+def summary_csv(runs):
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for r in sorted(runs, key=lambda r: (*cell_key(r), r["learning_rate"], r["seed"])):
+        writer.writerow(r)
+    return buffer.getvalue()
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("command", choices=("table", "pick"))
+    ap.add_argument("paths", nargs="+", help="run dirs or final_metrics.json files (searched recursively)")
+    ap.add_argument("--out", default="results/recall", help="table: output folder")
+    ap.add_argument("--attention", help="pick: attention label (softmax, fastmax1, fastmax2, dense, linear, ...)")
+    ap.add_argument("--seq_len", type=int)
+    ap.add_argument("--num_pairs", type=int)
+    ap.add_argument("--d_model", type=int)
+    args = ap.parse_args(argv)
+    runs = read_runs(find_runs(args.paths))
+    if not runs:
+        sys.exit(f"no recall run (final_metrics.json of task recall) under {', '.join(args.paths)}")
+    if args.command == "pick":
+        key = (args.attention, args.seq_len, args.num_pairs, args.d_model)
+        if None in key:
+            sys.exit("pick needs --attention, --seq_len, --num_pairs and --d_model")
+        rate = pick_rate(runs, key)
+        if rate is None:
+            sys.exit(f"no seed-0 run of {key} under {', '.join(args.paths)}")
+        print(f"{rate:g}")
+        return
+    mark_picked(runs)
+    os.makedirs(args.out, exist_ok=True)
+    for name, text in (("summary.csv", summary_csv(runs)), ("recall_table.md", markdown(runs))):
+        atomic_write(os.path.join(args.out, name), lambda tmp, t=text: _write_text(tmp, t))
+        print(f"wrote {os.path.join(args.out, name)}")
+    provenance.record(os.path.join(args.out, "recall_table"), extra={"outputs": ["summary.csv", "recall_table.md"]})
+
+
+def _write_text(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""scripts/analysis/recall_table.py: the learning rate picked on seed 0 by validation accuracy, the
+cell's seeds at that rate, summary.csv's columns and the markdown table."""
+import csv
+import json
+
+import pytest
+
+from scripts.analysis import recall_table
+
+
+def write_run(root, attention, lr, seed, val, test, seq_len=64, pairs=4, width=64, params=None):
+    folder = root / f"{attention}_lr{lr:g}_s{seed}_T{seq_len}_w{width}"
+    folder.mkdir(parents=True)
+    cfg = {"task": "recall", "attention": attention, "attention_params": params or {}, "block_size": seq_len,
+           "recall_pairs": pairs, "n_embd": width, "seed": seed, "learning_rate": lr, "batch_size": 64}
+    metrics = {"test_accuracy": test, "iters": 100, "train_time_s": 10.0,
+               "best_metric": {"name": "val_accuracy", "value": val}, "config": cfg}
+    (folder / "final_metrics.json").write_text(json.dumps(metrics))
+
+
+@pytest.fixture
+def runs_dir(tmp_path):
+    root = tmp_path / "runs"
+    # softmax: 3e-3 has the best val on seed 0 (its test is worse than 1e-3's: test never decides)
+    write_run(root, "softmax", 1e-3, 0, val=0.50, test=0.90)
+    write_run(root, "softmax", 3e-3, 0, val=0.95, test=0.80)
+    write_run(root, "softmax", 3e-3, 1, val=0.97, test=0.96)
+    write_run(root, "softmax", 3e-3, 2, val=0.99, test=1.00)
+    # fastmax p = 2: a tie on val goes to the smaller rate
+    write_run(root, "fastmax", 1e-2, 0, val=0.30, test=0.30, params={"p": 2})
+    write_run(root, "fastmax", 1e-3, 0, val=0.30, test=0.20, params={"p": 2})
+    write_run(root, "softmax", 1e-3, 0, val=0.2, test=0.2, seq_len=256, pairs=16)
+    (root / "not_recall").mkdir()
+    (root / "not_recall" / "final_metrics.json").write_text(json.dumps({"config": {"task": "lm"}}))
+    return root
+
+
+def test_pick_by_validation_accuracy_ties_to_smaller_rate(runs_dir, capsys):
+    runs = recall_table.read_runs(recall_table.find_runs([str(runs_dir)]))
+    assert len(runs) == 7
+    assert recall_table.pick_rate(runs, ("softmax", 64, 4, 64)) == 3e-3
+    assert recall_table.pick_rate(runs, ("fastmax2", 64, 4, 64)) == 1e-3
+    assert recall_table.pick_rate(runs, ("softmax", 64, 4, 128)) is None
+    recall_table.main(["pick", str(runs_dir), "--attention=softmax", "--seq_len=64", "--num_pairs=4", "--d_model=64"])
+    assert capsys.readouterr().out.strip() == "0.003"
+    with pytest.raises(SystemExit, match="no seed-0 run"):
+        recall_table.main(["pick", str(runs_dir), "--attention=linear", "--seq_len=64", "--num_pairs=4",
+                           "--d_model=64"])
+
+
+def test_table_writes_summary_and_markdown(runs_dir, tmp_path):
+    out = tmp_path / "out"
+    recall_table.main(["table", str(runs_dir), f"--out={out}"])
+    rows = list(csv.DictReader(open(out / "summary.csv")))
+    assert list(rows[0])[:7] == ["attention", "seq_len", "num_pairs", "d_model", "seed", "test_accuracy",
+                                 "tokens_per_s"]
+    assert len(rows) == 7
+    assert float(rows[0]["tokens_per_s"]) == pytest.approx(100 * 64 * 64 / 10.0)
+    picked = [r for r in rows if r["attention"] == "softmax" and r["seq_len"] == "64" and r["picked"] == "True"]
+    assert sorted(float(r["test_accuracy"]) for r in picked) == [0.80, 0.96, 1.00]
+    table = (out / "recall_table.md").read_text()
+    # mean and sample standard deviation of 0.80, 0.96, 1.00
+    assert "| softmax | 0.920 +- 0.106 (0.800-1.000, 3 seeds) | 0.200 (1 seed) |" in table
+    assert "| fastmax2 | 0.200 (1 seed) | - |" in table
+    assert json.loads((out / "manifest.json").read_text())
+
+
+def test_no_runs_is_an_error(tmp_path):
+    with pytest.raises(SystemExit, match="no recall run"):
+        recall_table.main(["table", str(tmp_path)])

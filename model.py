@@ -54,6 +54,13 @@ class ModelConfig:
             block; frequencies theta_i from ``relpe_freqs``; any T) or "none" (any T).
         embedding_init_std: standard deviation of the token embedding's N(0, std^2) initialisation
             (GPT-2: 0.02; the LRA transformers: 1.0, beside their sinusoidal positions of amplitude 1).
+        token_shift: False (default) or True: the embedding output e_t (token plus added position
+            embedding) becomes e_t + W_s e_(t-1) before the first block (e_(-1) = 0; W_s a learned
+            C x C matrix). A one-step mixing of neighbours like RWKV's token shift (Peng et al. 2023,
+            "RWKV: Reinventing RNNs for the Transformer Era") and H3's shift SSM (Fu et al. 2023,
+            "Hungry Hungry Hippos"); it looks back only, so it keeps a GPT causal. On associative
+            recall it hands each value its key, so attention does the lookup without first forming
+            a previous-token head (docs/recall.md).
         layer_scheme: DANet layers cycled over the stack, one letter per layer: "G" global, "L"
             local (windows of ``window``), "S" shifted local (windows moved by window / 2); e.g.
             "LSG" (paper Sec. 3.3). Transformer blocks accept only "G".
@@ -88,6 +95,7 @@ class ModelConfig:
     block: str = "transformer"
     pos_emb: str = "learned"
     embedding_init_std: float = 0.02
+    token_shift: bool = False
     layer_scheme: str = "G"
     window: int = 0
     pad_token_id: int = -1
@@ -113,6 +121,8 @@ class ModelConfig:
                              f"got {self.n_embd}")
         if not self.embedding_init_std > 0:
             raise ValueError(f"embedding_init_std must be > 0; got {self.embedding_init_std}")
+        if not isinstance(self.token_shift, bool):
+            raise ValueError(f"token_shift must be True or False; got {self.token_shift!r}")
         if not self.layer_scheme or set(self.layer_scheme) - set(LAYER_KINDS):
             raise ValueError(f"layer_scheme must be a non-empty string of the letters {', '.join(LAYER_KINDS)} "
                              f"(G global, L local, S shifted local); got {self.layer_scheme!r}")
@@ -143,12 +153,14 @@ class ModelConfig:
 
 
 # The architecture keys above GPT-2's, as config keys of the training tasks (defaults = ModelConfig's).
-ARCHITECTURE_DEFAULTS = dict(block="transformer", pos_emb="learned", embedding_init_std=0.02, layer_scheme="G",
+ARCHITECTURE_DEFAULTS = dict(block="transformer", pos_emb="learned", embedding_init_std=0.02, token_shift=False,
+                             layer_scheme="G",
                              window=0, maxnorm_eps=1e-3, ffn_linf_norm=0.0, relpe_freqs="paper")
 ARCHITECTURE_HELP = dict(
     block="transformer (GPT-2 pre-LN block) | danet (DenseAttention Network block; needs attention=dense)",
     pos_emb="learned (T <= block_size) | sinusoidal (fixed table, any T) | cosine_relpe (Cosine RelPE, any T) | none",
     embedding_init_std="std of the token embedding's initialisation (GPT-2 0.02; LRA 1.0)",
+    token_shift="add W_s e_(t-1) to the embedding output e_t before the first block (RWKV's token shift)",
     layer_scheme="DANet layers cycled over the stack: G global, L local, S shifted local (e.g. LSG)",
     window="window of the DANet L and S layers (positions)",
     maxnorm_eps="eps of DANet's MaxNormActivation x / (max|x| + eps)",
@@ -479,6 +491,7 @@ class Transformer(nn.Module):
         self.wte = nn.Embedding(config.vocab_size, config.n_embd)
         self.wpe = nn.Embedding(config.block_size, config.n_embd) if config.pos_emb == "learned" else None
         self.drop = nn.Dropout(config.dropout)
+        self.shift = nn.Linear(config.n_embd, config.n_embd, bias=False) if config.token_shift else None
         block = DANetBlock if config.block == "danet" else Block
         self.h = nn.ModuleList([block(config, causal, i) for i in range(config.n_layer)])
         self.ln_f = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon, bias=config.bias)
@@ -509,6 +522,8 @@ class Transformer(nn.Module):
             x = x + self.wpe(torch.arange(T, device=idx.device))
         elif self.config.pos_emb == "sinusoidal":
             x = x + self.position_table(T, x.device, x.dtype)
+        if self.shift is not None:
+            x = x + self.shift(F.pad(x[:, :-1], (0, 0, 1, 0)))  # e_t + W_s e_(t-1), e_(-1) = 0
         if self.config.block == "danet" and attention_mask is not None:
             x = x * attention_mask[..., None].to(x.dtype)  # PAD fixed at zero (Sec. 3.1)
         x = self.drop(x)

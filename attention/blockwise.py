@@ -125,13 +125,6 @@ def attend(q, k, v, allowed, bias=None, with_lse=False):
     return out, (top + torch.log(total)).squeeze(-1).masked_fill(empty.squeeze(-1), float("-inf"))
 
 
-def _softmax_backward_(grad, weights):
-    """The gradient of the scores from ``grad``, that of the softmax weights ``weights`` (last
-    dim): weights * (grad - sum(grad * weights)), torch's softmax backward, written into ``grad``
-    (a temporary of the caller)."""
-    return grad.sub_((grad * weights).sum(-1, keepdim=True)).mul_(weights)
-
-
 def _key_chunks(q_rows, rows, k, causal, real):
     """The chunks of keys of ``attend_rows``: (start, stop, allowed (B, 1 or H, n, stop - start))
     with at most SCORE_BUDGET scores each (every row against the chunk)."""
@@ -297,7 +290,6 @@ class _BlockSparse(torch.autograd.Function):
         Dv = v.shape[-1]
         G, nb, m = key_blocks.shape
         kb, vb = k.view(B, H, nb, block, D), v.view(B, H, nb, block, Dv)
-        scale = 1 / math.sqrt(D)
         dq = torch.empty_like(q)
         dk, dv = torch.zeros_like(kb), torch.zeros_like(vb)
         for (start, stop), w, empty in zip(_steps(q, block, m), weights, empties):
@@ -305,9 +297,10 @@ class _BlockSparse(torch.autograd.Function):
             n = ids.shape[1]
             keys, values = (_gather_blocks(x, ids) for x in (kb, vb))
             grad = grad_out[:, :, start * block:stop * block].reshape(B, H, n, block, Dv).masked_fill(empty, 0.0)
-            queries = q[:, :, start * block:stop * block].reshape(B, H, n, block, D) * scale
-            ds = _softmax_backward_(grad @ values.transpose(-1, -2), w)
-            dq[:, :, start * block:stop * block] = (ds @ keys).reshape(B, H, n * block, D) * scale
+            queries = q[:, :, start * block:stop * block].reshape(B, H, n, block, D) / math.sqrt(D)
+            # the scores' gradient w * (dw - sum(dw * w)), by the kernel of softmax's own backward
+            ds = torch._softmax_backward_data(grad @ values.transpose(-1, -2), w, -1, w.dtype)
+            dq[:, :, start * block:stop * block] = (ds @ keys).reshape(B, H, n * block, D) / math.sqrt(D)
             _add_blocks(dk, ids, ds.transpose(-1, -2) @ queries)
             _add_blocks(dv, ids, w.transpose(-1, -2) @ grad)
         return dq, dk.view_as(k), dv.view_as(v), None, None, None, None, None

@@ -243,21 +243,28 @@ def _block_sparse_forward(q, k, v, block, key_blocks, key_allowed, pattern, real
     for start, stop in _steps(q, block, m):
         ids = key_blocks[:, start:stop]
         n = ids.shape[1]
-        keys, values = (_gather_blocks(x, ids) for x in (kb, vb))
         j = (ids[..., None] * block + offsets).view(G, n, 1, m * block)
         per_key = key_allowed[:, start:stop, None] & real[:, j]  # (B, G, n, 1, m * block)
-        allowed = per_key & pattern
         queries = q[:, :, start * block:stop * block].reshape(B, H, n, block, D)
-        scores = (queries / math.sqrt(D)) @ keys.transpose(-1, -2)
-        empty = ~allowed.any(-1, keepdim=True)
-        # in place, as ``attend``; an all -inf row would be NaN: finite here, zeroed below
-        scores = scores.masked_fill_(~allowed, float("-inf")).masked_fill_(empty, 0.0)
-        w = torch.softmax(scores, dim=-1)
-        outs.append((w @ values).masked_fill(empty, 0.0).reshape(B, H, n * block, -1))
+        out, w, empty = _weights_and_output(queries, _gather_blocks(kb, ids), _gather_blocks(vb, ids),
+                                            per_key & pattern)
+        outs.append(out.reshape(B, H, n * block, -1))
         if keep:
             weights.append(w)
             empties.append(empty)
     return torch.cat(outs, dim=2), weights, empties
+
+
+def _weights_and_output(queries, keys, values, allowed):
+    """One step of ``block_sparse``: the operations of ``attend`` (the same output bit for bit),
+    returning (out, the softmax weights, the rows without an allowed key). A function of its
+    own, so that a step's scores are freed before the next step's."""
+    scores = (queries / math.sqrt(queries.shape[-1])) @ keys.transpose(-1, -2)
+    empty = ~allowed.any(-1, keepdim=True)
+    # in place; an all -inf row would be NaN: finite here, zeroed below
+    scores = scores.masked_fill_(~allowed, float("-inf")).masked_fill_(empty, 0.0)
+    w = torch.softmax(scores, dim=-1)
+    return (w @ values).masked_fill(empty, 0.0), w, empty
 
 
 class _BlockSparse(torch.autograd.Function):

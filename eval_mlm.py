@@ -11,7 +11,12 @@ tokens (the remainder is dropped; at most ``max_sequences`` windows), each frame
 (seed, L): every model evaluated with the same tokenizer, seed and L predicts exactly the same
 positions. Reported per (L, regime): ``mlm_loss`` (mean cross-entropy over all chosen positions
 of the split, nats), ``mlm_accuracy`` (fraction of chosen positions whose most likely token is
-the original), the counts, the wall time and tokens/s (all L tokens of a sequence counted).
+the original), the counts, the wall time and tokens/s (all L tokens of a sequence counted); the
+same loss and accuracy on the chosen positions whose input is [MASK] (``mask_input_*``, 80% of
+them: the kept 10% are nearly free for any model); and beside each, the best context-free
+predictor on the same positions (``context_free_*``: the unigram of the train split and the
+80/10/10 rule, ``tasks.mlm.context_free_terms``) and the margin = context-free loss - model loss
+(> 0: the model uses context).
 
 DANet models (block="danet") are evaluated with every regime of ``regimes`` (default linear and
 quadratic; the paper's claim, Sec. 4.2, is that both give the same metrics); their FFN scales are
@@ -72,8 +77,9 @@ def _int_list(text, key):
     return values
 
 
-def load_model(out_dir, device):
-    """The BertEncoder of ``out_dir/ckpt.pt`` in eval mode (FFN scales folded) and the training config.
+def load_model(out_dir, device, with_meta=False):
+    """The BertEncoder of ``out_dir/ckpt.pt`` in eval mode (FFN scales folded) and the training
+    config (and ``model.load``'s meta: iter_num, path, ... with ``with_meta``).
 
     Raises:
         ConfigError: no checkpoint, or one of another task.
@@ -87,33 +93,82 @@ def load_model(out_dir, device):
     if meta["task"] != "mlm":
         raise ConfigError(f"{path} was trained on task {meta['task']!r}; eval_mlm.py evaluates task 'mlm' checkpoints")
     model.fold_ffn_scales()  # the inference export (appendix G); same outputs
+    if with_meta:
+        return model.to(device).eval(), config, meta
     return model.to(device).eval(), config
 
 
-def evaluate_length(model, tokens, vocab, cfg, L, max_sequences, batch_size, seed, device):
-    """Sums over every masked sequence of length L of ``tokens`` (see the module docstring).
-
-    Returns:
-        dict with mlm_loss, mlm_accuracy, masked_tokens, sequences, tokens, seconds, tokens_per_s.
-    """
+def masked_sequences(tokens, vocab, cfg, L, max_sequences, seed, counts=None):
+    """The split's masked sequences of length L (module docstring), all masking drawn up front
+    with the generator seeded by (seed, L): ``tasks.mlm.make_batch``'s dict on the CPU, with the
+    context-free terms when ``counts`` (the train split's ``tasks.mlm.unigram_counts``) is given."""
     from data import mlm as mlm_data
     from tasks import mlm as mlm_task
 
     windows = mlm_data.consecutive_windows(tokens, L - 2, max_sequences)
-    rng = np.random.default_rng([seed, L])
-    batch = mlm_task.make_batch(windows, vocab, cfg, rng, "cpu")  # all masking drawn up front
-    loss_sum, correct, n_chosen = 0.0, 0, 0
+    return mlm_task.make_batch(windows, vocab, cfg, np.random.default_rng([seed, L]), "cpu", counts)
+
+
+def evaluate_sequences(model, batch, batch_size, device):
+    """The model's loss and accuracy on ``batch`` (``masked_sequences``), over all chosen positions
+    and over those whose input is [MASK], and the context-free predictor's if the batch has its terms.
+
+    Returns:
+        dict: mlm_loss, mlm_accuracy, masked_tokens (all chosen positions); mask_input_loss,
+        mask_input_accuracy, mask_input_tokens; with context-free terms also context_free_loss,
+        context_free_accuracy, margin, mask_input_context_free_loss,
+        mask_input_context_free_accuracy, mask_input_margin (margin = context-free loss - model
+        loss, nats); sequences, tokens, seconds, tokens_per_s.
+    """
+    from tasks import mlm as mlm_task
+
+    sums = dict(loss=0.0, correct=0, n=0, mask_loss=0.0, mask_correct=0, mask_n=0)
+    n_seq, L = batch["idx"].shape
     t0 = time.perf_counter()
     with torch.no_grad():
-        for start in range(0, windows.shape[0], batch_size):
+        for start in range(0, n_seq, batch_size):
             part = {k: v[start:start + batch_size].to(device) for k, v in batch.items()}
-            s, c, n = mlm_task.masked_lm_sums(model, part)
-            loss_sum, correct, n_chosen = loss_sum + float(s), correct + int(c), n_chosen + int(n)
+            nll, hit, chosen = mlm_task.masked_lm_terms(model, part)
+            m = part["mask_input"][chosen]
+            sums["loss"] += float(nll.double().sum())
+            sums["correct"] += int(hit.sum())
+            sums["n"] += int(nll.numel())
+            sums["mask_loss"] += float(nll[m].double().sum())
+            sums["mask_correct"] += int(hit[m].sum())
+            sums["mask_n"] += int(m.sum())
     seconds = time.perf_counter() - t0
-    n_seq = int(windows.shape[0])
-    return {"mlm_loss": loss_sum / max(n_chosen, 1), "mlm_accuracy": correct / max(n_chosen, 1),
-            "masked_tokens": n_chosen, "sequences": n_seq, "tokens": n_seq * L, "seconds": seconds,
-            "tokens_per_s": n_seq * L / max(seconds, 1e-9)}
+    n, n_mask = max(sums["n"], 1), max(sums["mask_n"], 1)
+    out = {"mlm_loss": sums["loss"] / n, "mlm_accuracy": sums["correct"] / n, "masked_tokens": sums["n"],
+           "mask_input_loss": sums["mask_loss"] / n_mask, "mask_input_accuracy": sums["mask_correct"] / n_mask,
+           "mask_input_tokens": sums["mask_n"]}
+    if "context_free_nll" in batch:
+        chosen = batch["labels"] >= 0
+        m = batch["mask_input"] & chosen
+        nll, correct = batch["context_free_nll"].double(), batch["context_free_correct"]
+        out.update(context_free_loss=float(nll[chosen].sum()) / n, context_free_accuracy=int(correct[chosen].sum()) / n,
+                   mask_input_context_free_loss=float(nll[m].sum()) / n_mask,
+                   mask_input_context_free_accuracy=int(correct[m].sum()) / n_mask)
+        out["margin"] = out["context_free_loss"] - out["mlm_loss"]
+        out["mask_input_margin"] = out["mask_input_context_free_loss"] - out["mask_input_loss"]
+    out.update(sequences=int(n_seq), tokens=int(n_seq * L), seconds=seconds,
+               tokens_per_s=n_seq * L / max(seconds, 1e-9))
+    return out
+
+
+def evaluate_length(model, tokens, vocab, cfg, L, max_sequences, batch_size, seed, device, counts=None):
+    """``evaluate_sequences`` on ``masked_sequences`` of length L of ``tokens`` (module docstring)."""
+    batch = masked_sequences(tokens, vocab, cfg, L, max_sequences, seed, counts)
+    return evaluate_sequences(model, batch, batch_size, device)
+
+
+def train_unigram_counts(cfg, vocab):
+    """The add-one unigram counts of the run's train split (``tasks.mlm.unigram_counts``), from
+    which the context-free predictor is fitted; the split must be prepared."""
+    from data import mlm as mlm_data
+    from tasks import mlm as mlm_task
+
+    train = mlm_data.open_split("train", cfg["dataset"], cfg["dataset_config"], cfg["tokenizer"])
+    return mlm_task.unigram_counts(train, vocab.random_ids, vocab.model_vocab_size)
 
 
 def main(argv):
@@ -147,6 +202,7 @@ def main(argv):
                          args["data_source_dir"] or cfg.get("data_source_dir", ""), bert_vocab, verbose=False)
         tokens = mlm_data.open_split(args["split"], cfg["dataset"], cfg["dataset_config"], cfg["tokenizer"])
         vocab = mlm_data.vocab_info(cfg["tokenizer"], bert_vocab)
+        counts = train_unigram_counts(cfg, vocab)
     except (DataError, ValueError) as e:
         raise ConfigError(str(e)) from None
 
@@ -160,11 +216,13 @@ def main(argv):
             if regime is not None:
                 model.set_attention("dense", {**base_params, "regime": regime})
             result = evaluate_length(model, tokens, vocab, cfg, L, args["max_sequences"], args["batch_size"],
-                                     args["seed"], args["device"])
+                                     args["seed"], args["device"], counts)
             rows.append({"seq_len": L, "regime": regime, "attention": model.config.attention, **result})
             print(f"L={L:>6} {('regime=' + regime) if regime else model.config.attention:>18}: "
                   f"mlm_loss {result['mlm_loss']:.4f}, mlm_accuracy {result['mlm_accuracy']:.4f} "
-                  f"({result['masked_tokens']:,} masked tokens in {result['sequences']:,} sequences), "
+                  f"({result['masked_tokens']:,} masked tokens in {result['sequences']:,} sequences); "
+                  f"[MASK] inputs: loss {result['mask_input_loss']:.4f}, context-free "
+                  f"{result['mask_input_context_free_loss']:.4f}, margin {result['mask_input_margin']:+.4f}; "
                   f"{result['tokens_per_s']:,.0f} tok/s", flush=True)
     summary = {}
     for L in seq_lens:

@@ -76,8 +76,16 @@ class ModelConfig:
             with pos_emb="cosine_relpe"; see ``cosine_relpe``): "paper" (default; Eq. 6,
             theta_i = 10000^(-2i/D)) or "authors" (theta_i = 10000^(-i/D), the authors' code,
             andrewargatkiny/dense-attention ``src/positional_embeddings.py``, ``TrigRelPEBase``).
-            With either, positions are global (0..T-1) in every layer; the authors' code restarts
-            them in each window of its local layers (not done here).
+        relpe_local_positions: DANet with Cosine RelPE and local layers only. False (default):
+            positions are global (0..T-1) in every layer. True: in the "L" and "S" layers the
+            position m of a token is counted from the start of its window (``relpe_positions``),
+            as the authors' code does (``local_relpe=True``, ``apply_local_relpe``); global layers
+            keep 0..T-1.
+        embedding_maxnorm: False (default) or True: the embedding output (token embedding plus
+            the added position embedding, if any) goes through MaxNorm x / (max_i |x_i| +
+            ``maxnorm_eps``) before the first block, as the authors' DANet BERT configs do
+            (``"embedding_ln_type": "max_norm"``: ``MaxNormActivation``, eps 1e-3, at the end of
+            ``DANetEmbeddings``, before its dropout).
     """
     block_size: int = 1024
     vocab_size: int = 50304
@@ -102,6 +110,8 @@ class ModelConfig:
     maxnorm_eps: float = 1e-3
     ffn_linf_norm: float = 0.0
     relpe_freqs: str = "paper"
+    relpe_local_positions: bool = False
+    embedding_maxnorm: bool = False
 
     def __post_init__(self):
         if self.n_embd % self.n_head:
@@ -116,6 +126,17 @@ class ModelConfig:
             raise ValueError(f"relpe_freqs must be one of {', '.join(RELPE_FREQS)} (Cosine RelPE frequencies: "
                              f"paper = 10000^(-2i/D), Eq. 6; authors = 10000^(-i/D), their code); "
                              f"got {self.relpe_freqs!r}")
+        for key in ("relpe_local_positions", "embedding_maxnorm"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"{key} must be True or False; got {getattr(self, key)!r}")
+        if self.relpe_local_positions:
+            if self.pos_emb != "cosine_relpe" or self.block != "danet":
+                raise ValueError(f"relpe_local_positions=True restarts Cosine RelPE positions in each window of a "
+                                 f"DANet local layer: it needs pos_emb='cosine_relpe' and block='danet'; got "
+                                 f"pos_emb={self.pos_emb!r}, block={self.block!r}")
+            if not set(self.layer_scheme) & {"L", "S"}:
+                raise ValueError(f"relpe_local_positions=True needs local layers (L or S in layer_scheme); "
+                                 f"layer_scheme {self.layer_scheme!r} has none")
         if self.pos_emb == "sinusoidal" and self.n_embd % 2:
             raise ValueError(f"pos_emb='sinusoidal' pairs a sine and a cosine per frequency: n_embd must be even; "
                              f"got {self.n_embd}")
@@ -155,7 +176,8 @@ class ModelConfig:
 # The architecture keys above GPT-2's, as config keys of the training tasks (defaults = ModelConfig's).
 ARCHITECTURE_DEFAULTS = dict(block="transformer", pos_emb="learned", embedding_init_std=0.02, token_shift=False,
                              layer_scheme="G",
-                             window=0, maxnorm_eps=1e-3, ffn_linf_norm=0.0, relpe_freqs="paper")
+                             window=0, maxnorm_eps=1e-3, ffn_linf_norm=0.0, relpe_freqs="paper",
+                             relpe_local_positions=False, embedding_maxnorm=False)
 ARCHITECTURE_HELP = dict(
     block="transformer (GPT-2 pre-LN block) | danet (DenseAttention Network block; needs attention=dense)",
     pos_emb="learned (T <= block_size) | sinusoidal (fixed table, any T) | cosine_relpe (Cosine RelPE, any T) | none",
@@ -167,6 +189,10 @@ ARCHITECTURE_HELP = dict(
     ffn_linf_norm="DANet: l_inf norm of the FFN weights after every optimizer step (0 = no rescaling)",
     relpe_freqs="Cosine RelPE frequencies over head dims i = 0..D-1: paper (Eq. 6, 10000^(-2i/D)) | "
                 "authors (their code, 10000^(-i/D))",
+    relpe_local_positions="DANet + Cosine RelPE: positions counted from each window's start in the L and S layers "
+                          "(the authors' code) instead of 0..T-1",
+    embedding_maxnorm="MaxNorm x / (max|x| + maxnorm_eps) on the embedding output before the first block "
+                      "(the authors' DANet BERT configs)",
 )
 
 
@@ -228,6 +254,25 @@ def cosine_relpe(T, head_dim, device=None, dtype=torch.float32, freqs="paper"):
     theta = RELPE_BASE ** (-RELPE_FREQS[freqs] * i / head_dim)
     m = torch.arange(T, dtype=torch.float64, device=device)
     return torch.cos(m[:, None] * theta[None, :]).to(dtype)
+
+
+def relpe_positions(T, window=0, shift=False, device=None):
+    """The position m of each token 0..T-1 that Cosine RelPE uses in one layer; a (T,) int64 tensor.
+
+    ``window`` 0 (a global layer): m = t. A local layer (windows [0, w), [w, 2w), ...): m = t mod w,
+    counted from the start of the token's window. A shifted-local layer (``shift``; windows start
+    at w / 2, the sequence padded by w / 2 in front): m = (t + w/2) mod w, counted from the start
+    of the padded window, so the first w / 2 tokens sit at w/2 ... w-1. This is the authors' code
+    (andrewargatkiny/dense-attention, ``src/dense_attention.py``: ``_forward_chunked`` applies
+    ``apply_local_relpe`` of ``src/positional_embeddings.py``, the first w rows of the table
+    repeated per window, after ``forward_shifted_local`` padded w / 2 in front), including its two
+    short-sequence cases: T <= w uses 0..T-1 (one window), and a shifted layer with T <= w / 2
+    runs as a global layer, also 0..T-1.
+    """
+    t = torch.arange(T, device=device)
+    if not window or T <= (window // 2 if shift else window):
+        return t
+    return (t + (window // 2 if shift else 0)) % window
 
 
 def sinusoidal_positions(T, n_embd, device=None, dtype=torch.float32):
@@ -478,7 +523,10 @@ class Transformer(nn.Module):
     -> (B, T, C) hidden states after ``ln_f``. Block i gets ``layer_idx = i``. With
     ``pad_token_id`` >= 0, positions holding that id are padding as well. In a DANet model the
     embedding of every padded position is zero (paper Sec. 3.1: the PAD representation is fixed
-    at 0, so no mask is needed inside the blocks), position embedding included.
+    at 0, so no mask is needed inside the blocks), position embedding included. With
+    ``embedding_maxnorm`` the sum of token and position embeddings goes through MaxNorm first.
+    Cosine RelPE factors come from ``relpe_tables`` (window-local in L / S layers with
+    ``relpe_local_positions``).
 
     Raises:
         ValueError: if T exceeds ``block_size`` with learned position embeddings (the message
@@ -496,6 +544,7 @@ class Transformer(nn.Module):
         self.h = nn.ModuleList([block(config, causal, i) for i in range(config.n_layer)])
         self.ln_f = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon, bias=config.bias)
         self._table_cache = None
+        self._relpe_cache = None
 
     def position_table(self, T, device, dtype):
         """The fixed position table of ``config.pos_emb``: (T, D) Cosine RelPE factors
@@ -509,6 +558,25 @@ class Transformer(nn.Module):
                      else sinusoidal_positions(T, C, device, dtype))
             self._table_cache = (key, table)
         return self._table_cache[1]
+
+    def relpe_tables(self, T, device, dtype):
+        """Cosine RelPE factors per layer kind: {"G": the (T, D) table of positions 0..T-1,
+        "L": ..., "S": ...}. Without ``config.relpe_local_positions`` every kind gets the global
+        table; with it, the L and S layers get the rows of their window-local positions
+        (``relpe_positions``), i.e. the first ``window`` rows of the table repeated per window, as
+        in the authors' code. Cached for the last (T, device, dtype, relpe_freqs, option, window)."""
+        c = self.config
+        key = (T, device, dtype, c.relpe_freqs, c.relpe_local_positions, c.window)
+        if self._relpe_cache is None or self._relpe_cache[0] != key:
+            table = self.position_table(T, device, dtype)
+            tables = {kind: table for kind in LAYER_KINDS}
+            if c.relpe_local_positions:
+                longest = self.position_table(max(T, c.window), device, dtype)
+                for kind in ("L", "S"):
+                    tables[kind] = longest[relpe_positions(T, c.window, kind == "S", device)]
+                self.position_table(T, device, dtype)  # leave the length-T table in its cache
+            self._relpe_cache = (key, tables)
+        return self._relpe_cache[1]
 
     def forward(self, idx, attention_mask=None):
         T = idx.shape[1]
@@ -524,12 +592,14 @@ class Transformer(nn.Module):
             x = x + self.position_table(T, x.device, x.dtype)
         if self.shift is not None:
             x = x + self.shift(F.pad(x[:, :-1], (0, 0, 1, 0)))  # e_t + W_s e_(t-1), e_(-1) = 0
+        if self.config.embedding_maxnorm:
+            x = max_norm(x, self.config.maxnorm_eps)  # the authors' embedding_ln_type="max_norm"
         if self.config.block == "danet" and attention_mask is not None:
             x = x * attention_mask[..., None].to(x.dtype)  # PAD fixed at zero (Sec. 3.1)
         x = self.drop(x)
-        relpe = self.position_table(T, x.device, x.dtype) if self.config.pos_emb == "cosine_relpe" else None
+        relpe = self.relpe_tables(T, x.device, x.dtype) if self.config.pos_emb == "cosine_relpe" else None
         for block in self.h:
-            x = block(x, attention_mask, relpe)
+            x = block(x, attention_mask, None if relpe is None else relpe[getattr(block, "kind", "G")])
         return self.ln_f(x)
 
 

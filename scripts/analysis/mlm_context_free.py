@@ -12,7 +12,9 @@ with k = 1 - mask_frac - random_frac, r = random_frac, R = the number of ordinar
 expected loss (nats per chosen token) and accuracy over the chosen positions of a split are
 computed exactly (expectation over the masking, every ordinary token of the split equally
 likely to be chosen). An MLM model whose loss and accuracy do not beat these numbers has not yet
-learned to use context.
+learned to use context. The unigram is ``tasks.mlm.unigram_counts`` (also the MLM head's
+``mlm_bias_init="log_unigram"``); the same predictor position by position, on the masks a model
+is evaluated on, is ``tasks.mlm.context_free_terms`` (``eval_mlm.py``, ``mlm_summary``).
 
 Usage: python -m scripts.analysis.mlm_context_free [--split test] [--out results/mlm_wikitext2/context_free_baseline.json]
 """
@@ -23,6 +25,7 @@ import numpy as np
 
 from data import mlm, write_json
 import provenance
+from tasks.mlm import unigram_counts
 
 
 def context_free_baseline(train_ids, eval_ids, ordinary_ids, mask_frac=0.8, random_frac=0.1):
@@ -38,10 +41,8 @@ def context_free_baseline(train_ids, eval_ids, ordinary_ids, mask_frac=0.8, rand
     """
     ordinary_ids = np.asarray(ordinary_ids)
     V = int(max(train_ids.max(), eval_ids.max(), ordinary_ids.max())) + 1
-    counts = np.zeros(V)
-    counts[ordinary_ids] = 1.0  # add-one smoothing over the ordinary tokens
-    counts += np.bincount(train_ids[np.isin(train_ids, ordinary_ids)], minlength=V)
-    p = counts / counts.sum()
+    p = unigram_counts(train_ids, ordinary_ids, V)  # add-one smoothing over the ordinary tokens
+    p = p / p.sum()
     y = eval_ids[np.isin(eval_ids, ordinary_ids)]
     k, r, R = 1.0 - mask_frac - random_frac, random_frac, len(ordinary_ids)
     p_top = p.max()

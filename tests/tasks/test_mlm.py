@@ -212,7 +212,8 @@ def danet_checkpoint(tmp_path_factory, wikitext2_dir, bert_vocab):
 
 def test_train_py_runs_the_mlm_task(danet_checkpoint):
     out, metrics = danet_checkpoint
-    assert set(metrics) == {"train_loss", "train_accuracy", "val_loss", "val_accuracy"}
+    assert set(metrics) == {f"{split}_{name}" for split in ("train", "val")
+                            for name in ("loss", "accuracy", "mask_loss", "mask_accuracy", "mask_margin")}
     assert all(math.isfinite(v) for v in metrics.values())
     with open(os.path.join(out, "log.jsonl")) as f:
         log = [json.loads(line) for line in f]
@@ -281,6 +282,30 @@ def test_configs_have_equal_budgets():
         sizes[name] = sum(p.numel() for n, p in model.named_parameters() if ".h." in n)
     ratio = sizes["mlm/wikitext2_danet_mini.py"] / sizes["mlm/wikitext2_bert_mini.py"]
     assert 0.9 < ratio < 1.0, sizes  # block parameters within 10%
+
+
+def test_configs_follow_issue_25():
+    """The reworked minis (issue 25, part 1): BERT's phase-1 length 128, 32 sequences per batch,
+    lr 2e-3 after 20 warmup steps, output bias at the log unigram, local attention."""
+    import configurator
+
+    def parse(*names):
+        return configurator.parse(train.DEFAULTS, [os.path.join(ROOT, "configs", *n.split("/")) for n in names])
+
+    for name in ("wikitext2_bert_mini.py", "wikitext2_danet_mini.py"):
+        cfg = parse(f"mlm/{name}")
+        assert (cfg["block_size"], cfg["batch_size"], cfg["learning_rate"], cfg["warmup_iters"]) == (128, 32, 2e-3, 20)
+        assert cfg["mlm_bias_init"] == "log_unigram" and cfg["max_iters"] == 3500, name
+        if name.startswith("wikitext2_bert"):
+            assert (cfg["attention"], cfg["attention_params"], cfg["pos_emb"]) == ("softmax", {}, "learned")
+            local = parse(f"mlm/{name}", "mlm/softmax_window8.py")  # the issue's run: keys within +-8 positions
+            assert (local["attention"], local["attention_params"]) == ("softmax", {"window": 9})
+            assert {k: v for k, v in local.items() if k != "attention_params"} == \
+                {k: v for k, v in cfg.items() if k != "attention_params"}
+            assert parse(f"mlm/{name}", "attention/linformer.py")["attention_params"] == {"proj_len": 256}
+        else:
+            assert (cfg["layer_scheme"], cfg["window"], cfg["pos_emb"]) == ("LSG", 8, "cosine_relpe")
+            assert not cfg["embedding_maxnorm"] and not cfg["relpe_local_positions"] and cfg["relpe_freqs"] == "paper"
 
 
 def test_context_free_baseline_equals_brute_force_bayes():

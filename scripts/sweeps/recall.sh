@@ -11,10 +11,12 @@
 #
 # Environment (defaults in brackets):
 #   ATTENTIONS  ["softmax fastmax1 fastmax2 dense linear performer longformer bigbird"]
-#               names of configs/attention/<name>.py (methods that are exactly causal)
+#               attention layers (methods that are exactly causal): configs/recall/attention/<name>.py
+#               where it exists (sparse methods whose defaults would cover a whole MQAR sequence),
+#               else configs/attention/<name>.py
 #   CELLS       ["64:4:64 64:4:128 256:16:64 256:16:128"]  seq_len:num_pairs:width
 #   LRS         ["1e-3 3e-3 1e-2"]  learning rates tried on seed 0
-#   SEEDS       ["1 2"]            seeds run at the picked rate (seed 0 is the picking run)
+#   SEEDS       ["1 2"]            seeds run at the picked rate (seed 0 is the picking run; "" = none)
 #   OUT_ROOT    [out/recall]       run dir OUT_ROOT/<attention>_T<len>_N<pairs>_d<width>_lr<lr %g>_s<seed>
 #   THREADS     [2]                torch threads per run (--num_threads)
 #   FORCE       [0]                1 = rerun a run whose final_metrics.json exists (else skipped)
@@ -27,7 +29,7 @@ cd "$(dirname "$0")/../.."
 ATTENTIONS=${ATTENTIONS:-"softmax fastmax1 fastmax2 dense linear performer longformer bigbird"}
 CELLS=${CELLS:-"64:4:64 64:4:128 256:16:64 256:16:128"}
 LRS=${LRS:-"1e-3 3e-3 1e-2"}
-SEEDS=${SEEDS:-"1 2"}
+SEEDS=${SEEDS-"1 2"}
 OUT_ROOT=${OUT_ROOT:-out/recall}
 THREADS=${THREADS:-2}
 FORCE=${FORCE:-0}
@@ -46,7 +48,7 @@ run() {  # run <attention> <len> <pairs> <width> <lr> <seed> [extra args]
   fi
   mkdir -p "$out"
   echo "== $name: $(date '+%F %T')"
-  if OMP_NUM_THREADS=$THREADS $PYTHON train.py configs/recall/mqar.py "configs/attention/${attn}.py" \
+  if OMP_NUM_THREADS=$THREADS $PYTHON train.py configs/recall/mqar.py "$(attention_config "$attn")" \
       --block_size="$len" --recall_pairs="$pairs" --n_embd="$width" --learning_rate="$lr" --seed="$seed" \
       --out_dir="$out" --num_threads="$THREADS" "$@" > "$out/train.log" 2>&1; then
     echo "== $name: done $(date '+%F %T'), $(grep -o '"test_accuracy": [0-9.]*' "$out/final_metrics.json")"
@@ -56,8 +58,13 @@ run() {  # run <attention> <len> <pairs> <width> <lr> <seed> [extra args]
   fi
 }
 
+attention_config() {  # the attention layer of a name: the recall override if there is one
+  if [ -f "configs/recall/attention/$1.py" ]; then echo "configs/recall/attention/$1.py"
+  else echo "configs/attention/$1.py"; fi
+}
+
 for attn in $ATTENTIONS; do
-  if [ ! -f "configs/attention/${attn}.py" ]; then
+  if [ ! -f "$(attention_config "$attn")" ]; then
     echo "== no configs/attention/${attn}.py, skipped" >&2
     failed+=("$attn")
     continue

@@ -15,11 +15,13 @@ import attention as attention_lib
 import configurator
 import train
 import training
+from attention import reformer
 from data import lra
+from tasks import classify
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = os.path.join(ROOT, "configs")
-ATTENTIONS = ("softmax", "fastmax1", "fastmax2", "dense")
+ATTENTIONS = ("softmax", "fastmax1", "fastmax2", "dense", "longformer", "bigbird", "reformer")
 SIZES = ("", "_cpu")
 
 
@@ -77,16 +79,33 @@ CPU = {"listops": (2000, "cls", 8, 1200, 200, 32, 0, {"workers": 1}),
                                                           "num": 20000, "workers": 1})}
 CPU_DENSE = dict(n_layer=3, ffn_linf_norm=0.04419)  # the window: the authors', as in DENSE
 
+# the sparse methods: the task's model with configs/attention/<name>.py and LRA's own attention
+# settings (configs/lra/<name>/<task>[_cpu].py; the same at both sizes, the CPU configs keep LRA's
+# lengths). Reformer: 1 hash, 10 buckets and 10 chunks of LRA's chunk length per task (REFORMER_CHUNK).
+SPARSE = {"longformer": dict(window=256, num_global=0),
+          "bigbird": dict(block_size_sparse=64, num_random_blocks=3, num_window_blocks=3, num_global_blocks=2, seed=0),
+          "reformer": dict(n_hashes=1, seed=0)}
+REFORMER_CHUNK = {"listops": 201, "text": 101, "retrieval": 401, "image": 103, "pathfinder": 103}
+
+
+def sparse(attention, task):
+    """The attention keys of a sparse method's LRA run on ``task``."""
+    params = dict(SPARSE[attention])
+    if attention == "reformer":
+        params.update(bucket_size=REFORMER_CHUNK[task], chunk_size=REFORMER_CHUNK[task])
+    return dict(attention=attention, attention_params=params)
+
 
 def expected(task, attention, size):
     """train.py's defaults, then the tables' entries for this run, later ones winning."""
     dense = dict(zip(DENSE_KEYS, DENSE[task]))
+    method = sparse(attention, task) if attention in SPARSE else ATTENTION[attention]
     if size == "_cpu":
         row = dict(zip(CPU_KEYS, CPU[task]))
-        parts = [CPU_COMMON, row, {"lr_decay_iters": row["max_iters"]}, ATTENTION[attention]]
+        parts = [CPU_COMMON, row, {"lr_decay_iters": row["max_iters"]}, method]
         parts += [CPU_DENSE, {"window": dense["window"]}] if attention == "dense" else []
     else:
-        parts = [GPU_COMMON, dict(zip(GPU_KEYS, GPU[task])), GPU_TASK[task], ATTENTION[attention]]
+        parts = [GPU_COMMON, dict(zip(GPU_KEYS, GPU[task])), GPU_TASK[task], method]
         parts += [DENSE_COMMON, dense, DENSE_TASK.get(task, {})] if attention == "dense" else []
     cfg = dict(training.DEFAULTS, task="classify", lra_task=task)
     for part in parts:
@@ -101,6 +120,31 @@ def test_layers_give_each_run_its_settings(task, attention, size):
     cfg = configurator.parse(train.DEFAULTS, layers(task, attention, size))
     want = expected(task, attention, size)
     assert {k: v for k, v in cfg.items() if k != "out_dir"} == {k: v for k, v in want.items() if k != "out_dir"}
+
+
+# LRA's positions per sequence: max_len + CLS with CLS pooling, except in the two-tower (Retrieval)
+# encoders, which prepend none (lra_benchmarks/models/*/: classifier=False per tower)
+LRA_POSITIONS = {"listops": 2001, "text": 1001, "retrieval": 4000, "image": 1025, "pathfinder": 1024}
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("task", lra.TASKS)
+def test_sparse_lra_settings_fit_the_run_length(task, size):
+    """At the run's length: Longformer's window and BigBird's blocks cover part of the sequence
+    (not softmax); Reformer has LRA's 10 buckets and 10 chunks, a chunk being LRA's (its length
+    padded by 10 - T % 10 positions, then cut into n_hashes * n_buckets = 10 chunks)."""
+    for attention in SPARSE:
+        cfg = configurator.parse(train.DEFAULTS, layers(task, attention, size))
+        T, p = classify.seq_len(cfg), cfg["attention_params"]
+        if attention == "longformer":
+            assert 2 * p["window"] + 1 < T
+        elif attention == "bigbird":
+            assert p["num_window_blocks"] + p["num_random_blocks"] + p["num_global_blocks"] < math.ceil(
+                T / p["block_size_sparse"])
+        else:
+            lra_T = LRA_POSITIONS[task]
+            assert p["chunk_size"] == p["bucket_size"] == (lra_T + 10 - lra_T % 10) // 10
+            assert reformer.bucket_count(T, p["bucket_size"]) == 10 and math.ceil(T / p["chunk_size"]) == 10
 
 
 EVERY_ATTENTION = sorted(f[:-3] for f in os.listdir(os.path.join(CONFIGS, "attention")) if f.endswith(".py"))

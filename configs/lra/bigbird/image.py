@@ -1,0 +1,15 @@
+# LRA's BigBird on Image (google-research/long-range-arena at cd31e5c;
+# lra_benchmarks/image/configs/cifar10/bigbird_base.py sets model.block_size = 64 and the model (1
+# layer, width 128, MLP 128, num_head = 4), which is not taken: every attention runs the model of
+# configs/lra/image[_cpu].py): block_size = 64 (model.block_size = 64 in the config,
+# models/bigbird/bigbird.py's _DEFAULT_BLOCK_SIZE), num_rand_blocks = 3
+# (models/bigbird/bigbird_attention.py, BigBirdAttention's default), and the fixed pattern of
+# band_start_block_rand_multi_attention_pad there: a window of 3 blocks (the block and one on each
+# side), the first and the last block global. Ours: block_size_sparse 64, num_random_blocks 3,
+# num_window_blocks 3, num_global_blocks 2, seed 0. Not exact (docs/baselines.md): LRA seeds the
+# random blocks with the layer index (bigbird.py, BigBirdEncoder's connectivity_seed = lyr), ours
+# with one seed for all layers. The task's length: 1,025 positions (1,024 pixels + CLS) are 17
+# blocks, of which a query block sees at most 8 (3 window + 3 random + 2 global), not softmax.
+#   python train.py configs/lra/image.py configs/attention/bigbird.py configs/lra/bigbird/image.py
+attention_params = {"block_size_sparse": 64, "num_random_blocks": 3, "num_window_blocks": 3,
+                    "num_global_blocks": 2, "seed": 0}

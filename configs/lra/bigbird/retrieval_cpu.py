@@ -1,0 +1,16 @@
+# LRA's BigBird on Retrieval (google-research/long-range-arena at cd31e5c;
+# lra_benchmarks/matching/configs/bigbird_base.py sets only model_type): block_size = 64
+# (models/bigbird/bigbird.py's _DEFAULT_BLOCK_SIZE), num_rand_blocks = 3
+# (models/bigbird/bigbird_attention.py, BigBirdAttention's default), and the fixed pattern of
+# band_start_block_rand_multi_attention_pad there: a window of 3 blocks (the block and one on each
+# side), the first and the last block global. Ours: block_size_sparse 64, num_random_blocks 3,
+# num_window_blocks 3, num_global_blocks 2, seed 0. Not exact (docs/baselines.md): LRA seeds the
+# random blocks with the layer index (bigbird.py, BigBirdEncoder's connectivity_seed = lyr), ours
+# with one seed for all layers. LRA draws them among the first 1,024 tokens only
+# (get_block_rand_mask's last_idx = min(seq_length, 1024)), ours among all blocks. This machine's
+# config keeps LRA's length (the same values as the GPU file): 4,001 positions (4,000 bytes + CLS
+# per document) are 63 blocks, of which a query block sees at most 8 (3 window + 3 random + 2
+# global), not softmax.
+#   python train.py configs/lra/retrieval_cpu.py configs/attention/bigbird.py configs/lra/bigbird/retrieval_cpu.py
+attention_params = {"block_size_sparse": 64, "num_random_blocks": 3, "num_window_blocks": 3,
+                    "num_global_blocks": 2, "seed": 0}

@@ -1,0 +1,10 @@
+# LRA's Longformer on Text (google-research/long-range-arena at cd31e5c;
+# lra_benchmarks/text_classification/configs/longformer_base.py sets only model_type):
+# sliding_window_size = 512 (models/longformer/longformer.py, LongformerEncoder's default) and no
+# global tokens (global_mask = None, its default; text_classification/train.py never sets it). Ours:
+# window = 256 keys on each side, num_global = 0. Not exact (docs/baselines.md): LRA's 512
+# (longformer_attention.py, _build_sliding_window_mask) are 255 keys before the token, the token and
+# 256 after; ours has 256 on each side, one key more. The task's length: a query sees at most 513 of
+# the 1,001 positions (1,000 bytes + CLS), not softmax.
+#   python train.py configs/lra/text.py configs/attention/longformer.py configs/lra/longformer/text.py
+attention_params = {"window": 256, "num_global": 0}

@@ -59,24 +59,30 @@ def load_zoology(zoology_dir):
     root = os.path.join(zoology_dir, "zoology")
     if not os.path.exists(os.path.join(root, "model.py")):
         raise FileNotFoundError(f"no zoology/model.py under {zoology_dir} (a checkout of HazyResearch/zoology)")
+    stand_ins = {}
     try:  # their blocks import torchvision's StochasticDepth, used with p = 0 only
         importlib.import_module("torchvision.ops")
     except ImportError:
         ops = types.ModuleType("torchvision.ops")
         ops.StochasticDepth = _Identity
-        sys.modules.setdefault("torchvision", types.ModuleType("torchvision")).ops = ops
-        sys.modules["torchvision.ops"] = ops
+        vision = types.ModuleType("torchvision")
+        vision.ops = ops
+        stand_ins = {"torchvision": vision, "torchvision.ops": ops}
     for name in [m for m in sys.modules if m == "zoology" or m.startswith("zoology.")]:
         del sys.modules[name]  # another checkout loaded before
     package = importlib.util.module_from_spec(importlib.machinery.ModuleSpec("zoology", None, is_package=True))
     package.__path__ = [root]
     sys.modules["zoology"] = package
+    sys.modules.update(stand_ins)
     try:
         config = importlib.import_module("zoology.config")
         zmodel = importlib.import_module("zoology.model")
         importlib.import_module("zoology.mixers.attention")
     except ModuleNotFoundError as e:
         raise ImportError(f"Zoology's code needs {e.name}: pip install einops pydantic pyyaml") from None
+    finally:  # the stand-in only for their import: other code (transformers) probes torchvision
+        for name in stand_ins:
+            sys.modules.pop(name, None)
     return zmodel, config
 
 

@@ -4,6 +4,7 @@ defaults to CUDA, model.LanguageModel(config) with .backbone.embeddings, .lm_hea
 forward(input_ids, return_embeddings=True), mixers.attention) is written into tmp_path."""
 import csv
 import json
+import sys
 
 import pytest
 import torch
@@ -101,6 +102,11 @@ def test_token_shift_adds_the_previous_embedding(standin):
     expected[:, 1:] += plain[:, :-1]
     torch.testing.assert_close(shifted, expected)
     assert any(p is lm.token_shift.weight for p in lm.parameters())
+
+
+def test_no_stand_in_left_behind(standin):
+    zoology_mqar.load_zoology(str(standin))
+    assert "torchvision.ops" not in sys.modules or sys.modules["torchvision.ops"].__spec__ is not None
 
 
 def test_missing_checkout_is_a_clear_error(tmp_path):

@@ -22,16 +22,20 @@ OPTIONS = ("embedding_maxnorm", "relpe_local_positions")
 # embedding_maxnorm
 
 
-def block_inputs(model, idx):
-    """The hidden states entering each block (forward pre-hooks)."""
+def block_arguments(model, idx, position):
+    """Argument ``position`` of every block's forward (forward pre-hooks), one per block."""
     seen = []
-    hooks = [b.register_forward_pre_hook(lambda m, args: seen.append(args[0].detach().clone()))
-             for b in model.transformer.h]
+    hooks = [b.register_forward_pre_hook(lambda m, args: seen.append(args[position])) for b in model.transformer.h]
     with torch.no_grad():
         model(idx)
     for h in hooks:
         h.remove()
     return seen
+
+
+def block_inputs(model, idx):
+    """The hidden states entering each block."""
+    return block_arguments(model, idx, 0)
 
 
 @pytest.mark.parametrize("block", ["transformer", "danet"])
@@ -100,13 +104,7 @@ def danet(T_block=64, **kw):
 
 def factors_per_block(model, idx):
     """The Cosine RelPE factors each block receives (its third argument)."""
-    seen = []
-    hooks = [b.register_forward_pre_hook(lambda m, args: seen.append(args[2])) for b in model.transformer.h]
-    with torch.no_grad():
-        model(idx)
-    for h in hooks:
-        h.remove()
-    return seen
+    return block_arguments(model, idx, 2)
 
 
 @pytest.mark.parametrize("freqs", ["paper", "authors"])

@@ -135,6 +135,13 @@ def query_loss(lm, inputs, labels):
     return F.cross_entropy(logits, y[scored]), (logits.argmax(-1) == y[scored]).float().mean()
 
 
+def _write_csv(path, rows):
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 def _git_commit(path):
     try:
         return subprocess.run(["git", "-C", path, "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -191,11 +198,7 @@ def main(argv=None):
                          "val_loss": val_loss, "val_accuracy": val_accuracy, "seconds": time.time() - start})
             print(" ".join(f"{k} {v:.4g}" for k, v in rows[-1].items()), flush=True)
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(f"{args.out}.csv.tmp", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(f"{args.out}.csv.tmp", f"{args.out}.csv")
+    data.atomic_write(f"{args.out}.csv", lambda tmp: _write_csv(tmp, rows))
     provenance.record(args.out, extra={"zoology_commit": _git_commit(args.zoology_dir), "data": args.data,
                                        "settings": vars(args)})
     print(f"wrote {args.out}.csv")

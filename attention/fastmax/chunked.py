@@ -23,10 +23,20 @@ group stay within STATE_BUDGET elements; without dropout and for p = 1 the forwa
 blocks of CACHE_BUDGET elements that go from the inputs to the finished output, so that the
 intermediates stay in the CPU cache.
 
+Symmetric quadratic features (p = 2 without dropout): both quadratic factors are one tensor, and
+(q . k)^2 = (q (x) q) . (k (x) k) with x (x) x symmetric, so the states and features keep only the
+D (D + 1) / 2 pairs m <= l (``_pairs``: unweighted on the side that is summed into a state, the
+off-diagonal pairs times 2 on the side that meets it). This halves the dominant products
+(features (C, D^2) @ states (D^2, Dv + 1)), the states and their prefix sums; the gradients
+through a packed state use ``_pair_matvec``. Dropout's distinct ka, kb keep the full D^2 features
+on both sides.
+
 Memory: transient states of O(D^p (Dv + 1)) per chunk of a group; nothing per position beyond
 the O(T D) inputs and outputs. Accumulation in the inputs' dtype (float32 or wider: the caller
 casts).
 """
+import functools
+
 import torch
 
 STATE_BUDGET = 1 << 23  # elements per group of chunks for features and states (32 MB in fp32)
@@ -51,8 +61,9 @@ def forward(q, k, v, kl, ka, kb, rho, has_key, causal, coeffs, chunk, q_scale=No
         zero denominator; den (N, T), the denominator.
     """
     c0, c1, c2 = coeffs
-    quad, N, T, D, Dv, feature = _sizes(q, v, coeffs)
-    parts = _parts(k, kl, ka, kb, Dv)
+    parts = _parts(k, kl, ka, kb, Dv=v.shape[-1])
+    packed = len(parts) == 1  # one key tensor: symmetric quadratic features (``_pairs``)
+    quad, N, T, D, Dv, feature = _sizes(q, v, coeffs, packed)
     # p = 1 without dropout: blocks that stay in the CPU cache; p = 2's D^2 features of a chunk do
     # not fit in it anyway (and dropout's extra tensors), so fewer, larger blocks
     budget = STATE_BUDGET if quad or len(parts) > 1 else CACHE_BUDGET
@@ -62,18 +73,18 @@ def forward(q, k, v, kl, ka, kb, rho, has_key, causal, coeffs, chunk, q_scale=No
         slices = [(t0, min(T, t0 + rows)) for t0 in range(0, T, rows)]
         x1 = torch.cat([v.sum(1), rho.sum(1, keepdim=True)], dim=-1).unsqueeze(1)  # (N, 1, Dv + 1)
         x2 = q.new_zeros(N, D, Dv + 1)  # sum_j kl_j (x) [v_j, rho_j] (k for the rho column)
-        x3 = q.new_zeros(N, feature, Dv + 1) if quad else None  # sum_j (ka_j (x) kb_j) (x) [v_j, rho_j]
+        x3 = q.new_zeros(N, feature, Dv + 1) if quad else None  # sum_j (ka_j (x) kb_j) (x) [v_j, rho_j], packed or not
         for t0, t1 in slices:
             vt = torch.cat([v[:, t0:t1], rho[:, t0:t1, None]], -1)
             for (kl_t, ka_t, kb_t), cols in _map_keys(parts, lambda t: _scaled(t, k_scale, t0, t1)):
                 x2[..., cols].baddbmm_(kl_t.transpose(1, 2), vt[..., cols])
                 if quad:
-                    x3[..., cols].baddbmm_(_outer(ka_t, kb_t).transpose(1, 2), vt[..., cols])
+                    x3[..., cols].baddbmm_(_key_features(ka_t, kb_t, packed).transpose(1, 2), vt[..., cols])
         for t0, t1 in slices:
             qt = _scaled(q, q_scale, t0, t1)
             n = torch.baddbmm(x1, qt, x2, beta=c0, alpha=c1)
             if quad:
-                n.baddbmm_(_outer(qt, qt), x3, alpha=c2)
+                n.baddbmm_(_query_features(qt, packed), x3, alpha=c2)
             _finish_block(n, has_key[:, t0:t1], out[:, t0:t1], den[:, t0:t1])
         return out, den
 
@@ -92,10 +103,10 @@ def forward(q, k, v, kl, ka, kb, rho, has_key, causal, coeffs, chunk, q_scale=No
         qg = _scaled(q, q_scale, g0, g1)
         parts_g = _map_keys(parts, lambda t: _scaled(t, k_scale, g0, g1))  # scales only without numerator keys
         vg = torch.cat([v[:, g0:g1], rho[:, g0:g1, :, None]], dim=-1)  # (N, G, C, Dv + 1)
-        before, carry = _exclusive(_position_sums(parts_g, vg, quad), carry)
+        before, carry = _exclusive(_position_sums(parts_g, vg, quad, packed), carry)
         n = (qg @ before[1]).mul_(c1).add_(before[0].unsqueeze(-2), alpha=c0)  # earlier chunks
         if quad:
-            n.add_(_outer(qg, qg) @ before[2], alpha=c2)
+            n.add_(_query_features(qg, packed) @ before[2], alpha=c2)
         for keys, cols in parts_g:  # own chunk: explicit C x C weights, causal mask
             n[..., cols] += _weights(qg, keys, coeffs)[0].masked_fill_(future, 0.0) @ vg[..., cols]
         _finish_block(n, has_key[:, g0:g1], out[:, g0:g1], den[:, g0:g1])
@@ -118,9 +129,10 @@ def backward(g, delta, q, k, v, kl, ka, kb, rho, causal, coeffs, chunk):
         (dq, dk, dv, dkl, dka, dkb): like q, k, v and the numerator keys; dkl, dka, dkb are None
         where the key was None (their gradient is part of dk).
     """
-    quad, N, T, D, Dv, feature = _sizes(q, v, coeffs)
-    parts = _parts(k, kl, ka, kb, Dv)
+    parts = _parts(k, kl, ka, kb, Dv=v.shape[-1])
     shared = len(parts) == 1  # the key states are symmetric in their two quadratic factors
+    packed = shared  # then both sides' quadratic states are packed (``_pairs``); dropout: full D^2
+    quad, N, T, D, Dv, feature = _sizes(q, v, coeffs, packed)
     # per part: the gradient names of its three key slots (None = k) and whether it has v's columns
     if shared:
         slots = [(("k",) * 3, True)]
@@ -134,14 +146,15 @@ def backward(g, delta, q, k, v, kl, ka, kb, rho, causal, coeffs, chunk):
         slices = [(t0, min(T, t0 + rows)) for t0 in range(0, T, rows)]
         key_sums = query_sums = None
         for t0, t1 in slices:
-            ks = _position_sums(_map_keys(parts, lambda t: t[:, t0:t1]), va[:, t0:t1], quad)
-            qs = _position_sums(_query_part(q[:, t0:t1]), ga[:, t0:t1], quad)
+            ks = _position_sums(_map_keys(parts, lambda t: t[:, t0:t1]), va[:, t0:t1], quad, packed)
+            qs = _position_sums(_query_part(q[:, t0:t1]), ga[:, t0:t1], quad, packed)
             key_sums = ks if key_sums is None else [a + b for a, b in zip(key_sums, ks)]
             query_sums = qs if query_sums is None else [a + b for a, b in zip(query_sums, qs)]
-        grads = _Gradients(q, va, slots)
+        grads = _Gradients(q, va, slots, packed)
         for t0, t1 in slices:
             index = (slice(None), slice(t0, t1))
-            grads.add("q", index, _grads_through_sums((q[:, t0:t1],) * 3, ga[:, t0:t1], key_sums, coeffs, shared)[0])
+            grads.add("q", index, _grads_through_sums((q[:, t0:t1],) * 3, ga[:, t0:t1], key_sums, coeffs, shared,
+                                                      packed=packed)[0])
             grads.add_key_side(index, _map_keys(parts, lambda t: t[:, t0:t1]), va[:, t0:t1], query_sums, coeffs)
         return grads.result(lambda t: t)
 
@@ -154,15 +167,15 @@ def backward(g, delta, q, k, v, kl, ka, kb, rho, causal, coeffs, chunk):
     group = max(1, min(n_chunks, STATE_BUDGET // max(1, per_chunk)))
     groups = [(g0, min(n_chunks, g0 + group)) for g0 in range(0, n_chunks, group)]
     future = torch.ones(C, C, dtype=torch.bool, device=q.device).triu(1)
-    grads = _Gradients(q, va, slots)
+    grads = _Gradients(q, va, slots, packed)
 
     carry = None  # queries against the keys of earlier chunks, and the chunk's own keys
     for g0, g1 in groups:
         index = (slice(None), slice(g0, g1))
         qg, vg, gg = q[index], va[index], ga[index]
         parts_g = _map_keys(parts, lambda t: t[index])
-        before, carry = _exclusive(_position_sums(parts_g, vg, quad), carry)
-        grads.add("q", index, _grads_through_sums((qg,) * 3, gg, before, coeffs, shared)[0])
+        before, carry = _exclusive(_position_sums(parts_g, vg, quad, packed), carry)
+        grads.add("q", index, _grads_through_sums((qg,) * 3, gg, before, coeffs, shared, packed=packed)[0])
         for (keys, cols), (names, values) in zip(parts_g, slots):
             w, s, sa, sb = _weights(qg, keys, coeffs)
             p = (gg[..., cols] @ vg[..., cols].transpose(-1, -2)).masked_fill_(future, 0.0)  # P_ij
@@ -176,17 +189,19 @@ def backward(g, delta, q, k, v, kl, ka, kb, rho, causal, coeffs, chunk):
     carry = None  # keys against the queries of later chunks
     for g0, g1 in reversed(groups):
         index = (slice(None), slice(g0, g1))
-        after, carry = _exclusive(_position_sums(_query_part(q[index]), ga[index], quad), carry, reverse=True)
+        after, carry = _exclusive(_position_sums(_query_part(q[index]), ga[index], quad, packed), carry,
+                                  reverse=True)
         grads.add_key_side(index, _map_keys(parts, lambda t: t[index]), va[index], after, coeffs)
     return grads.result(lambda t: _unchunked(t, T))
 
 
-def _sizes(q, v, coeffs):
+def _sizes(q, v, coeffs, packed):
     """(quad, N, T, D, Dv, feature): whether p = 2 (c2 != 0), the sizes of q (N, T, D) and v's Dv,
-    and the width of the key features, D^2 for p = 2, else D."""
+    and the width of the key features: for p = 2 D (D + 1) / 2 when ``packed`` (``_pairs``), else
+    D^2; D for p = 1."""
     quad = coeffs[2] != 0.0
     N, T, D = q.shape
-    return quad, N, T, D, v.shape[-1], D * D if quad else D
+    return quad, N, T, D, v.shape[-1], (D * (D + 1) // 2 if packed else D * D) if quad else D
 
 
 def _parts(k, kl, ka, kb, Dv):
@@ -217,6 +232,74 @@ def _map_keys(parts, f):
 def _outer(a, b):
     """(..., D), (..., D) -> (..., D*D): the quadratic features a_m b_l, flattened row-major."""
     return (a.unsqueeze(-1) * b.unsqueeze(-2)).flatten(-2)
+
+
+@functools.lru_cache(maxsize=None)
+def _pair_index(D, device):
+    """The order of the D (D + 1) / 2 pairs m <= l of the packed features: diagonal by diagonal,
+    d = l - m = 0, 1, ..., D - 1, and m increasing within a diagonal (so that every diagonal is one
+    contiguous slice, ``_pairs`` and ``_pair_matvec``). Returns (first, second, full): first[f] = m
+    and second[f] = l of pair f, and full (D*D,) the pair of every entry (r, c) of a D x D matrix,
+    that of (min(r, c), max(r, c)). For ``_unpack`` and the tests; the fast path uses slices."""
+    first = torch.cat([torch.arange(D - d, device=device) for d in range(D)])
+    second = torch.cat([torch.arange(d, D, device=device) for d in range(D)])
+    full = torch.empty(D, D, dtype=torch.long, device=device)
+    pair = torch.arange(first.numel(), device=device)
+    full[first, second] = pair
+    full[second, first] = pair
+    return first, second, full.flatten()
+
+
+def _pairs(x, weighted=False):
+    """(..., D) -> (..., D (D + 1) / 2): the symmetric quadratic features x_m x_l for m <= l
+    (``_pair_index`` order: the main diagonal first), times 2 for m < l when ``weighted``, so that
+
+        _pairs(q, weighted=True) . _pairs(k) = sum_{m,l} q_m q_l k_m k_l = (q . k)^2,
+
+    the inner product of the full features q (x) q and k (x) k (``_outer``) with about half of
+    their D^2 entries: x (x) x is symmetric, its entries (m, l) and (l, m) are equal. The states
+    of the packed path are sums of unweighted pairs; the side that meets a state is weighted.
+    One product per diagonal (D slices) rather than a gather, which is slow along the last dim."""
+    D = x.shape[-1]
+    out = x.new_empty(*x.shape[:-1], D * (D + 1) // 2)
+    offset = 0
+    for d in range(D):
+        torch.mul(x[..., :D - d], x[..., d:], out=out[..., offset:offset + D - d])
+        offset += D - d
+    if weighted:
+        out[..., D:].mul_(2.0)  # the pairs off the main diagonal stand for (m, l) and (l, m)
+    return out
+
+
+def _pair_matvec(m, x):
+    """M x for the symmetric M (..., D, D) given by its unweighted pairs m (..., D (D + 1) / 2)
+    (``_pairs`` order) and x (..., D): sum_l M_rl x_l, diagonal by diagonal, without building M."""
+    D = x.shape[-1]
+    out = m[..., :D] * x  # the main diagonal
+    offset = D
+    for d in range(1, D):
+        diagonal = m[..., offset:offset + D - d]  # M_{a, a+d} = M_{a+d, a}
+        out[..., :D - d].addcmul_(diagonal, x[..., d:])
+        out[..., d:].addcmul_(diagonal, x[..., :D - d])
+        offset += D - d
+    return out
+
+
+def _unpack(t, D):
+    """(..., D (D + 1) / 2) unweighted pair values (``_pairs`` order) -> (..., D, D) symmetric."""
+    return t.index_select(-1, _pair_index(D, t.device)[2]).unflatten(-1, (D, D))
+
+
+def _key_features(a, b, packed):
+    """The quadratic features of the key side, (..., D (D + 1) / 2) unweighted pairs of a when
+    ``packed`` (a is b), else a (x) b (..., D*D)."""
+    return _pairs(a) if packed else _outer(a, b)
+
+
+def _query_features(q, packed):
+    """The quadratic features that meet a state of key features: weighted pairs (``_pairs``)
+    when ``packed``, else q (x) q."""
+    return _pairs(q, weighted=True) if packed else _outer(q, q)
 
 
 def _chunked(t, n_chunks, C):
@@ -261,21 +344,25 @@ def _exclusive(sums, carry, reverse=False):
     return states, [b[:, edge] + x[:, edge] for b, x in zip(states, sums)]
 
 
-def _position_sums(parts, y, quad):
+def _position_sums(parts, y, quad, packed=False):
     """Sums over positions (dim -2) of y, kl (x) y and, for p = 2, (ka (x) kb) (x) y, each part's
-    keys on its columns of y: [(.., Y), (.., D, Y), (.., D*D, Y)]. With the key parts and
-    y = va these are the key states of Eq. 34-35; with ``_query_part(q)`` and y = ga the query
-    states of the key gradients."""
+    keys on its columns of y: [(.., Y), (.., D, Y), (.., D*D, Y)]; ``packed`` (one part whose keys
+    are one tensor): the last one is over the unweighted pairs (``_pairs``), (.., D (D + 1) / 2, Y).
+    With the key parts and y = va these are the key states of Eq. 34-35; with ``_query_part(q)``
+    and y = ga the query states of the key gradients."""
     sums = [y.sum(-2)]
     for order in ((1, 2) if quad else (1,)):
-        blocks = [keys[0].transpose(-1, -2) @ y[..., cols] if order == 1 else _quadratic_sum(*keys[1:], y[..., cols])
-                  for keys, cols in parts]
+        blocks = [keys[0].transpose(-1, -2) @ y[..., cols] if order == 1
+                  else _quadratic_sum(*keys[1:], y[..., cols], packed) for keys, cols in parts]
         sums.append(blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=-1))
     return sums
 
 
-def _quadratic_sum(a, b, y):
-    """sum over positions (dim -2) of (a (x) b) (x) y: (.., D*D, Y)."""
+def _quadratic_sum(a, b, y, packed=False):
+    """sum over positions (dim -2) of (a (x) b) (x) y: (.., D*D, Y); ``packed`` (a is b): of
+    _pairs(a) (x) y, (.., D (D + 1) / 2, Y)."""
+    if packed:
+        return _pairs(a).transpose(-1, -2) @ y
     if y.shape[-1] == 1:  # the rho column alone (dropout): (a y)^T b, no (L, D*D) features
         return ((a * y).transpose(-1, -2) @ b).flatten(-2).unsqueeze(-1)
     return _outer(a, b).transpose(-1, -2) @ y
@@ -308,7 +395,7 @@ def _score_grads(p, keys, s, sa, sb, coeffs):
     return p * c1, (p * sb).mul_(c2), p.mul_(sa).mul_(c2)
 
 
-def _grads_through_sums(x, y, sums, coeffs, symmetric, with_values=False):
+def _grads_through_sums(x, y, sums, coeffs, symmetric, with_values=False, packed=False):
     """Gradients of positions (x_i, y_i) whose outputs are n_i = sum_j w_ij y'_j with
     w_ij = c0 + c1 xl_i.x'_j + c2 (xa_i.x'a_j)(xb_i.x'b_j), from the sums of the other side
     (``_position_sums``), for the upstream gradient y_i of n_i (y and y' swap roles for keys).
@@ -317,6 +404,10 @@ def _grads_through_sums(x, y, sums, coeffs, symmetric, with_values=False):
     symmetric in their two factors (one key tensor), so that one tensor in all three slots gets
     2 c2 m x. Returns (dxl, dxa, dxb, dy): dxa, dxb None when the three slots are one tensor
     (their gradient is in dxl); dy = sum_j w_ij y'_j (the values' gradient) with ``with_values``.
+    ``packed``: the quadratic sums are over unweighted pairs (``_position_sums``), which needs one
+    tensor in all three slots on both sides; m_i = sum_j x'_j (x) x'_j (y_i . y'_j) is then unpacked
+    from its D (D + 1) / 2 distinct entries, and d/dx_i of c2 (x_i . x'_j)^2 (y_i . y'_j) summed
+    over j is 2 c2 m_i x_i.
     """
     c0, c1, c2 = coeffs
     xl, xa, xb = x
@@ -324,7 +415,12 @@ def _grads_through_sums(x, y, sums, coeffs, symmetric, with_values=False):
     dl = (y @ sums[1].transpose(-1, -2)).mul_(c1)
     dy = (xl @ sums[1]).mul_(c1).add_(sums[0].unsqueeze(-2), alpha=c0) if with_values else None
     da = db = None
-    if len(sums) == 3:
+    if len(sums) == 3 and packed:
+        m = y @ sums[2].transpose(-1, -2)  # (.., L, D (D + 1) / 2): pairs of a symmetric (D, D) per position
+        dl.add_(_pair_matvec(m, xl), alpha=2 * c2)
+        if with_values:
+            dy.add_(_pairs(xl, weighted=True) @ sums[2], alpha=c2)
+    elif len(sums) == 3:
         if y.shape[-1] == 1:  # the rho column alone (dropout): m_i = y_i S, no (L, D, D) tensor
             S = sums[2].squeeze(-1).unflatten(-1, (D, D))
             mb, am = (xb @ S.transpose(-1, -2)).mul_(y), lambda: (xa @ S).mul_(y)
@@ -346,13 +442,15 @@ def _grads_through_sums(x, y, sums, coeffs, symmetric, with_values=False):
 class _Gradients:
     """Gradient buffers of ``backward``, zero-initialised and shaped like q (keys) or va: "q",
     "va" ([v, rho]) and the key tensors named in ``slots`` ("k", and "kl" / "ka" / "kb" when given).
-    ``slots``: per part, the names of its three key slots and whether its columns include v's."""
+    ``slots``: per part, the names of its three key slots and whether its columns include v's.
+    ``packed``: the query sums of ``add_key_side`` are over unweighted pairs (no dropout)."""
 
-    def __init__(self, q, va, slots):
+    def __init__(self, q, va, slots, packed=False):
         names = {name for names, _ in slots for name in names}
         self.buffers = {name: torch.zeros_like(q) for name in ("q", *names)}  # keys are shaped like q
         self.buffers["va"] = torch.zeros_like(va)
         self.slots = slots
+        self.packed = packed
 
     def add(self, name, index, value):
         if value is not None:
@@ -361,7 +459,8 @@ class _Gradients:
     def add_key_side(self, index, parts, va, query_sums, coeffs):
         """The key-side factorized gradients of every part from the query sums."""
         for (keys, cols), (names, values) in zip(parts, self.slots):
-            grads = _grads_through_sums(keys, va[..., cols], [s[..., cols] for s in query_sums], coeffs, True, values)
+            grads = _grads_through_sums(keys, va[..., cols], [s[..., cols] for s in query_sums], coeffs, True, values,
+                                        self.packed)
             for name, grad in zip(names, grads[:3]):
                 self.add(name, index, grad)
             if values:

@@ -330,18 +330,25 @@ def _finish_block(n, has_key, out, den):
 
 def _exclusive(sums, carry, reverse=False):
     """State before (after, when reverse) each chunk of a group (dim 1): carry plus the sums of
-    the group's earlier (later) chunks; and the new carry. A shifted cumsum, not cumsum - x, so
-    that no rounding of a chunk's own terms reaches the other side (exact causality)."""
-    def prefix(x, c):
-        inclusive = x.cumsum(dim=1)
-        before = torch.cat([torch.zeros_like(inclusive[:, :1]), inclusive[:, :-1]], dim=1)
-        return before if c is None else before + c.unsqueeze(1)
-    if reverse:
-        states = [prefix(x.flip(1), None if carry is None else carry[i]).flip(1) for i, x in enumerate(sums)]
-    else:
-        states = [prefix(x, None if carry is None else carry[i]) for i, x in enumerate(sums)]
-    edge = 0 if reverse else -1
-    return states, [b[:, edge] + x[:, edge] for b, x in zip(states, sums)]
+    the group's earlier (later) chunks; and the new carry. A running sum, chunk after chunk (each
+    state is the previous one plus that chunk's sums), so that no rounding of a chunk's own terms
+    reaches the other side (exact causality); one pass over the states, where torch.cumsum along
+    dim 1 plus the shift and the carry took several (and cumsum over a middle dim is slow on CPU)."""
+    chunks = sums[0].shape[1]
+    order = range(chunks - 1, -1, -1) if reverse else range(chunks)
+    states, new_carry = [], []
+    for i, x in enumerate(sums):
+        state = torch.empty_like(x)
+        previous = None
+        for c in order:
+            if previous is None:
+                state[:, c] = 0.0 if carry is None else carry[i]
+            else:
+                torch.add(state[:, previous], x[:, previous], out=state[:, c])
+            previous = c
+        states.append(state)
+        new_carry.append(state[:, previous] + x[:, previous])
+    return states, new_carry
 
 
 def _position_sums(parts, y, quad, packed=False):
@@ -361,8 +368,8 @@ def _position_sums(parts, y, quad, packed=False):
 def _quadratic_sum(a, b, y, packed=False):
     """sum over positions (dim -2) of (a (x) b) (x) y: (.., D*D, Y); ``packed`` (a is b): of
     _pairs(a) (x) y, (.., D (D + 1) / 2, Y)."""
-    if packed:
-        return _pairs(a).transpose(-1, -2) @ y
+    if packed:  # y^T @ features, transposed back (a view): faster on CPU than features^T @ y for Y = Dv + 1
+        return (y.transpose(-1, -2) @ _pairs(a)).transpose(-1, -2)
     if y.shape[-1] == 1:  # the rho column alone (dropout): (a y)^T b, no (L, D*D) features
         return ((a * y).transpose(-1, -2) @ b).flatten(-2).unsqueeze(-1)
     return _outer(a, b).transpose(-1, -2) @ y

@@ -53,21 +53,45 @@ def _cpu_signature():
 
 
 @functools.lru_cache(maxsize=None)
-def load_kernel(verbose=False):
+def load_kernel(verbose=False, profile=False):
     """Compile (first call, ~1 min) or load the cached C++ kernel; returns the extension module.
 
+    Args:
+        verbose (bool): print the build's output.
+        profile (bool): the profile build (a separate module compiled with -DTREE_PROFILE): the
+            same outputs, plus time stamp counters per phase and operation counts, which its
+            ``profile()`` returns and resets (see ``read_profile``). Its timers cost time of their own.
     Raises:
         RuntimeError / OSError / ImportError: from torch.utils.cpp_extension when no C++ compiler or
             ninja is available (install them, or use implementation="vectorized").
     """
     from torch.utils.cpp_extension import load
     cflags, ldflags = _build_flags()
-    return load(name=f"tree_attention_cpu_{_cpu_signature()}", sources=[_SOURCE], verbose=verbose,
-                extra_cflags=cflags, extra_ldflags=ldflags)
+    name = f"tree_attention_cpu_{_cpu_signature()}"
+    if profile:
+        cflags, name = cflags + ["-DTREE_PROFILE"], name + "_profile"
+    return load(name=name, sources=[_SOURCE], verbose=verbose, extra_cflags=cflags, extra_ldflags=ldflags)
+
+
+def read_profile():
+    """Phase times and operation counts of the profile build, summed over its calls since the last
+    read (``cpu_forward(..., profile=True)``), then reset.
+
+    Returns:
+        (seconds, counts): dicts. seconds per phase: alloc, build_levels (internal nodes of the key /
+        value level tables), query_init (path reset and the initial buds' inner products),
+        sampling_keys (log-masses, Gumbel noise, keys), select_top_p, expand (splits: inner products
+        of right children, Eq. 2), path_sums (sums of nodes cut by the history end, inside the
+        other phases), softmax_weights, value_sum, queries_total (all per-query work). counts:
+        queries, rounds, gumbel_draws, log_mass_evaluations, inner_products (per head),
+        path_sum_row_adds, authors_moves (descents without a split), final_buds.
+    """
+    seconds, counts = load_kernel(profile=True).profile()
+    return dict(seconds), {key: int(n) for key, n in counts.items()}
 
 
 def cpu_forward(q, k, v, causal, exclude_self, E, P, sampler, normalization, b, seed,
-                qf=None, kf=None, stats=None, descent="authors"):
+                qf=None, kf=None, stats=None, descent="authors", profile=False):
     """Tree attention for (B, H, T, D) CPU inputs with the compiled kernel.
 
     Args:
@@ -79,6 +103,7 @@ def cpu_forward(q, k, v, causal, exclude_self, E, P, sampler, normalization, b, 
         qf, kf (torch.Tensor | None): (B, H, T, R) feature-mapped queries / keys for FEATURE_SAMPLERS.
         stats (dict | None): counters to increment (see TreeAttention.stats).
         descent (str): "authors" or "split" (reference.py).
+        profile (bool): run the profile build (``load_kernel(profile=True)``, ``read_profile``).
     Returns:
         (B, H, T, D) tensor in the compute dtype (float32 or float64).
     Raises:
@@ -94,7 +119,7 @@ def cpu_forward(q, k, v, causal, exclude_self, E, P, sampler, normalization, b, 
 
     use_f = sampler in FEATURE_SAMPLERS
     empty = torch.empty(0, dtype=torch.float64)
-    out, info = load_kernel().forward(
+    out, info = load_kernel(profile=bool(profile)).forward(
         q.to(dtype).contiguous(), k.to(dtype).contiguous(), v.to(dtype).contiguous(),
         qf.double().contiguous() if use_f else empty, kf.double().contiguous() if use_f else empty,
         terms_table(Tlen, float(E)), bool(causal), bool(exclude_self), int(P), SAMPLERS.index(sampler),

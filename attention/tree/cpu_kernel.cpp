@@ -18,10 +18,13 @@
 //   terms        (T + 1,) int64                 n_terms(l) = ceil(l^E) for every history length l = 0..T
 //   out          (B, H, T, D) scalar_t          attention output
 //   info         (B, T, 3) int64                initial buds, splits, final buds per query
-// Level tables (built here, Eq. 1): (B, 2L-1, H, X), rows [2L - 2L/2^h, 2L - L/2^h) hold the sums
-// of the level-h nodes over the WHOLE sequence, one node's heads together. A node that contains the
-// history end (leaf l-1) but extends past it is "incomplete": its sums over the history [start, l)
-// are composed from complete nodes along the path of leaf l-1.
+// Level tables (Eq. 1, class LevelTables): the leaves are k, v (and kf) themselves; the internal
+// nodes of levels 1 .. log2 L are built here into (B, L-1, H, X), rows [L - 2L/2^h, L - L/2^h) for
+// level h, one node's heads together, in a workspace kept per calling thread and reused by the
+// next call (a fresh table of several MB costs more in page faults than the build itself). Only
+// nodes that end within [0, T) are built. A node that contains the history end (leaf l-1) but
+// extends past it is "incomplete": its sums over the history [start, l) are composed from complete
+// nodes along the path of leaf l-1 (class PathSums).
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
@@ -29,6 +32,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <vector>
 
 // glibc's vector math (libmvec): lets the compiler vectorise exp / log in `omp simd` loops
@@ -41,7 +45,62 @@ double log(double);
 }
 #endif
 
+// Profile build (cpu.load_kernel(profile=True) compiles with -DTREE_PROFILE): time stamp counters
+// per phase and operation counts, summed over calls until read by the module's `profile()`.
+// Without the flag the TREE_* macros are empty and nothing of this is compiled in.
+#if defined(TREE_PROFILE)
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <string>
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+#endif
+
 namespace {
+
+#if defined(TREE_PROFILE)
+enum Phase { kAlloc = 0, kBuild, kQueryInit, kKeys, kSelect, kExpand, kPathSums, kSoftmax, kValues, kQueries, kPhases };
+const char* const kPhaseNames[kPhases] = {"alloc", "build_levels", "query_init", "sampling_keys", "select_top_p",
+                                          "expand", "path_sums", "softmax_weights", "value_sum", "queries_total"};
+enum Count { kNQueries = 0, kNRounds, kNDraws, kNLogMass, kNInnerProducts, kNPathAdds, kNMoves, kNFinalBuds, kCounts };
+const char* const kCountNames[kCounts] = {"queries", "rounds", "gumbel_draws", "log_mass_evaluations",
+                                          "inner_products", "path_sum_row_adds", "authors_moves", "final_buds"};
+struct Profile {
+  uint64_t ticks[kPhases] = {};
+  int64_t counts[kCounts] = {};
+  void merge(const Profile& o) {
+    for (int i = 0; i < kPhases; ++i) ticks[i] += o.ticks[i];
+    for (int i = 0; i < kCounts; ++i) counts[i] += o.counts[i];
+  }
+};
+Profile g_profile;
+std::mutex g_profile_mutex;
+
+inline uint64_t prof_clock() {
+#if defined(__x86_64__)
+  return __rdtsc();
+#else
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+#endif
+}
+thread_local Profile t_profile;  // this thread's sums, merged into g_profile by flush_profile()
+
+void flush_profile() {
+  std::lock_guard<std::mutex> lock(g_profile_mutex);
+  g_profile.merge(t_profile);
+  t_profile = Profile();
+}
+#define TREE_TIC(var) const uint64_t var = prof_clock()
+#define TREE_TOC(phase, var) (t_profile.ticks[phase] += prof_clock() - (var))
+#define TREE_COUNT(c, n) (t_profile.counts[c] += (n))
+#else
+#define TREE_TIC(var)
+#define TREE_TOC(phase, var)
+#define TREE_COUNT(c, n)
+#endif
 
 constexpr double kLogMassFloor = -9000.0;  // samplers.LOG_MASS_FLOOR
 constexpr double kLogMassCeil = 9000.0;    // samplers.LOG_MASS_CEIL
@@ -95,79 +154,125 @@ struct Params {
   uint64_t seed_hash;
 };
 
-inline int64_t level_offset(int64_t L, int64_t h) { return 2 * L - (2 * L >> h); }
+// Offset of level h >= 1 among the internal nodes (level 1 first): rows [L - 2L/2^h, L - L/2^h).
+inline int64_t internal_offset(int64_t L, int64_t h) { return L - (2 * L >> h); }
 
-// Level table (B, 2L-1, H, X) of x (B, H, T, X): leaves t >= T are zero, a parent is the sum of its
-// two children (Eq. 1).
+// Node sums of one level of the tree as rows of H vectors of X numbers, head hh of a row at
+// p + hh * head_stride: leaves are the input itself (B, H, T, X) (head stride T X), internal nodes
+// are rows of the level table (head stride X).
 template <typename Num>
-torch::Tensor build_levels(const torch::Tensor& x, int64_t L) {
-  const int64_t B = x.size(0), H = x.size(1), Tn = x.size(2), X = x.size(3), HX = H * X, nodes = 2 * L - 1;
-  auto tab = torch::empty({B, nodes, H, X}, x.options());
-  const Num* xp = x.data_ptr<Num>();
-  Num* tp = tab.data_ptr<Num>();
-  at::parallel_for(0, B * L, 64, [&](int64_t a, int64_t e) {
-    for (int64_t n = a; n < e; ++n) {
-      const int64_t b = n / L, t = n % L;
-      Num* dst = tp + (b * nodes + t) * HX;
-      if (t >= Tn) {
-        std::fill(dst, dst + HX, Num(0));
-        continue;
-      }
-      for (int64_t h = 0; h < H; ++h) std::copy_n(xp + ((b * H + h) * Tn + t) * X, X, dst + h * X);
-    }
-  });
-  for (int64_t h = 1; (L >> h) >= 1; ++h) {
-    const int64_t n = L >> h, off = level_offset(L, h), off_child = level_offset(L, h - 1);
-    at::parallel_for(0, B * n, 64, [&](int64_t a, int64_t e) {
-      for (int64_t m = a; m < e; ++m) {
-        const int64_t b = m / n, j = m % n;
-        const Num* child = tp + (b * nodes + off_child + 2 * j) * HX;
-        add_into(tp + (b * nodes + off + j) * HX, child, child + HX, HX);
-      }
-    });
-  }
-  return tab;
+struct Row {
+  const Num* p;
+  int64_t head_stride;
+};
+
+// dst (H, X) contiguous = a + b, head by head (the rows may have different head strides).
+template <typename Num>
+inline void add_rows(Num* dst, Row<Num> a, Row<Num> b, int64_t H, int64_t X) {
+  for (int64_t h = 0; h < H; ++h) add_into(dst + h * X, a.p + h * a.head_stride, b.p + h * b.head_stride, X);
 }
+
+// Grow-only buffer per calling thread and slot, reused across calls: freshly allocated tables of
+// several MB cost more in page faults (first touch) than building them.
+template <typename Num>
+Num* workspace(int slot, int64_t n) {
+  thread_local std::vector<Num> buf[3];
+  if (static_cast<int64_t>(buf[slot].size()) < n) {
+    buf[slot].clear();
+    buf[slot].shrink_to_fit();
+    buf[slot].resize(n);
+  }
+  return buf[slot].data();
+}
+
+// The level tables of x (B, H, T, X) (Eq. 1: a parent is the sum of its two children). Leaves are
+// read from x itself; the internal nodes (levels 1 .. log2 L) live in a workspace (B, L-1, H, X),
+// one node's heads together. Only nodes complete within [0, T) are built: a node that extends past
+// the history end is never read from the table (PathSums composes it), and l <= T.
+template <typename Num>
+class LevelTables {
+ public:
+  LevelTables(const Num* x, int64_t B, int64_t H, int64_t T, int64_t X, int64_t L, int slot)
+      : x_(x), H_(H), T_(T), X_(X), L_(L), HX_(H * X) {
+    TREE_TIC(t_alloc);
+    tab_ = workspace<Num>(slot, std::max<int64_t>(1, B * (L - 1) * HX_));
+    TREE_TOC(kAlloc, t_alloc);
+    TREE_TIC(t_build);
+    for (int64_t h = 1; (T >> h) >= 1; ++h) {
+      const int64_t n = T >> h;  // complete nodes of level h
+      at::parallel_for(0, B * n, 64, [&](int64_t a, int64_t e) {
+        for (int64_t m = a; m < e; ++m) {
+          const int64_t b = m / n, j = m % n;
+          Num* dst = table(b) + (internal_offset(L, h) + j) * HX_;
+          if (h == 1) {
+            const Num* leaf = x_ + (b * H_ * T_ + 2 * j) * X_;
+            add_rows(dst, Row<Num>{leaf, T_ * X_}, Row<Num>{leaf + X_, T_ * X_}, H_, X_);
+          } else {
+            const Num* child = table(b) + (internal_offset(L, h - 1) + 2 * j) * HX_;
+            add_into(dst, child, child + HX_, HX_);
+          }
+        }
+      });
+    }
+    TREE_TOC(kBuild, t_build);
+  }
+
+  // the node (h, j) of batch element b (complete within [0, T))
+  Row<Num> row(int64_t b, int64_t h, int64_t j) const {
+    if (h == 0) return {x_ + (b * H_ * T_ + j) * X_, T_ * X_};
+    return {table(b) + (internal_offset(L_, h) + j) * HX_, X_};
+  }
+
+ private:
+  Num* table(int64_t b) const { return tab_ + b * (L_ - 1) * HX_; }
+  const Num* x_;
+  Num* tab_ = nullptr;
+  int64_t H_, T_, X_, L_, HX_;
+};
 
 // Sums over the history [start, l) of the nodes that contain leaf p = l - 1 (the path of p),
 // composed lazily from complete nodes: partial(h) = partial(h-1) (+ left sibling if p's node at
-// level h-1 is a right child). Pointers point into the level table where the node is complete.
+// level h-1 is a right child). Rows point into the level tables where the node is complete.
 template <typename Num>
 class PathSums {
  public:
-  PathSums(const Params& pr, int64_t width) : pr_(pr), width_(width), buf_(pr.levels * width), ptr_(pr.levels) {}
+  PathSums(const Params& pr, int64_t X) : X_(X), buf_(pr.levels * pr.H * X), ptr_(pr.levels) {}
 
-  void reset(const Num* table, int64_t l) {
-    table_ = table;
+  void reset(const LevelTables<Num>* tables, int64_t b, int64_t l, int64_t H) {
+    tables_ = tables;
+    b_ = b;
+    H_ = H;
     p_ = l - 1;
     done_ = 0;
     ptr_[0] = row(0, p_);  // a leaf in the history is always complete
   }
 
-  const Num* at(int64_t h) {
+  Row<Num> at(int64_t h) {
+    TREE_TIC(t0);
     for (; done_ < h; ++done_) {
       const int64_t lev = done_ + 1;
       const int64_t child = p_ >> done_;
       if (child & 1) {  // p's node at level done_ is a right child: add its (complete) left sibling
-        Num* dst = buf_.data() + lev * width_;
-        add_into(dst, ptr_[done_], row(done_, child - 1), width_);
-        ptr_[lev] = dst;
+        Num* dst = buf_.data() + lev * H_ * X_;
+        add_rows(dst, ptr_[done_], row(done_, child - 1), H_, X_);
+        TREE_COUNT(kNPathAdds, 1);
+        ptr_[lev] = {dst, X_};
       } else {
         ptr_[lev] = ptr_[done_];
       }
     }
+    TREE_TOC(kPathSums, t0);
     return ptr_[h];
   }
 
-  const Num* row(int64_t h, int64_t j) const { return table_ + (level_offset(pr_.L, h) + j) * width_; }
+  Row<Num> row(int64_t h, int64_t j) const { return tables_->row(b_, h, j); }
 
  private:
-  const Params& pr_;
-  int64_t width_;
+  int64_t X_;
   std::vector<Num> buf_;
-  std::vector<const Num*> ptr_;
-  const Num* table_ = nullptr;
-  int64_t p_ = 0, done_ = 0;
+  std::vector<Row<Num>> ptr_;
+  const LevelTables<Num>* tables_ = nullptr;
+  int64_t b_ = 0, H_ = 0, p_ = 0, done_ = 0;
 };
 
 // Algorithm 1 for one query at a time (reference.tree_attention_query), with reusable buffers.
@@ -175,7 +280,7 @@ template <typename scalar_t>
 class QueryWorker {
  public:
   QueryWorker(const Params& pr, int64_t capacity)
-      : pr_(pr), K_(pr, pr.H * pr.D), V_(pr, pr.H * pr.D), F_(pr, pr.H * std::max<int64_t>(pr.R, 1)),
+      : pr_(pr), K_(pr, pr.D), V_(pr, pr.D), F_(pr, std::max<int64_t>(pr.R, 1)),
         level_(capacity), index_(capacity), count_(capacity), log_count_(capacity), logm_(capacity),
         logm_ready_(capacity), A_(capacity * pr.H), Af_(capacity * pr.H), keys_(capacity), cand_(capacity),
         noise_(capacity), w_(capacity * pr.H), head_tmp_(pr.H), head_max_(pr.H), head_sum_(pr.H),
@@ -183,9 +288,12 @@ class QueryWorker {
 
   // Query position t of batch element bi; q, qf point at (bi, head 0, t) of (B, H, T, X) tensors,
   // out at the same place of the output. Writes info_row = (initial buds, splits, final buds).
-  void run(int64_t bi, int64_t t, const scalar_t* q, const scalar_t* ktab, const scalar_t* vtab,
-           const double* qf, const double* ftab, const int64_t* terms, scalar_t* out, int64_t* info_row) {
+  void run(int64_t bi, int64_t t, const scalar_t* q, const LevelTables<scalar_t>& ktab,
+           const LevelTables<scalar_t>& vtab, const double* qf, const LevelTables<double>* ftab,
+           const int64_t* terms, scalar_t* out, int64_t* info_row) {
     const int64_t H = pr_.H, D = pr_.D, head_stride = pr_.T * D;
+    TREE_TIC(t_query);
+    TREE_COUNT(kNQueries, 1);
     l_ = pr_.causal ? (pr_.exclude_self ? t : t + 1) : pr_.T;
     if (l_ == 0) {
       for (int64_t h = 0; h < H; ++h) std::fill_n(out + h * head_stride, D, scalar_t(0));
@@ -195,9 +303,9 @@ class QueryWorker {
     q_ = q;
     qf_ = qf;
     use_f_ = pr_.sampler >= kPositiveAlignment;
-    K_.reset(ktab, l_);
-    V_.reset(vtab, l_);
-    if (use_f_) F_.reset(ftab, l_);
+    K_.reset(&ktab, bi, l_, H);
+    V_.reset(&vtab, bi, l_, H);
+    if (use_f_) F_.reset(ftab, bi, l_, H);
     const int64_t n_terms = terms[l_];
     // initial buds (reference.initial_width): w = max(1, 2^ceil(log2 l) / 2^floor(log2 P))
     const int64_t w = std::max<int64_t>(1, (int64_t(1) << ceil_log2(l_)) >> floor_log2(pr_.P));
@@ -205,15 +313,19 @@ class QueryWorker {
     const int64_t n0 = (l_ + w - 1) / w;
     nb_ = 0;
     for (int64_t j = 0; j < n0; ++j) add_bud(h0, j);
+    TREE_TOC(kQueryInit, t_query);
     const uint64_t h_query = mix(mix(pr_.seed_hash ^ static_cast<uint64_t>(bi)) ^ static_cast<uint64_t>(t));
     int64_t splits = 0;
     for (int64_t rnd = 0; nb_ < n_terms; ++rnd) {
       // Gumbel-top-k keys of the expandable buds (samplers.sampling_keys)
+      TREE_TIC(t_keys);
+      TREE_COUNT(kNRounds, 1);
       int64_t n_exp = 0;
       for (int64_t i = 0; i < nb_; ++i) {
         if (count_[i] < 2) continue;
         if (!logm_ready_[i]) {
           logm_[i] = log_mass(i);
+          TREE_COUNT(kNLogMass, 1);
           logm_ready_[i] = 1;
         }
         noise_[n_exp] = hash_uniform(h_query, rnd, start(i));
@@ -228,14 +340,22 @@ class QueryWorker {
         const int64_t i = cand_[c];
         keys_[i] = (logm_[i] == -kInf ? kZeroMassKey : logm_[i]) + g[c];
       }
+      TREE_COUNT(kNDraws, n_exp);
+      TREE_TOC(kKeys, t_keys);
+      TREE_TIC(t_select);
       const int64_t k = std::min<int64_t>(pr_.P, n_exp);
       std::partial_sort(cand_.begin(), cand_.begin() + k, cand_.begin() + n_exp,
                         [&](int64_t a, int64_t b) { return keys_[a] > keys_[b]; });
+      TREE_TOC(kSelect, t_select);
+      TREE_TIC(t_expand);
       const int64_t nb_before = nb_;
       for (int64_t c = 0; c < k; ++c) expand(cand_[c]);
       splits += nb_ - nb_before;
+      TREE_TOC(kExpand, t_expand);
     }
     write_output(out);
+    TREE_COUNT(kNFinalBuds, nb_);
+    TREE_TOC(kQueries, t_query);
     info_row[0] = n0;
     info_row[1] = splits;
     info_row[2] = nb_;
@@ -251,9 +371,9 @@ class QueryWorker {
     return std::min<int64_t>(int64_t(1) << h, std::max<int64_t>(0, l_ - (j << h)));
   }
   bool complete(int h, int64_t j) const { return ((j + 1) << h) <= l_; }
-  const scalar_t* key_sum(int h, int64_t j) { return complete(h, j) ? K_.row(h, j) : K_.at(h); }
-  const scalar_t* value_sum(int h, int64_t j) { return complete(h, j) ? V_.row(h, j) : V_.at(h); }
-  const double* feature_sum(int h, int64_t j) { return complete(h, j) ? F_.row(h, j) : F_.at(h); }
+  Row<scalar_t> key_sum(int h, int64_t j) { return complete(h, j) ? K_.row(h, j) : K_.at(h); }
+  Row<scalar_t> value_sum(int h, int64_t j) { return complete(h, j) ? V_.row(h, j) : V_.at(h); }
+  Row<double> feature_sum(int h, int64_t j) { return complete(h, j) ? F_.row(h, j) : F_.at(h); }
 
   void set_node(int64_t i, int h, int64_t j) {
     level_[i] = h;
@@ -267,11 +387,13 @@ class QueryWorker {
     const int64_t H = pr_.H, D = pr_.D, R = pr_.R;
     const int64_t i = nb_++;
     set_node(i, h, j);
-    const scalar_t* ks = key_sum(h, j);
-    for (int64_t hh = 0; hh < H; ++hh) A_[i * H + hh] = static_cast<double>(dot(q_ + hh * pr_.T * D, ks + hh * D, D));
+    const Row<scalar_t> ks = key_sum(h, j);
+    TREE_COUNT(kNInnerProducts, H);
+    for (int64_t hh = 0; hh < H; ++hh)
+      A_[i * H + hh] = static_cast<double>(dot(q_ + hh * pr_.T * D, ks.p + hh * ks.head_stride, D));
     if (use_f_) {
-      const double* fs = feature_sum(h, j);
-      for (int64_t hh = 0; hh < H; ++hh) Af_[i * H + hh] = dot(qf_ + hh * pr_.T * R, fs + hh * R, R);
+      const Row<double> fs = feature_sum(h, j);
+      for (int64_t hh = 0; hh < H; ++hh) Af_[i * H + hh] = dot(qf_ + hh * pr_.T * R, fs.p + hh * fs.head_stride, R);
     }
   }
 
@@ -286,6 +408,7 @@ class QueryWorker {
     if (pr_.authors_descent && count(h - 1, 2 * j + 1) == 0) {
       level_[i] = h - 1;
       index_[i] = 2 * j;
+      TREE_COUNT(kNMoves, 1);
       return;
     }
     while (count(h - 1, 2 * j + 1) == 0) {
@@ -351,6 +474,7 @@ class QueryWorker {
   // applied to V_n (/ |n| for "bud_mean").
   void write_output(scalar_t* out) {
     const int64_t H = pr_.H, D = pr_.D;
+    TREE_TIC(t_softmax);
     double* w = w_.data();
     double* m = head_max_.data();
     double* s = head_sum_.data();
@@ -381,18 +505,21 @@ class QueryWorker {
       for (int64_t h = 0; h < H; ++h) weight_[h * nb_ + i] = static_cast<scalar_t>(w[i * H + h] / s[h] * norm);
       value_ptr_[i] = value_sum(level_[i], index_[i]);
     }
+    TREE_TOC(kSoftmax, t_softmax);
+    TREE_TIC(t_values);
     std::fill(acc_.begin(), acc_.end(), scalar_t(0));
     for (int64_t i = 0; i < nb_; ++i) {
-      const scalar_t* vs = value_ptr_[i];
+      const Row<scalar_t> vs = value_ptr_[i];
       for (int64_t h = 0; h < H; ++h) {
         const scalar_t wih = weight_[h * nb_ + i];
         scalar_t* acc = acc_.data() + h * D;
-        const scalar_t* vh = vs + h * D;
+        const scalar_t* vh = vs.p + h * vs.head_stride;
 #pragma omp simd
         for (int64_t d = 0; d < D; ++d) acc[d] += wih * vh[d];
       }
     }
     for (int64_t h = 0; h < H; ++h) std::copy_n(acc_.data() + h * D, D, out + h * pr_.T * D);
+    TREE_TOC(kValues, t_values);
   }
 
   const Params& pr_;
@@ -406,7 +533,7 @@ class QueryWorker {
   std::vector<int64_t> cand_;
   std::vector<double> noise_, w_, head_tmp_, head_max_, head_sum_;
   std::vector<scalar_t> acc_, weight_;
-  std::vector<const scalar_t*> value_ptr_;
+  std::vector<Row<scalar_t>> value_ptr_;
   const scalar_t* q_ = nullptr;
   const double* qf_ = nullptr;
   bool use_f_ = false;
@@ -417,15 +544,13 @@ template <typename scalar_t>
 void run_all(const Params& pr, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
              const torch::Tensor& qf, const torch::Tensor& kf, const torch::Tensor& terms, torch::Tensor& out,
              torch::Tensor& info) {
-  const int64_t nodes = 2 * pr.L - 1, HD = pr.H * pr.D, HR = pr.H * pr.R;
-  const torch::Tensor ktab = build_levels<scalar_t>(k, pr.L), vtab = build_levels<scalar_t>(v, pr.L);
-  const torch::Tensor ftab = pr.R > 0 ? build_levels<double>(kf, pr.L) : torch::Tensor();
+  const LevelTables<scalar_t> ktab(k.data_ptr<scalar_t>(), pr.B, pr.H, pr.T, pr.D, pr.L, 0);
+  const LevelTables<scalar_t> vtab(v.data_ptr<scalar_t>(), pr.B, pr.H, pr.T, pr.D, pr.L, 1);
+  std::unique_ptr<LevelTables<double>> ftab;
+  if (pr.R > 0) ftab = std::make_unique<LevelTables<double>>(kf.data_ptr<double>(), pr.B, pr.H, pr.T, pr.R, pr.L, 2);
   const int64_t capacity = terms.max().item<int64_t>() + pr.P + 1;
   const scalar_t* qp = q.data_ptr<scalar_t>();
-  const scalar_t* kp = ktab.data_ptr<scalar_t>();
-  const scalar_t* vp = vtab.data_ptr<scalar_t>();
   const double* qfp = pr.R > 0 ? qf.data_ptr<double>() : nullptr;
-  const double* fp = pr.R > 0 ? ftab.data_ptr<double>() : nullptr;
   const int64_t* tp = terms.data_ptr<int64_t>();
   scalar_t* op = out.data_ptr<scalar_t>();
   int64_t* ip = info.data_ptr<int64_t>();
@@ -439,12 +564,17 @@ void run_all(const Params& pr, const torch::Tensor& q, const torch::Tensor& k, c
       for (int64_t n = w; n < n_queries; n += n_workers) {
         const int64_t bi = n / pr.T, t = n % pr.T;
         const int64_t first = bi * pr.H * pr.T + t;  // (bi, head 0, t) in (B, H, T, .)
-        worker.run(bi, t, qp + first * pr.D, kp + bi * nodes * HD, vp + bi * nodes * HD,
-                   qfp ? qfp + first * pr.R : nullptr, fp ? fp + bi * nodes * HR : nullptr, tp, op + first * pr.D,
-                   ip + 3 * n);
+        worker.run(bi, t, qp + first * pr.D, ktab, vtab, qfp ? qfp + first * pr.R : nullptr, ftab.get(), tp,
+                   op + first * pr.D, ip + 3 * n);
       }
     }
+#if defined(TREE_PROFILE)
+    flush_profile();
+#endif
   });
+#if defined(TREE_PROFILE)
+  flush_profile();
+#endif
 }
 
 }  // namespace
@@ -502,6 +632,28 @@ std::vector<torch::Tensor> tree_attention_cpu(torch::Tensor q, torch::Tensor k, 
   return {out, info};
 }
 
+#if defined(TREE_PROFILE)
+// Profile build only: {phase: seconds} and {operation: count} summed over the calls since the last
+// read (then reset). Seconds = time stamp counter ticks / ticks per ns measured here (x86-64).
+std::vector<std::map<std::string, double>> read_profile() {
+  const uint64_t c0 = prof_clock();
+  const auto w0 = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - w0 < std::chrono::milliseconds(20)) {
+  }
+  const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - w0).count();
+  const double ticks_per_s = static_cast<double>(prof_clock() - c0) / ns * 1e9;
+  std::lock_guard<std::mutex> lock(g_profile_mutex);
+  std::map<std::string, double> seconds, counts;
+  for (int i = 0; i < kPhases; ++i) seconds[kPhaseNames[i]] = static_cast<double>(g_profile.ticks[i]) / ticks_per_s;
+  for (int i = 0; i < kCounts; ++i) counts[kCountNames[i]] = static_cast<double>(g_profile.counts[i]);
+  g_profile = Profile();
+  return {seconds, counts};
+}
+#endif
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("forward", &tree_attention_cpu, "Tree attention forward on CPU (see cpu_kernel.cpp header)");
+#if defined(TREE_PROFILE)
+  m.def("profile", &read_profile, "profile build: ({phase: seconds}, {operation: count}) since the last read");
+#endif
 }

@@ -5,6 +5,8 @@ and training tokens per second (issue 25; tasks/recall.py, scripts/sweeps/recall
     python -m scripts.analysis.recall_table table out/recall [more dirs] [--out=results/recall]
     python -m scripts.analysis.recall_table pick out/recall --attention=softmax --seq_len=256 \\
         --num_pairs=16 --d_model=64            # prints the picked learning rate (%g)
+    python -m scripts.analysis.recall_table table out/recall_fastmax_norm --label_params=normalization,temperature,lim \\
+        --out=results/recall/fastmax_norm      # a row per option setting (scripts/sweeps/recall_fastmax_norm.sh)
 
 Reads every ``final_metrics.json`` under the paths (train.py's final metrics of task "recall").
 Picking: among the seed-0 runs of one attention and cell, the highest validation accuracy of the
@@ -15,9 +17,10 @@ Writes to ``--out``:
 - ``summary.csv``: one row per run, columns ``attention, seq_len, num_pairs, d_model, seed,
   test_accuracy, tokens_per_s`` (accuracy a fraction over query positions; tokens/s = training
   tokens (iters x batch x length) per second of training, evaluation excluded), then
-  ``learning_rate, val_accuracy, picked`` (whether the run is at its cell's picked rate);
+  ``learning_rate, val_accuracy, picked`` (whether the run is at its cell's picked rate), ``num_threads``;
 - ``recall_table.md``: accuracy mean +- standard deviation (min-max, seeds) per attention x cell,
-  tokens/s per attention x cell (median over the cell's runs), and Zoology's numbers where the
+  tokens/s per attention x cell (median over the cell's runs with the most threads: a run with
+  fewer threads is not comparable), and Zoology's numbers where the
   setting matches (Arora et al. 2023, "Zoology: Measuring and Improving Recall in Efficient
   Language Models", Figure 2: attention about 1.0 in every cell; their models have no MLP).
 
@@ -36,14 +39,15 @@ from data import atomic_write
 from scripts.analysis.runs import attention_label, find_runs
 
 COLUMNS = ("attention", "seq_len", "num_pairs", "d_model", "seed", "test_accuracy", "tokens_per_s",
-           "learning_rate", "val_accuracy", "picked")
+           "learning_rate", "val_accuracy", "picked", "num_threads")
 ZOOLOGY_NOTE = ("Zoology (Arora et al. 2023, Figure 2; 2 layers, one head, no MLP, 100k examples, best of 4 "
                 "learning rates in 1e-4..1e-2, 64 epochs): attention about 1.0 in every cell; at 256/16 "
                 "BaseConv, H3, RWKV and Hyena 0.05-0.14 at width 64 and 0.54-0.82 at width 256.")
 
 
-def read_runs(files):
-    """One dict per recall run (the COLUMNS but ``picked``), from final_metrics.json files."""
+def read_runs(files, label_params=()):
+    """One dict per recall run (the COLUMNS but ``picked``), from final_metrics.json files; the
+    attention column is ``runs.attention_label(config, label_params)``."""
     runs = []
     for path in files:
         with open(path) as f:
@@ -52,11 +56,11 @@ def read_runs(files):
         if cfg.get("task") != "recall" or "test_accuracy" not in metrics:
             continue
         tokens = metrics["iters"] * cfg["batch_size"] * cfg["block_size"]
-        runs.append({"attention": attention_label(cfg), "seq_len": cfg["block_size"], "num_pairs": cfg["recall_pairs"],
+        runs.append({"attention": attention_label(cfg, label_params), "seq_len": cfg["block_size"], "num_pairs": cfg["recall_pairs"],
                      "d_model": cfg["n_embd"], "seed": cfg["seed"], "test_accuracy": metrics["test_accuracy"],
                      "tokens_per_s": tokens / metrics["train_time_s"] if metrics.get("train_time_s") else None,
                      "learning_rate": cfg["learning_rate"], "val_accuracy": metrics["best_metric"]["value"],
-                     "path": path})
+                     "num_threads": cfg.get("num_threads"), "path": path})
     return runs
 
 
@@ -107,11 +111,22 @@ def tables(runs):
             else:
                 acc_row.append(f"{statistics.mean(values):.3f} +- {statistics.stdev(values):.3f} "
                                f"({min(values):.3f}-{max(values):.3f}, {len(values)} seeds)")
-            rates = [r["tokens_per_s"] for r in runs if cell_key(r) == (attention, *cell) and r["tokens_per_s"]]
-            speed_row.append(f"{statistics.median(rates):,.0f}" if rates else "-")
+            speed_row.append(_speed(r for r in runs if cell_key(r) == (attention, *cell) and r["tokens_per_s"]))
         accuracy.append(acc_row)
         speed.append(speed_row)
     return accuracy, speed, labels
+
+
+def _speed(runs):
+    """Median tokens/s of the runs with the most threads (runs with fewer are not comparable), as
+    "37,876 (2 threads)"; "-" without runs."""
+    runs = list(runs)
+    if not runs:
+        return "-"
+    threads = max(r["num_threads"] or 0 for r in runs)
+    rates = [r["tokens_per_s"] for r in runs if (r["num_threads"] or 0) == threads]
+    return f"{statistics.median(rates):,.0f} ({threads} thread{'s' if threads != 1 else ''})" if threads \
+        else f"{statistics.median(rates):,.0f}"
 
 
 def _markdown_table(header, rows):
@@ -124,7 +139,9 @@ def markdown(runs):
     return "\n\n".join([
         "# MQAR test accuracy (fraction of query positions), mean +- std over seeds at the picked learning rate",
         _markdown_table(["attention", *labels], accuracy),
-        "# Training tokens per second (median over the cell's runs; this machine, see the manifest)",
+        "# Training tokens per second (median over the cell's runs with the most threads; this machine, see the "
+        "manifest; runs that shared the cores with other work are slower: a quiet measurement is "
+        "scripts/bench/train_throughput.py)",
         _markdown_table(["attention", *labels], speed),
         ZOOLOGY_NOTE, ""])
 
@@ -147,8 +164,12 @@ def main(argv=None):
     ap.add_argument("--seq_len", type=int)
     ap.add_argument("--num_pairs", type=int)
     ap.add_argument("--d_model", type=int)
+    ap.add_argument("--label_params", default="",
+                    help="comma list of attention parameters appended to the attention label when a run sets them "
+                         "(a study of one method's options: normalization,temperature,lim)")
     args = ap.parse_args(argv)
-    runs = read_runs(find_runs(args.paths))
+    label_params = tuple(p for p in args.label_params.split(",") if p)
+    runs = read_runs(find_runs(args.paths), label_params)
     if not runs:
         sys.exit(f"no recall run (final_metrics.json of task recall) under {', '.join(args.paths)}")
     if args.command == "pick":

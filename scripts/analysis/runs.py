@@ -18,9 +18,14 @@ def find_runs(paths):
     return sorted(set(files))
 
 
-def attention_label(cfg):
-    """Row label of a run's config: softmax, fastmax<p>, dense, or the attention name."""
+def attention_label(cfg, params=()):
+    """Row label of a run's config: softmax, fastmax<p>, dense, or the attention name, then
+    ``name=value`` for each attention parameter in ``params`` that the config sets (a study of one
+    method's options, e.g. ``fastmax1 normalization=paper temperature=128``; unset ones are left out:
+    they are the module's defaults)."""
     name = cfg.get("attention", "softmax")
-    if name == "fastmax":
-        return f"fastmax{cfg.get('attention_params', {}).get('p', 2)}"
-    return name
+    attention_params = cfg.get("attention_params", {})
+    label = f"fastmax{attention_params.get('p', 2)}" if name == "fastmax" else name
+    extra = [f"{key}={attention_params[key]:g}" if isinstance(attention_params[key], float)
+             else f"{key}={attention_params[key]}" for key in params if key in attention_params]
+    return " ".join([label, *extra])

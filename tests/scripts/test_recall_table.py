@@ -8,12 +8,15 @@ import pytest
 from scripts.analysis import recall_table
 
 
-def write_run(root, attention, lr, seed, val, test, seq_len=64, pairs=4, width=64, params=None):
+def write_run(root, attention, lr, seed, val, test, seq_len=64, pairs=4, width=64, params=None, threads=None,
+              seconds=10.0):
     folder = root / f"{attention}_lr{lr:g}_s{seed}_T{seq_len}_w{width}"
     folder.mkdir(parents=True)
     cfg = {"task": "recall", "attention": attention, "attention_params": params or {}, "block_size": seq_len,
            "recall_pairs": pairs, "n_embd": width, "seed": seed, "learning_rate": lr, "batch_size": 64}
-    metrics = {"test_accuracy": test, "iters": 100, "train_time_s": 10.0,
+    if threads is not None:
+        cfg["num_threads"] = threads
+    metrics = {"test_accuracy": test, "iters": 100, "train_time_s": seconds,
                "best_metric": {"name": "val_accuracy", "value": val}, "config": cfg}
     (folder / "final_metrics.json").write_text(json.dumps(metrics))
 
@@ -68,3 +71,34 @@ def test_table_writes_summary_and_markdown(runs_dir, tmp_path):
 def test_no_runs_is_an_error(tmp_path):
     with pytest.raises(SystemExit, match="no recall run"):
         recall_table.main(["table", str(tmp_path)])
+
+
+def test_label_params_split_rows_by_option_setting(tmp_path):
+    root = tmp_path / "study"
+    write_run(root / "paper", "fastmax", 3e-3, 0, val=0.4, test=0.40,
+              params={"p": 1, "normalization": "paper", "temperature": 11.313708498984761})
+    write_run(root / "paper", "fastmax", 3e-3, 1, val=0.5, test=0.50,
+              params={"p": 1, "normalization": "paper", "temperature": 11.313708498984761})
+    write_run(root / "max_norm", "fastmax", 3e-3, 0, val=0.9, test=0.90, params={"p": 1, "lim": 2})
+    params = ("normalization", "temperature", "lim")
+    labels = {r["attention"] for r in recall_table.read_runs(recall_table.find_runs([str(root)]), params)}
+    assert labels == {"fastmax1 normalization=paper temperature=11.3137", "fastmax1 lim=2"}
+    # without label_params the settings collapse into one row (the plain sweep's behaviour)
+    assert {r["attention"] for r in recall_table.read_runs(recall_table.find_runs([str(root)]))} == {"fastmax1"}
+    out = tmp_path / "table"
+    recall_table.main(["table", str(root), f"--out={out}", "--label_params=normalization,temperature,lim"])
+    text = (out / "recall_table.md").read_text()
+    assert "| fastmax1 normalization=paper temperature=11.3137 | 0.450 +- 0.071 (0.400-0.500, 2 seeds) |" in text
+    assert "| fastmax1 lim=2 | 0.900 (1 seed) |" in text
+
+
+def test_speed_uses_the_runs_with_the_most_threads(tmp_path):
+    root = tmp_path / "runs"
+    write_run(root, "softmax", 3e-3, 0, val=0.9, test=0.9, threads=2, seconds=10.0)   # 40,960 tokens/s
+    write_run(root, "softmax", 3e-3, 1, val=0.9, test=0.9, threads=2, seconds=20.0)   # 20,480
+    write_run(root, "softmax", 3e-3, 2, val=0.9, test=0.9, threads=1, seconds=40.0)   # 10,240: not comparable
+    out = tmp_path / "out"
+    recall_table.main(["table", str(root), f"--out={out}"])
+    assert "| softmax | 30,720 (2 threads) |" in (out / "recall_table.md").read_text()
+    rows = list(csv.DictReader(open(out / "summary.csv")))
+    assert sorted(r["num_threads"] for r in rows) == ["1", "2", "2"]

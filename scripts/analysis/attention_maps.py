@@ -455,7 +455,7 @@ def main(argv=None):
         extra = {f"stat_{name}": np.stack([s[name] for s in stats]) for name in RECALL_STATS}
         extra.update(stat_queries=stats[0]["queries"], stat_examples=min(args.stat_examples, len(stat_inputs)),
                      data_folder=np.array(folder), example=args.example)
-    np.savez(f"{args.out}.npz", weights=weights, tokens=tokens, labels=np.array(labels),
+    np.savez_compressed(f"{args.out}.npz", weights=weights, tokens=tokens, labels=np.array(labels),
              attention=np.array(names), layers=np.arange(weights.shape[1]), head=args.head,
              reconstruction_error=errors, text=np.array(text), query_positions=example[:, 1],
              key_positions=example[:, 2], value_positions=example[:, 3], weights_file=np.array(args.weights),

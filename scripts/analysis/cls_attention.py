@@ -11,9 +11,9 @@ checkpoint's ``model_args`` and weights, in eval mode; the "init" model is the s
 initialised with ``torch.manual_seed(seed)`` (the run's seed). Both read the first ``--num``
 examples of ``--split`` (LRA layout under the run's ``lra_dir``), whole, padding masked.
 
-Weights: softmax / fastmax through ``scripts/attention_maps.attention_weights`` (the module's own
-rule, checked against its output as there); other attentions (e.g. dense, whose weights are not a
-normalised distribution) are reported as unsupported. For query 0 (CLS), layer l, head h:
+Weights: ``scripts.analysis.capture.attention_weights`` (the module's own rule, checked against its
+output); the statistics below assume a distribution over the keys, so an attention whose rows do
+not sum to one (dense: A = q.k; linformer: weights over projected positions) is refused. For query 0 (CLS), layer l, head h:
 
 - ``weight_at_position``: mean over examples of A[0, position] (position 1 = the first data token);
 - ``uniform``: mean over examples of 1 / (real tokens + 1), the weight of an even spread;
@@ -38,6 +38,17 @@ from scripts.analysis.capture import attention_weights, capture
 from tasks import classify
 
 METRICS = ("weight_at_position", "uniform", "ratio", "max_weight", "argmax_is_position")
+
+
+def _cls_row(record):
+    """(B, H, T) weights of query 0 in one captured layer; ValueError unless they sum to one."""
+    row = attention_weights(record["mechanism"], record["q"], record["k"], record["causal"],
+                            record["attention_mask"])[:, :, 0, :]
+    if (row.sum(-1) - 1.0).abs().max() > 1e-6:
+        name = getattr(record["mechanism"], "registry_name", type(record["mechanism"]).__name__)
+        raise ValueError(f"attention {name!r}: the CLS row's weights do not sum to one (max deviation "
+                         f"{(row.sum(-1) - 1.0).abs().max():.3g}); these statistics need a distribution over keys")
+    return row
 
 
 def load_run(out_dir, weights="ckpt.pt"):
@@ -81,13 +92,12 @@ def cls_statistics(model, idx, attention_mask, position=1, batch_size=8):
         dict metric -> (L, H) float64 array.
 
     Raises:
-        ValueError: an attention without normalised weights (from ``attention_weights``).
+        ValueError: an attention whose CLS weights are not a distribution over the keys.
     """
     rows = []  # per batch: (L, B, H, T) CLS-row weights
     for start in range(0, len(idx), batch_size):
         records = capture(model, idx[start:start + batch_size])  # padding: the model's pad_token_id
-        rows.append(torch.stack([attention_weights(r["mechanism"], r["q"], r["k"], r["causal"],
-                                                   r["attention_mask"])[:, :, 0, :] for r in records]))
+        rows.append(torch.stack([_cls_row(r) for r in records]))
     cls_rows = torch.cat(rows, dim=1)  # (L, N, H, T)
     uniform = 1.0 / attention_mask.sum(1).double()  # (N,)
     at = cls_rows[..., position]  # (L, N, H)

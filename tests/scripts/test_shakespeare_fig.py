@@ -260,11 +260,13 @@ def test_attention_maps_errors(trained, tmp_path, monkeypatch):
         attention_maps.main([softmax_dir, "--length=65", f"--out={tmp_path / 'm'}"])
     with pytest.raises(SystemExit, match="no checkpoint at"):
         attention_maps.main([str(tmp_path / "none"), f"--out={tmp_path / 'm'}"])
-    import attention
-    dense = attention.build("dense")
+    class Squared(torch.nn.Module):  # not linear in v: no attention matrix
+        def forward(self, q, k, v, causal, attention_mask=None):
+            return v * v
+
     q = torch.randn(1, 1, 4, 8)
-    with pytest.raises(ValueError, match="defined here for softmax, softmax_reference, fastmax; got attention 'dense'"):
-        attention_maps.attention_weights(dense, q, q, True)
+    with pytest.raises(ValueError, match="it is not linear in v"):
+        attention_maps.attention_weights(Squared(), q, q, True)
 
 
 # ---------------------------------------------------------------- scripts/analysis/loss_curves.py

@@ -453,6 +453,10 @@ def test_lra_cls_attention(stub, tmp_path):
     np.testing.assert_allclose(stats["ratio"], 1.0, rtol=1e-12)
     np.testing.assert_allclose(stats["uniform"], uniform, rtol=1e-12)
 
+    init.set_attention("dense")  # A = q.k: not a distribution over the keys
+    with pytest.raises(ValueError, match="attention 'dense': the CLS row's weights do not sum to one"):
+        script.cls_statistics(init, idx, mask, position=1)
+
     script.main([str(out), "--num=6", f"--out={tmp_path / 'cls.json'}"])
     result = json.load(open(tmp_path / "cls.json"))[str(out)]
     assert result["examples"] == 6 and result["attention"] == "softmax"

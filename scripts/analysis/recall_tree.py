@@ -20,23 +20,23 @@ Accuracy: ``tasks.recall.split_metrics`` (every query of the first --num_example
 in the training run's batches) with tree attention in every layer (the fast implementation), and
 once with the model's own softmax (``exact_softmax_accuracy``).
 
-Which keys the tree found: the LAST layer's record (``TreeAttention.forward_recorded``, the
-reference implementation with the same draws) at every query of the first --record_examples
+Which keys the tree found: the record of the LOOKUP layer (``TreeAttention.forward_recorded``,
+the reference implementation with the same draws) at every query of the first --record_examples
 examples, on the inputs that layer received in the tree model (captured with
 ``scripts.analysis.capture``). A key counts as found when it is a term of its own (a bud holding
 one key): tree attention then attends to it exactly, with softmax's weight exp(score); any other
-key only contributes through its bud's mean score. Why the last layer, and which position:
-a two-layer model solves MQAR with an induction circuit. Layer 0 is a previous-token head: the
-value position j+1 reads the key token at j. In the last layer the query (a copy of the key
-token) matches the position whose PREVIOUS token is the key, i.e. the value position j+1, and
-attending there reads the value token itself; so the position the last layer must find is j+1,
-written ``matched_key_fraction`` (the "matching key" of that attention). The key's own position
-j (``key_position_fraction``) is what a one-layer lookup would find; layer 0 at a query position
-has nothing to find (its previous token is a filler). Which of the two the trained model uses
-is checked, not assumed: the manifest holds the exact softmax weights of the last layer at the
-queries (mean weight and argmax rate on j+1, on j, on the other pairs' positions). For the tree
-the two fractions are equal by construction: j is even, so j and j+1 are sibling leaves (one
-parent node); a bud holds both until that 2-leaf bud is split, which makes both exact.
+key only contributes through its bud's mean score. Which layer and which position: the lookup
+reads the value token, so the position to find is the value position j+1, written
+``matched_key_fraction`` (the "matching key" of that attention). Without a token shift a two-layer
+model does it in its last layer (an induction circuit: layer 0 copies the key token at j into the
+value position j+1, whose key the query then matches); with the token shift of
+configs/recall/mqar.py the value position holds its key from the start, and layer 0 does the
+lookup (docs/recall.md, attention maps). ``--record_layer=auto`` (default) records the layer
+whose exact softmax puts the most weight on j+1 at the queries; the manifest holds those weights
+for every layer (mean weight and argmax rate on j+1, on j, on the other pairs' positions). The
+key's own position j is ``key_position_fraction``; for the tree the two fractions are equal by
+construction: j is even, so j and j+1 are sibling leaves (one parent node); a bud holds both
+until that 2-leaf bud is split, which makes both exact.
 
 Outputs (``--out`` = results/recall/tree_<run name> by default):
   <out>.csv  one row per (sampler, descent, E, seed): sampler, descent, E, seed, test_accuracy,
@@ -44,7 +44,7 @@ Outputs (``--out`` = results/recall/tree_<run name> by default):
              to matched_key_fraction, see above; kept as a check),
              chance_fraction (mean over queries of exact keys / history: the matched fraction of a
              tree that picked its exact keys blindly), exact_keys_per_query (mean number of keys
-             attended exactly in the last layer),
+             attended exactly in the recorded layer),
              history_per_query (mean number of keys a query may attend to), inner_product_fraction
              (query-key(-sum) inner products of the tree over exact attention's, all layers),
              normalization, queries, recorded_queries, seconds. Written row by row.
@@ -53,7 +53,7 @@ Outputs (``--out`` = results/recall/tree_<run name> by default):
              softmax dashed, chance_fraction (mean over samplers) dotted.
   manifest.json entry <name>: command, commit, the model, settings, the attention diagnostics
              and the largest difference between the recorded (reference) and the fast path's
-             last-layer outputs at the recorded queries (the record describes the evaluated
+             recorded layer's outputs at the recorded queries (the record describes the evaluated
              model only if this is ~0; the model runs in float64 so that both make the same draws).
 
 E = 1 is exact attention for every sampler, descent rule and seed (every bud is split down to
@@ -143,14 +143,15 @@ def _batches(n, batch_size):
     return [(s, min(s + batch_size, n)) for s in range(0, n, batch_size)]
 
 
-def _last_layer_inputs(model, inputs, start, stop):
-    """q, k, v (B, H, T, D), output and the module of the last attention layer for examples start..stop-1."""
+def _layer_inputs(model, inputs, start, stop, layer):
+    """q, k, v (B, H, T, D), output and the module of attention layer ``layer`` (-1 = the last) for
+    examples start..stop-1."""
     idx = torch.from_numpy(np.asarray(inputs[start:stop], dtype=np.int64))
-    return capture(model, idx)[-1]
+    return capture(model, idx)[layer]
 
 
-def exact_attention_diagnostics(model, inputs, keys, batch_size, n):
-    """Where the model's own (softmax) last layer looks at the queries of the first n examples.
+def exact_attention_diagnostics(model, inputs, keys, batch_size, n, layer=-1):
+    """Where the model's own (softmax) attention layer ``layer`` looks at the queries of the first n examples.
 
     Returns:
         dict: mean attention weight (head mean) on the value position j+1, on the key position j,
@@ -161,7 +162,7 @@ def exact_attention_diagnostics(model, inputs, keys, batch_size, n):
                           "argmax_value", "argmax_key", "argmax_elsewhere"), 0.0)
     count = 0
     for start, stop in _batches(n, batch_size):
-        rec = _last_layer_inputs(model, inputs, start, stop)
+        rec = _layer_inputs(model, inputs, start, stop, layer)
         w = attention_weights(rec["mechanism"], rec["q"], rec["k"], rec["causal"])  # (B, H, T, T)
         for b, t, j in keys[(keys[:, 0] >= start) & (keys[:, 0] < stop)]:
             row = w[b - start, :, t]                      # (H, T)
@@ -181,8 +182,8 @@ def exact_attention_diagnostics(model, inputs, keys, batch_size, n):
     return {name: value / max(count, 1) for name, value in sums.items()} | {"queries": count}
 
 
-def record_last_layer(model, inputs, labels, keys, batch_size, n):
-    """The last layer's exact keys at every query of the first n examples (tree attention in the model).
+def record_layer(model, inputs, labels, keys, batch_size, n, layer=-1):
+    """Attention layer ``layer``'s exact keys at every query of the first n examples (tree attention in the model).
 
     Returns:
         dict: "value_found" / "key_found" (bool (M,) per row of ``keys`` of those examples: the
@@ -192,7 +193,7 @@ def record_last_layer(model, inputs, labels, keys, batch_size, n):
     """
     value_found, key_found, exact_count, history, diff = [], [], [], [], 0.0
     for start, stop in _batches(n, batch_size):
-        rec = _last_layer_inputs(model, inputs, start, stop)
+        rec = _layer_inputs(model, inputs, start, stop, layer)
         mask = torch.from_numpy(np.asarray(labels[start:stop]) != -1)
         out, record = rec["mechanism"].forward_recorded(rec["q"], rec["k"], rec["v"], rec["causal"], positions=mask)
         diff = max(diff, float((out - rec["out"]).abs().transpose(1, 2)[mask].max()))
@@ -220,10 +221,10 @@ def _tree_cost(model):
 
 
 def evaluate_grid(model, inputs, labels, keys, batch_size, Es, samplers, descents, seeds, normalization,
-                  record_examples, on_row=None):
+                  record_examples, on_row=None, layer=-1):
     """Every (descent, sampler, E, seed) of tree attention in ``model`` (modified in place: its
     attention is replaced), on the examples ``inputs`` / ``labels`` (n, T); ``keys`` = ``query_keys``
-    of the first ``record_examples`` of them. Returns the rows (dicts with FIELDS) and the largest
+    of the first ``record_examples`` of them, whose exact keys are recorded in attention layer ``layer``. Returns the rows (dicts with FIELDS) and the largest
     reference / fast path output difference. ``on_row(row)`` is called after each row."""
     exact_accuracy = recall_task.split_metrics(model, inputs, labels, batch_size, "cpu")["accuracy"]
     rows, max_diff, at_E1 = [], 0.0, None
@@ -242,7 +243,7 @@ def evaluate_grid(model, inputs, labels, keys, batch_size, Es, samplers, descent
                                                  "normalization": normalization})
                     m = recall_task.split_metrics(model, inputs, labels, batch_size, "cpu")
                     cost = _tree_cost(model)
-                    found = record_last_layer(model, inputs, labels, keys, batch_size, record_examples)
+                    found = record_layer(model, inputs, labels, keys, batch_size, record_examples, layer)
                     max_diff = max(max_diff, found["max_output_diff"])
                     row = {"sampler": sampler, "descent": descent, "E": E, "seed": seed,
                            "test_accuracy": m["accuracy"], "matched_key_fraction": _mean(found["value_found"]),
@@ -272,7 +273,7 @@ def plot(path, rows):
     for col, descent in enumerate(descents):
         for row_i, (field, label) in enumerate((("test_accuracy", "test accuracy"),
                                                 ("matched_key_fraction", "queries whose value position\n"
-                                                 "the last layer attended exactly"))):
+                                                 "the lookup layer attended exactly"))):
             ax = axes[row_i][col]
             for i, sampler in enumerate(s for s in SAMPLERS if any(r["sampler"] == s for r in rows)):
                 Es = sorted({r["E"] for r in rows if r["sampler"] == sampler and r["descent"] == descent})
@@ -333,6 +334,8 @@ def main(argv=None):
                     "absent) or ckpt.pt")
     ap.add_argument("--batch_size", type=int, default=0, help="evaluation batch (0 = the run's batch_size)")
     ap.add_argument("--num_threads", type=int, default=1)
+    ap.add_argument("--record_layer", default="auto", help="attention layer whose exact keys are recorded: an index, "
+                    "or auto = the layer whose exact softmax puts the most weight on the value position j+1")
     ap.add_argument("--out", default="", help="output prefix (default results/recall/tree_<run name>)")
     args = ap.parse_args(argv)
     Es = _floats(args.E, "E")
@@ -367,11 +370,26 @@ def main(argv=None):
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
 
     keys = query_keys(inputs[:record_n], labels[:record_n], cfg["recall_pairs"])
-    diagnostics = exact_attention_diagnostics(model, inputs, keys, batch_size, record_n)
-    print(f"{args.out_dir} ({weights}, step {meta['iter_num']}): {n} test examples, {record_n} recorded; exact "
-          f"softmax last layer at the queries: weight on the value position j+1 {diagnostics['value_weight']:.3f}, "
-          f"on the key position j {diagnostics['key_weight']:.3f}, argmax at j+1 {diagnostics['argmax_value']:.3f}, "
-          f"at j {diagnostics['argmax_key']:.3f}", flush=True)
+    n_layers = len(model.attention_modules())
+    diagnostics = [exact_attention_diagnostics(model, inputs, keys, batch_size, record_n, layer)
+                   for layer in range(n_layers)]
+    for layer, d in enumerate(diagnostics):
+        print(f"{args.out_dir} ({weights}, step {meta['iter_num']}): {n} test examples, {record_n} recorded; exact "
+              f"softmax layer {layer} at the queries: weight on the value position j+1 {d['value_weight']:.3f}, "
+              f"on the key position j {d['key_weight']:.3f}, argmax at j+1 {d['argmax_value']:.3f}, "
+              f"at j {d['argmax_key']:.3f}", flush=True)
+    if args.record_layer == "auto":
+        layer = max(range(n_layers), key=lambda i: diagnostics[i]["value_weight"])
+    else:
+        try:
+            layer = int(args.record_layer)
+        except ValueError:
+            raise SystemExit(f"error: --record_layer must be auto or a layer index; got {args.record_layer!r}") from None
+        if not -n_layers <= layer < n_layers:
+            raise SystemExit(f"error: --record_layer={layer}: the model has {n_layers} attention layers "
+                             f"(indices 0..{n_layers - 1} or negative from the end)")
+        layer %= n_layers
+    print(f"recording layer {layer}", flush=True)
     with open(out + ".csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=FIELDS)
         writer.writeheader()
@@ -383,13 +401,13 @@ def main(argv=None):
                            for k in FIELDS), flush=True)
 
         rows, max_diff = evaluate_grid(model, inputs, labels, keys, batch_size, Es, samplers,
-                                       descents, seeds, args.normalization, record_n, on_row)
+                                       descents, seeds, args.normalization, record_n, on_row, layer)
     plot(out + ".png", rows)
     provenance.record(out, commit=commit, extra={
         "model": args.out_dir, "weights": weights, "iter_num": meta["iter_num"], "num_threads": args.num_threads,
         "data": folder, "test_examples": n, "record_examples": record_n, "batch_size": batch_size, "dtype": "float64",
-        "layer_recorded": len(model.attention_modules()) - 1,
-        "exact_attention_last_layer": diagnostics, "max_output_diff_reference_vs_fast": max_diff})
+        "layer_recorded": layer, "record_layer": args.record_layer,
+        "exact_attention_per_layer": diagnostics, "max_output_diff_reference_vs_fast": max_diff})
     print(f"wrote {out}.csv {out}.png ({len(rows)} rows); largest |reference - fast| at recorded queries "
           f"{max_diff:.2e}")
     if max_diff > 1e-6:

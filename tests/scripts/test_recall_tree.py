@@ -1,5 +1,5 @@
 """scripts/analysis/recall_tree.py: tree attention swapped into a recall model, accuracy and the
-record of the keys the last layer attended exactly."""
+record of the keys the recorded layer attended exactly, and the choice of that layer."""
 import csv
 import json
 
@@ -61,7 +61,7 @@ def _independent_fraction(run_dir, params, batch_size=8):
 def test_grid_csv_png_manifest_and_independent_check(run_dir, tmp_path):
     out = tmp_path / "res" / "tree_tiny"
     recall_tree.main([str(run_dir), "--E=0.7,1", "--samplers=edh,alignment", "--descents=all", "--seeds=0,1",
-                      "--record_examples=20", f"--out={out}"])
+                      "--record_examples=20", "--record_layer=1", f"--out={out}"])
     with open(f"{out}.csv") as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0])[:7] == ["sampler", "descent", "E", "seed", "test_accuracy", "matched_key_fraction",
@@ -96,7 +96,29 @@ def test_grid_csv_png_manifest_and_independent_check(run_dir, tmp_path):
     entry = json.loads((tmp_path / "res" / "manifest.json").read_text())["tree_tiny"]
     assert entry["max_output_diff_reference_vs_fast"] < 1e-9
     assert entry["layer_recorded"] == 1 and entry["record_examples"] == 20
-    assert set(entry["exact_attention_last_layer"]) >= {"value_weight", "key_weight", "argmax_value"}
+    assert len(entry["exact_attention_per_layer"]) == 2
+    assert set(entry["exact_attention_per_layer"][1]) >= {"value_weight", "key_weight", "argmax_value"}
+
+
+def test_record_layer_auto_takes_the_layer_with_most_weight_on_the_value(run_dir, tmp_path):
+    model, cfg, _ = model_lib.load(str(run_dir), weights="best.pt")
+    model = model.double()
+    _, (inputs, labels) = recall_tree.test_split(str(run_dir), cfg)
+    keys = recall_tree.query_keys(inputs[:8], labels[:8], cfg["recall_pairs"])
+    weights = [recall_tree.exact_attention_diagnostics(model, inputs, keys, 8, 8, layer)["value_weight"]
+               for layer in (0, 1)]
+    assert weights[0] != weights[1]
+    out = tmp_path / "auto"
+    recall_tree.main([str(run_dir), "--E=0.5", "--samplers=edh", "--descents=split", "--seeds=0",
+                      "--num_examples=8", "--record_examples=8", "--batch_size=8", f"--out={out}"])
+    entry = json.loads((tmp_path / "manifest.json").read_text())["auto"]
+    assert entry["record_layer"] == "auto"
+    assert entry["layer_recorded"] == int(np.argmax(weights))
+    assert [d["value_weight"] for d in entry["exact_attention_per_layer"]] == pytest.approx(weights)
+    with pytest.raises(SystemExit, match="the model has 2 attention layers"):
+        recall_tree.main([str(run_dir), "--E=0.5", "--record_layer=2", "--num_examples=8", f"--out={out}"])
+    with pytest.raises(SystemExit, match="must be auto or a layer index"):
+        recall_tree.main([str(run_dir), "--E=0.5", "--record_layer=last", "--num_examples=8", f"--out={out}"])
 
 
 def test_refuses_bad_arguments_and_models(run_dir, tmp_path):

@@ -81,10 +81,12 @@ def read_profile():
         (seconds, counts): dicts. seconds per phase: alloc, build_levels (internal nodes of the key /
         value level tables), query_init (path reset and the initial buds' inner products),
         sampling_keys (log-masses, Gumbel noise, keys), select_top_p, expand (splits: inner products
-        of right children, Eq. 2), path_sums (sums of nodes cut by the history end, inside the
-        other phases), softmax_weights, value_sum, queries_total (all per-query work). counts:
-        queries, rounds, gumbel_draws, log_mass_evaluations, inner_products (per head),
-        path_sum_row_adds, authors_moves (descents without a split), final_buds.
+        of right children, Eq. 2), path_alignments (alignments of nodes cut by the history end,
+        summed over their complete pieces; inside the other phases), softmax_weights, value_sum,
+        queries_total (all per-query work). counts: queries, rounds, gumbel_draws,
+        log_mass_evaluations, inner_products (per head, as the statistics count them),
+        path_pieces (extra node rows whose alignments the cut nodes need, H inner products each),
+        authors_moves (descents without a split), final_buds.
     """
     seconds, counts = load_kernel(profile=True).profile()
     return dict(seconds), {key: int(n) for key, n in counts.items()}

@@ -23,8 +23,9 @@
 // level h, one node's heads together, in a workspace kept per calling thread and reused by the
 // next call (a fresh table of several MB costs more in page faults than the build itself). Only
 // nodes that end within [0, T) are built. A node that contains the history end (leaf l-1) but
-// extends past it is "incomplete": its sums over the history [start, l) are composed from complete
-// nodes along the path of leaf l-1 (class PathSums).
+// extends past it is "incomplete": its sum over the history [start, l) is that of complete nodes
+// along the path of leaf l-1 ("pieces", class PathAlignments), whose alignments with the query and
+// whose value rows are summed instead of composing the node's key and value sums.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
@@ -34,6 +35,10 @@
 #include <limits>
 #include <memory>
 #include <vector>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
 
 // glibc's vector math (libmvec): lets the compiler vectorise exp / log in `omp simd` loops
 #if defined(TREE_USE_LIBMVEC)
@@ -61,12 +66,12 @@ double log(double);
 namespace {
 
 #if defined(TREE_PROFILE)
-enum Phase { kAlloc = 0, kBuild, kQueryInit, kKeys, kSelect, kExpand, kPathSums, kSoftmax, kValues, kQueries, kPhases };
+enum Phase { kAlloc = 0, kBuild, kQueryInit, kKeys, kSelect, kExpand, kPathAlign, kSoftmax, kValues, kQueries, kPhases };
 const char* const kPhaseNames[kPhases] = {"alloc", "build_levels", "query_init", "sampling_keys", "select_top_p",
-                                          "expand", "path_sums", "softmax_weights", "value_sum", "queries_total"};
-enum Count { kNQueries = 0, kNRounds, kNDraws, kNLogMass, kNInnerProducts, kNPathAdds, kNMoves, kNFinalBuds, kCounts };
+                                          "expand", "path_alignments", "softmax_weights", "value_sum", "queries_total"};
+enum Count { kNQueries = 0, kNRounds, kNDraws, kNLogMass, kNInnerProducts, kNPathPieces, kNMoves, kNFinalBuds, kCounts };
 const char* const kCountNames[kCounts] = {"queries", "rounds", "gumbel_draws", "log_mass_evaluations",
-                                          "inner_products", "path_sum_row_adds", "authors_moves", "final_buds"};
+                                          "inner_products", "path_pieces", "authors_moves", "final_buds"};
 struct Profile {
   uint64_t ticks[kPhases] = {};
   int64_t counts[kCounts] = {};
@@ -124,6 +129,15 @@ inline double hash_uniform(uint64_t h_query, int64_t rnd, int64_t start) {
   return (static_cast<double>(h >> 11) + 0.5) * 0x1p-53;
 }
 
+// Node sums of one level of the tree as rows of H vectors of X numbers, head hh of a row at
+// p + hh * head_stride: leaves are the input itself (B, H, T, X) (head stride T X), internal nodes
+// are rows of the level table (head stride X).
+template <typename Num>
+struct Row {
+  const Num* p;
+  int64_t head_stride;
+};
+
 // Inner product with independent partial sums per SIMD lane and a pairwise final reduction (GCC
 // does not reorder a plain floating-point sum, which would stay one long dependency chain).
 template <typename Num>
@@ -139,6 +153,67 @@ inline Num dot(const Num* a, const Num* b, int64_t n) {
     for (int j = 0; j < w; ++j) lanes[j] += lanes[j + w];
   return lanes[0] + tail;
 }
+
+// Alignments of one node with the query for all heads: out[h] = <q_h, row_h> (q_h at q + h q_stride),
+// in double. With AVX2 + FMA and D a multiple of the vector width, 8 (float) or 4 (double) heads at
+// a time, their partial sums reduced together (one horizontal reduction per group instead of one
+// per head); otherwise `dot` per head.
+template <typename Num>
+inline void alignments(double* out, const Num* q, int64_t q_stride, const Num* row, int64_t row_stride,
+                       int64_t H, int64_t D) {
+  for (int64_t h = 0; h < H; ++h) out[h] = static_cast<double>(dot(q + h * q_stride, row + h * row_stride, D));
+}
+
+#if defined(__AVX2__) && defined(__FMA__)
+template <>
+inline void alignments<float>(double* out, const float* q, int64_t q_stride, const float* row, int64_t row_stride,
+                              int64_t H, int64_t D) {
+  if (D % 8 != 0) {
+    for (int64_t h = 0; h < H; ++h) out[h] = static_cast<double>(dot(q + h * q_stride, row + h * row_stride, D));
+    return;
+  }
+  for (int64_t h0 = 0; h0 < H; h0 += 8) {
+    const int g = static_cast<int>(std::min<int64_t>(8, H - h0));
+    __m256 a[8];
+    for (int j = 0; j < 8; ++j) a[j] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < D; d += 8)
+      for (int j = 0; j < g; ++j)
+        a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (h0 + j) * q_stride + d),
+                               _mm256_loadu_ps(row + (h0 + j) * row_stride + d), a[j]);
+    // lane j of the result = sum of a[j]'s 8 lanes
+    const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    const __m256 r = _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+    alignas(32) double tmp[8];
+    _mm256_store_pd(tmp, _mm256_cvtps_pd(_mm256_castps256_ps128(r)));
+    _mm256_store_pd(tmp + 4, _mm256_cvtps_pd(_mm256_extractf128_ps(r, 1)));
+    std::copy_n(tmp, g, out + h0);
+  }
+}
+
+template <>
+inline void alignments<double>(double* out, const double* q, int64_t q_stride, const double* row,
+                               int64_t row_stride, int64_t H, int64_t D) {
+  if (D % 4 != 0) {
+    for (int64_t h = 0; h < H; ++h) out[h] = dot(q + h * q_stride, row + h * row_stride, D);
+    return;
+  }
+  for (int64_t h0 = 0; h0 < H; h0 += 4) {
+    const int g = static_cast<int>(std::min<int64_t>(4, H - h0));
+    __m256d a[4];
+    for (int j = 0; j < 4; ++j) a[j] = _mm256_setzero_pd();
+    for (int64_t d = 0; d < D; d += 4)
+      for (int j = 0; j < g; ++j)
+        a[j] = _mm256_fmadd_pd(_mm256_loadu_pd(q + (h0 + j) * q_stride + d),
+                               _mm256_loadu_pd(row + (h0 + j) * row_stride + d), a[j]);
+    const __m256d t0 = _mm256_hadd_pd(a[0], a[1]), t1 = _mm256_hadd_pd(a[2], a[3]);
+    const __m256d r = _mm256_add_pd(_mm256_permute2f128_pd(t0, t1, 0x20), _mm256_permute2f128_pd(t0, t1, 0x31));
+    alignas(32) double tmp[4];
+    _mm256_store_pd(tmp, r);
+    std::copy_n(tmp, g, out + h0);
+  }
+}
+#endif
 
 template <typename Num>
 inline void add_into(Num* dst, const Num* a, const Num* b, int64_t n) {
@@ -156,15 +231,6 @@ struct Params {
 
 // Offset of level h >= 1 among the internal nodes (level 1 first): rows [L - 2L/2^h, L - L/2^h).
 inline int64_t internal_offset(int64_t L, int64_t h) { return L - (2 * L >> h); }
-
-// Node sums of one level of the tree as rows of H vectors of X numbers, head hh of a row at
-// p + hh * head_stride: leaves are the input itself (B, H, T, X) (head stride T X), internal nodes
-// are rows of the level table (head stride X).
-template <typename Num>
-struct Row {
-  const Num* p;
-  int64_t head_stride;
-};
 
 // dst (H, X) contiguous = a + b, head by head (the rows may have different head strides).
 template <typename Num>
@@ -188,7 +254,7 @@ Num* workspace(int slot, int64_t n) {
 // The level tables of x (B, H, T, X) (Eq. 1: a parent is the sum of its two children). Leaves are
 // read from x itself; the internal nodes (levels 1 .. log2 L) live in a workspace (B, L-1, H, X),
 // one node's heads together. Only nodes complete within [0, T) are built: a node that extends past
-// the history end is never read from the table (PathSums composes it), and l <= T.
+// the history end is never read from the table (PathAlignments splits it into pieces), and l <= T.
 template <typename Num>
 class LevelTables {
  public:
@@ -230,49 +296,63 @@ class LevelTables {
   int64_t H_, T_, X_, L_, HX_;
 };
 
-// Sums over the history [start, l) of the nodes that contain leaf p = l - 1 (the path of p),
-// composed lazily from complete nodes: partial(h) = partial(h-1) (+ left sibling if p's node at
-// level h-1 is a right child). Rows point into the level tables where the node is complete.
+// The nodes that contain leaf p = l - 1 (the path of p) extend past the history end (except the
+// leaf itself and nodes ending at l); such an "incomplete" node's sum over [start, l) is the sum of
+// "pieces": leaf p and, for every level g below the node's where p's level-g node is a right child,
+// that node's (complete) left sibling. Nothing is composed: alignments with the query are sums of
+// the pieces' alignments (inner products are linear), a value sum is added piece by piece.
 template <typename Num>
-class PathSums {
+class PathAlignments {
  public:
-  PathSums(const Params& pr, int64_t X) : X_(X), buf_(pr.levels * pr.H * X), ptr_(pr.levels) {}
+  explicit PathAlignments(const Params& pr) : H_(pr.H), A_(pr.levels * pr.H), tmp_(pr.H) {}
 
-  void reset(const LevelTables<Num>* tables, int64_t b, int64_t l, int64_t H) {
+  // q: (head 0 of) the query, head stride q_stride; X: vector length
+  void reset(const LevelTables<Num>* tables, int64_t b, int64_t l, const Num* q, int64_t q_stride, int64_t X) {
     tables_ = tables;
     b_ = b;
-    H_ = H;
     p_ = l - 1;
-    done_ = 0;
-    ptr_[0] = row(0, p_);  // a leaf in the history is always complete
+    q_ = q;
+    q_stride_ = q_stride;
+    X_ = X;
+    done_ = -1;
   }
 
-  Row<Num> at(int64_t h) {
+  // alignments (H,) of the query with the history part of p's level-h node
+  const double* at(int h) {
     TREE_TIC(t0);
+    if (done_ < 0) {  // the leaf itself
+      const Row<Num> leaf = piece(0);
+      alignments(A_.data(), q_, q_stride_, leaf.p, leaf.head_stride, H_, X_);
+      done_ = 0;
+    }
     for (; done_ < h; ++done_) {
-      const int64_t lev = done_ + 1;
-      const int64_t child = p_ >> done_;
-      if (child & 1) {  // p's node at level done_ is a right child: add its (complete) left sibling
-        Num* dst = buf_.data() + lev * H_ * X_;
-        add_rows(dst, ptr_[done_], row(done_, child - 1), H_, X_);
-        TREE_COUNT(kNPathAdds, 1);
-        ptr_[lev] = {dst, X_};
-      } else {
-        ptr_[lev] = ptr_[done_];
+      double* a = A_.data() + (done_ + 1) * H_;
+      std::copy_n(A_.data() + done_ * H_, H_, a);
+      if (has_piece(done_ + 1)) {
+        const Row<Num> sib = piece(done_ + 1);
+        alignments(tmp_.data(), q_, q_stride_, sib.p, sib.head_stride, H_, X_);
+        for (int64_t hh = 0; hh < H_; ++hh) a[hh] += tmp_[hh];
+        TREE_COUNT(kNPathPieces, 1);
       }
     }
-    TREE_TOC(kPathSums, t0);
-    return ptr_[h];
+    TREE_TOC(kPathAlign, t0);
+    return A_.data() + h * H_;
   }
 
-  Row<Num> row(int64_t h, int64_t j) const { return tables_->row(b_, h, j); }
+  // The pieces of p's level-h node: g = 0 is leaf p; g = 1 .. h is p's level-(g-1) node's left
+  // sibling when that node is a right child (has_piece(g)).
+  bool has_piece(int g) const { return g == 0 || ((p_ >> (g - 1)) & 1); }
+  Row<Num> piece(int g) const {
+    return g == 0 ? tables_->row(b_, 0, p_) : tables_->row(b_, g - 1, (p_ >> (g - 1)) - 1);
+  }
 
  private:
-  int64_t X_;
-  std::vector<Num> buf_;
-  std::vector<Row<Num>> ptr_;
+  int64_t H_;
+  std::vector<double> A_, tmp_;  // A_ (levels, H): row h valid for h <= done_
   const LevelTables<Num>* tables_ = nullptr;
-  int64_t b_ = 0, H_ = 0, p_ = 0, done_ = 0;
+  const Num* q_ = nullptr;
+  int64_t b_ = 0, p_ = 0, q_stride_ = 0, X_ = 0;
+  int done_ = -1;
 };
 
 // Algorithm 1 for one query at a time (reference.tree_attention_query), with reusable buffers.
@@ -280,11 +360,11 @@ template <typename scalar_t>
 class QueryWorker {
  public:
   QueryWorker(const Params& pr, int64_t capacity)
-      : pr_(pr), K_(pr, pr.D), V_(pr, pr.D), F_(pr, std::max<int64_t>(pr.R, 1)),
+      : pr_(pr), K_(pr), F_(pr),
         level_(capacity), index_(capacity), count_(capacity), log_count_(capacity), logm_(capacity),
         logm_ready_(capacity), A_(capacity * pr.H), Af_(capacity * pr.H), keys_(capacity), cand_(capacity),
         noise_(capacity), w_(capacity * pr.H), head_tmp_(pr.H), head_max_(pr.H), head_sum_(pr.H),
-        acc_(pr.H * pr.D), weight_(capacity * pr.H), value_ptr_(capacity) {}
+        acc_(pr.H * pr.D), weight_(capacity * pr.H), value_rows_(capacity + pr.levels), value_bud_(capacity + pr.levels) {}
 
   // Query position t of batch element bi; q, qf point at (bi, head 0, t) of (B, H, T, X) tensors,
   // out at the same place of the output. Writes info_row = (initial buds, splits, final buds).
@@ -303,9 +383,12 @@ class QueryWorker {
     q_ = q;
     qf_ = qf;
     use_f_ = pr_.sampler >= kPositiveAlignment;
-    K_.reset(&ktab, bi, l_, H);
-    V_.reset(&vtab, bi, l_, H);
-    if (use_f_) F_.reset(ftab, bi, l_, H);
+    ktab_ = &ktab;
+    vtab_ = &vtab;
+    ftab_ = ftab;
+    bi_ = bi;
+    K_.reset(&ktab, bi, l_, q, pr_.T * D, D);
+    if (use_f_) F_.reset(ftab, bi, l_, qf, pr_.T * pr_.R, pr_.R);
     const int64_t n_terms = terms[l_];
     // initial buds (reference.initial_width): w = max(1, 2^ceil(log2 l) / 2^floor(log2 P))
     const int64_t w = std::max<int64_t>(1, (int64_t(1) << ceil_log2(l_)) >> floor_log2(pr_.P));
@@ -371,9 +454,7 @@ class QueryWorker {
     return std::min<int64_t>(int64_t(1) << h, std::max<int64_t>(0, l_ - (j << h)));
   }
   bool complete(int h, int64_t j) const { return ((j + 1) << h) <= l_; }
-  Row<scalar_t> key_sum(int h, int64_t j) { return complete(h, j) ? K_.row(h, j) : K_.at(h); }
-  Row<scalar_t> value_sum(int h, int64_t j) { return complete(h, j) ? V_.row(h, j) : V_.at(h); }
-  Row<double> feature_sum(int h, int64_t j) { return complete(h, j) ? F_.row(h, j) : F_.at(h); }
+
 
   void set_node(int64_t i, int h, int64_t j) {
     level_[i] = h;
@@ -387,13 +468,20 @@ class QueryWorker {
     const int64_t H = pr_.H, D = pr_.D, R = pr_.R;
     const int64_t i = nb_++;
     set_node(i, h, j);
-    const Row<scalar_t> ks = key_sum(h, j);
     TREE_COUNT(kNInnerProducts, H);
-    for (int64_t hh = 0; hh < H; ++hh)
-      A_[i * H + hh] = static_cast<double>(dot(q_ + hh * pr_.T * D, ks.p + hh * ks.head_stride, D));
+    if (complete(h, j)) {
+      const Row<scalar_t> ks = ktab_->row(bi_, h, j);
+      alignments(&A_[i * H], q_, pr_.T * D, ks.p, ks.head_stride, H, D);
+    } else {
+      std::copy_n(K_.at(h), H, &A_[i * H]);
+    }
     if (use_f_) {
-      const Row<double> fs = feature_sum(h, j);
-      for (int64_t hh = 0; hh < H; ++hh) Af_[i * H + hh] = dot(qf_ + hh * pr_.T * R, fs.p + hh * fs.head_stride, R);
+      if (complete(h, j)) {
+        const Row<double> fs = ftab_->row(bi_, h, j);
+        for (int64_t hh = 0; hh < H; ++hh) Af_[i * H + hh] = dot(qf_ + hh * pr_.T * R, fs.p + hh * fs.head_stride, R);
+      } else {
+        std::copy_n(F_.at(h), H, &Af_[i * H]);
+      }
     }
   }
 
@@ -481,9 +569,11 @@ class QueryWorker {
     std::fill_n(m, H, -kInf);
     std::fill_n(s, H, 0.0);
     double* log_c = log_count_.data();
-    for (int64_t i = 0; i < nb_; ++i) log_c[i] = static_cast<double>(count_[i]);
+    if (pr_.bud_mean) {
+      for (int64_t i = 0; i < nb_; ++i) log_c[i] = static_cast<double>(count_[i]);
 #pragma omp simd
-    for (int64_t i = 0; i < nb_; ++i) log_c[i] = std::log(log_c[i]);
+      for (int64_t i = 0; i < nb_; ++i) log_c[i] = std::log(log_c[i]);
+    }
     for (int64_t i = 0; i < nb_; ++i) {
       const double inv_c = 1.0 / static_cast<double>(count_[i]);
       const double shift = pr_.bud_mean ? log_c[i] : 0.0;
@@ -503,13 +593,28 @@ class QueryWorker {
     for (int64_t i = 0; i < nb_; ++i) {
       const double norm = pr_.bud_mean ? 1.0 / static_cast<double>(count_[i]) : 1.0;
       for (int64_t h = 0; h < H; ++h) weight_[h * nb_ + i] = static_cast<scalar_t>(w[i * H + h] / s[h] * norm);
-      value_ptr_[i] = value_sum(level_[i], index_[i]);
+    }
+    // value rows: one per complete bud, the pieces of the incomplete one (PathAlignments)
+    int64_t n_rows = 0;
+    for (int64_t i = 0; i < nb_; ++i) {
+      const int h = level_[i];
+      if (complete(h, index_[i])) {
+        value_rows_[n_rows] = vtab_->row(bi_, h, index_[i]);
+        value_bud_[n_rows++] = i;
+        continue;
+      }
+      for (int g = 0; g <= h; ++g) {
+        if (!K_.has_piece(g)) continue;
+        value_rows_[n_rows] = g == 0 ? vtab_->row(bi_, 0, l_ - 1) : vtab_->row(bi_, g - 1, ((l_ - 1) >> (g - 1)) - 1);
+        value_bud_[n_rows++] = i;
+      }
     }
     TREE_TOC(kSoftmax, t_softmax);
     TREE_TIC(t_values);
     std::fill(acc_.begin(), acc_.end(), scalar_t(0));
-    for (int64_t i = 0; i < nb_; ++i) {
-      const Row<scalar_t> vs = value_ptr_[i];
+    for (int64_t e = 0; e < n_rows; ++e) {
+      const Row<scalar_t> vs = value_rows_[e];
+      const int64_t i = value_bud_[e];
       for (int64_t h = 0; h < H; ++h) {
         const scalar_t wih = weight_[h * nb_ + i];
         scalar_t* acc = acc_.data() + h * D;
@@ -523,8 +628,12 @@ class QueryWorker {
   }
 
   const Params& pr_;
-  PathSums<scalar_t> K_, V_;
-  PathSums<double> F_;
+  PathAlignments<scalar_t> K_;
+  PathAlignments<double> F_;
+  const LevelTables<scalar_t>* ktab_ = nullptr;
+  const LevelTables<scalar_t>* vtab_ = nullptr;
+  const LevelTables<double>* ftab_ = nullptr;
+  int64_t bi_ = 0;
   std::vector<int> level_;
   std::vector<int64_t> index_, count_;
   std::vector<double> log_count_, logm_;
@@ -533,7 +642,8 @@ class QueryWorker {
   std::vector<int64_t> cand_;
   std::vector<double> noise_, w_, head_tmp_, head_max_, head_sum_;
   std::vector<scalar_t> acc_, weight_;
-  std::vector<Row<scalar_t>> value_ptr_;
+  std::vector<Row<scalar_t>> value_rows_;
+  std::vector<int64_t> value_bud_;
   const scalar_t* q_ = nullptr;
   const double* qf_ = nullptr;
   bool use_f_ = false;

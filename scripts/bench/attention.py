@@ -316,7 +316,10 @@ def _softmax_flops(p, T, D, causal, name):
 
 def _fastmax_flops(p, T, D, causal):
     Y = D + 1  # the value columns and the denominator's column rho
-    features = D + (D * D if p["p"] == 2 else 0)
+    # p = 2: the D (D + 1) / 2 symmetric quadratic features without dropout (attention/fastmax/chunked.py),
+    # all D^2 with it
+    quadratic = (D * D if p.get("dropout") else D * (D + 1) // 2) if p["p"] == 2 else 0
+    features = D + quadratic
     if not causal:
         return 4 * T * features * Y
     C = p["chunk_size"]
@@ -426,7 +429,7 @@ FLOP_FORMULAS = {
     "softmax_reference": "4 D H T^2 (the (T, T) matrix, causal or not)",
     "authors": "H (4 T D^2 + 2 T D) (+ H (4 T D^3 + 2 T D^2) for p = 2); causal: the outer products and "
                "their cumulative sums counted as one multiply-add per element",
-    "fastmax": "Y = D + 1 (values and the denominator column), F = D (+ D^2 for p = 2): non-causal H 4 T F Y; "
+    "fastmax": "Y = D + 1 (values and the denominator column), F = D (+ D (D + 1) / 2 symmetric pairs for p = 2; D^2 with dropout): non-causal H 4 T F Y; "
                "causal H (4 Tc F Y + 2 Tc C (D + Y)), Tc = T rounded up to the chunk C",
     "linear": "non-causal H (4 T D^2 + 2 T D); causal adds the (C, C) blocks: H (2 sum(n_c^2) 2D + T (4 D^2 + 2 D))",
     "performer": "as linear with R = num_features features, plus H 4 T D R for the projections of q and k",

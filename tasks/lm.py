@@ -13,8 +13,10 @@ Batches are ``block_size + 1``-token windows at random starts (``data.sample_win
 inputs = the first ``block_size`` tokens, targets = the window shifted by one. The loss is the
 mean cross-entropy over all B x T positions (nats per token); evaluation reports it on
 ``eval_iters`` fixed random batches of the train and validation splits and the validation
-perplexity exp(val_loss). The checkpoint with the lowest ``val_loss`` is the best. Full-split
-perplexity with a proper protocol is ``eval_ppl.py``'s job.
+perplexity exp(val_loss). The checkpoint with the lowest ``val_loss`` is the best; after
+training, ``final_evaluate`` repeats the validation estimate on its weights, so that train.py
+writes ``final_metrics.json`` (iterations, training time, the run's config) as for every task.
+Full-split perplexity with a proper protocol is ``eval_ppl.py``'s job.
 
 The interface is described in ``tasks/__init__.py``.
 """
@@ -171,6 +173,15 @@ def evaluate(model, data, cfg, device):
                                                        cfg["eval_iters"])["loss"]
     out["val_ppl"] = math.exp(min(out["val_loss"], 700.0))  # exp overflows a float beyond ~709
     return out
+
+
+def final_evaluate(model, data, cfg, device):
+    """The selected (best validation loss) weights on the same ``eval_iters`` fixed validation
+    batches as ``evaluate``: {"val_loss" (nats per token), "val_ppl"} as floats. Cheap on purpose:
+    the test perplexity of a run is eval_ppl.py's (its protocols cover the whole split)."""
+    this_task = sys.modules[__name__]
+    val_loss = common.mean_over_batches(this_task, model, data, "val", cfg, device, cfg["eval_iters"])["loss"]
+    return {"val_loss": val_loss, "val_ppl": math.exp(min(val_loss, 700.0))}
 
 
 def batch_tokens(cfg):

@@ -298,7 +298,9 @@ class _BlockSparse(torch.autograd.Function):
         G, nb, m = key_blocks.shape
         kb, vb = k.view(B, H, nb, block, D), v.view(B, H, nb, block, Dv)
         dq = torch.empty_like(q)
-        dk, dv = torch.zeros_like(kb), torch.zeros_like(vb)
+        # contiguous whatever the inputs' strides (the model's heads are a transposed view):
+        # _add_blocks merges the head and block dimensions with a view
+        dk, dv = kb.new_zeros(kb.shape), vb.new_zeros(vb.shape)
         for (start, stop), w, empty in zip(_steps(q, block, m), weights, empties):
             ids = key_blocks[:, start:stop]
             n = ids.shape[1]
@@ -310,7 +312,7 @@ class _BlockSparse(torch.autograd.Function):
             dq[:, :, start * block:stop * block] = (ds @ keys).reshape(B, H, n * block, D) / math.sqrt(D)
             _add_blocks(dk, ids, ds.transpose(-1, -2) @ queries)
             _add_blocks(dv, ids, w.transpose(-1, -2) @ grad)
-        return dq, dk.view_as(k), dv.view_as(v), None, None, None, None, None
+        return dq, dk.view(k.shape), dv.view(v.shape), None, None, None, None, None
 
 
 def _steps(q, block, m):

@@ -192,6 +192,19 @@ def atomic_write(path, write):
             os.remove(tmp)
 
 
+def write_text(path, text):
+    """Write the string ``text`` to ``path`` through ``atomic_write``, creating its directory.
+    Returns ``path``."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+
+    def write(tmp):
+        with open(tmp, "w") as f:
+            f.write(text)
+
+    atomic_write(path, write)
+    return path
+
+
 def write_json(path, obj, indent=1, **dump_kwargs):
     """Write ``obj`` as JSON to ``path`` through ``atomic_write``, creating its directory.
 

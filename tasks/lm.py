@@ -160,28 +160,32 @@ def loss(model, batch):
     return value, {"loss": value.detach()}
 
 
+def _split_metrics(model, data, cfg, device, splits):
+    """Mean loss (nats per token) over ``eval_iters`` fixed batches of each split, and the
+    validation perplexity exp(val_loss) when "val" is among ``splits``."""
+    this_task = sys.modules[__name__]
+    out = {f"{split}_loss": common.mean_over_batches(this_task, model, data, split, cfg, device,
+                                                     cfg["eval_iters"])["loss"]
+           for split in splits}
+    if "val_loss" in out:
+        out["val_ppl"] = math.exp(min(out["val_loss"], 700.0))  # exp overflows a float beyond ~709
+    return out
+
+
 def evaluate(model, data, cfg, device):
     """Mean loss over ``eval_iters`` fixed batches of train and val, and exp(val_loss).
 
     Returns:
         {"train_loss", "val_loss", "val_ppl"} as floats.
     """
-    out = {}
-    for split in SPLITS:
-        this_task = sys.modules[__name__]
-        out[f"{split}_loss"] = common.mean_over_batches(this_task, model, data, split, cfg, device,
-                                                       cfg["eval_iters"])["loss"]
-    out["val_ppl"] = math.exp(min(out["val_loss"], 700.0))  # exp overflows a float beyond ~709
-    return out
+    return _split_metrics(model, data, cfg, device, SPLITS)
 
 
 def final_evaluate(model, data, cfg, device):
     """The selected (best validation loss) weights on the same ``eval_iters`` fixed validation
     batches as ``evaluate``: {"val_loss" (nats per token), "val_ppl"} as floats. Cheap on purpose:
     the test perplexity of a run is eval_ppl.py's (its protocols cover the whole split)."""
-    this_task = sys.modules[__name__]
-    val_loss = common.mean_over_batches(this_task, model, data, "val", cfg, device, cfg["eval_iters"])["loss"]
-    return {"val_loss": val_loss, "val_ppl": math.exp(min(val_loss, 700.0))}
+    return _split_metrics(model, data, cfg, device, ("val",))
 
 
 def batch_tokens(cfg):

@@ -10,7 +10,9 @@ Both give the same result up to rounding; ``reference.py`` is the specification.
 - Causal, quadratic: tril(Q K^T) V per segment.
 - Causal, linear (chunked): each segment is cut into chunks of C positions; inside a chunk the
   masked product tril(Q_c K_c^T) V_c, plus Q_c S_c where S_c = sum over the earlier chunks of
-  K^T V (an exclusive prefix sum of the per-chunk states). O(L C D + L D^2) per segment.
+  K^T V (an exclusive prefix sum of the per-chunk states). O(L C D + L D^2) per segment. The
+  chunks are processed a few at a time with S carried along (``STEP_ELEMENTS``), so that no
+  temporary grows with L: large fresh tensors cost page faults (found by the benchmark, issue 27).
 - Padding: padded keys and values are set to zero (they add nothing), padded queries output zeros.
 - Accumulation: float32 or wider (half-precision inputs are promoted), output in v's dtype.
 """
@@ -67,6 +69,11 @@ def _quadratic(q, k, v, causal):
     return scores @ v
 
 
+# Elements per temporary of one step of the causal linear regime (4 MB in float32): small enough
+# for the CPU allocator to reuse them from its heap, where larger ones are fresh pages each call.
+STEP_ELEMENTS = 1 << 20
+
+
 def _linear(q, k, v, causal, chunk_size):
     if not causal:
         return q @ (k.transpose(-1, -2) @ v)  # (..., D, Dv) state, then one matmul per query
@@ -78,15 +85,33 @@ def _linear(q, k, v, causal, chunk_size):
     pad = n_chunks * C - L
     if pad:  # zero positions at the end: they add nothing and their outputs are dropped
         q, k, v = (F.pad(t, (0, 0, 0, pad)) for t in (q, k, v))
-    lead = q.shape[:-2]
-    qc, kc, vc = (t.reshape(*lead, n_chunks, C, t.shape[-1]) for t in (q, k, v))
-    inside = torch.tril(qc @ kc.transpose(-1, -2)) @ vc  # (..., n, C, Dv)
-    states = kc.transpose(-1, -2) @ vc  # (..., n, D, Dv): K_c^T V_c per chunk
-    # exclusive prefix sum over chunks: chunk c sees the states of chunks 0..c-1 only
-    before = torch.cumsum(states, dim=-3)
-    before = torch.cat([torch.zeros_like(before[..., :1, :, :]), before[..., :-1, :, :]], dim=-3)
-    out = inside + qc @ before
-    return out.reshape(*lead, n_chunks * C, out.shape[-1])[..., :L, :]
+    lead, D, Dv = q.shape[:-2], q.shape[-1], v.shape[-1]
+    # The sequence goes through in steps of whole chunks, the running state K^T V of the steps
+    # before carried along: every temporary is then STEP_ELEMENTS or less instead of the size of
+    # the input (a (T, D) tensor per head at most; the split and cat keep the backward linear).
+    rows = math.prod(lead) * max(D, Dv, C)
+    step = C * max(1, STEP_ELEMENTS // (rows * C))
+    state = q.new_zeros(*lead, 1, D, Dv)  # K^T V of all the chunks before the step
+    # without autograd each step's output goes straight into its rows (no list of pieces to cat)
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    out = None if needs_grad else q.new_empty(*lead, n_chunks * C, Dv)
+    pieces, start = [], 0
+    for qs, ks, vs in zip(q.split(step, -2), k.split(step, -2), v.split(step, -2)):
+        n = qs.shape[-2] // C
+        qc, kc, vc = (t.reshape(*lead, n, C, t.shape[-1]) for t in (qs, ks, vs))
+        inside = (qc @ kc.transpose(-1, -2)).tril_() @ vc  # (..., n, C, Dv)
+        states = torch.cumsum(kc.transpose(-1, -2) @ vc, dim=-3) + state  # inclusive prefix of K_c^T V_c
+        before = torch.cat([state, states[..., :-1, :, :]], dim=-3)  # chunk c sees chunks < c only
+        piece = (inside + qc @ before).reshape(*lead, n * C, Dv)
+        if out is None:
+            pieces.append(piece)
+        else:
+            out[..., start:start + n * C, :] = piece
+        start += n * C
+        state = states[..., -1:, :, :]
+    if out is None:
+        out = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=-2)
+    return out[..., :L, :]
 
 
 def dense_forward(q, k, v, causal, attention_mask=None, regime="auto", window=0, shift=False, chunk_size=64):

@@ -31,7 +31,7 @@ import statistics
 import sys
 
 import provenance
-from data import atomic_write
+from data import write_text
 from scripts.analysis.runs import find_runs
 
 COLUMNS = ("attention", "seed", "test_ppl", "test_tokens", "protocol", "best_val_loss", "best_iter", "iters",
@@ -137,16 +137,11 @@ def main(argv=None):
         sys.exit(f"no lm run (final_metrics.json of task lm) under {', '.join(args.paths)}")
     os.makedirs(args.out, exist_ok=True)
     for name, text in (("summary.csv", summary_csv(runs)), ("gpt_mini_table.md", markdown(runs))):
-        atomic_write(os.path.join(args.out, name), lambda tmp, t=text: _write_text(tmp, t))
+        write_text(os.path.join(args.out, name), text)
         print(f"wrote {os.path.join(args.out, name)}")
     provenance.record(os.path.join(args.out, "gpt_mini_table"),
                       extra={"outputs": ["summary.csv", "gpt_mini_table.md"],
                              "runs": sorted(os.path.relpath(r["path"]) for r in runs)})
-
-
-def _write_text(path, text):
-    with open(path, "w") as f:
-        f.write(text)
 
 
 if __name__ == "__main__":

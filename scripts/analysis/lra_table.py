@@ -36,7 +36,7 @@ import json
 import os
 import sys
 
-from data import atomic_write
+from data import write_text
 import provenance
 from scripts.analysis.runs import attention_label, find_runs
 
@@ -208,7 +208,7 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     for name, text in (("lra_table.md", md), ("lra_accuracy.csv", to_csv(acc_rows)),
                        ("lra_steps_per_s.csv", to_csv(steps_rows))):
-        atomic_write(os.path.join(args.out, name), lambda tmp, text=text: open(tmp, "w").write(text))
+        write_text(os.path.join(args.out, name), text)
     try:
         print(md)
     except BrokenPipeError:  # `| head`: the reader left

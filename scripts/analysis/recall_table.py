@@ -35,7 +35,7 @@ import statistics
 import sys
 
 import provenance
-from data import atomic_write
+from data import write_text
 from scripts.analysis.runs import attention_label, find_runs
 
 COLUMNS = ("attention", "seq_len", "num_pairs", "d_model", "seed", "test_accuracy", "tokens_per_s",
@@ -184,14 +184,9 @@ def main(argv=None):
     mark_picked(runs)
     os.makedirs(args.out, exist_ok=True)
     for name, text in (("summary.csv", summary_csv(runs)), ("recall_table.md", markdown(runs))):
-        atomic_write(os.path.join(args.out, name), lambda tmp, t=text: _write_text(tmp, t))
+        write_text(os.path.join(args.out, name), text)
         print(f"wrote {os.path.join(args.out, name)}")
     provenance.record(os.path.join(args.out, "recall_table"), extra={"outputs": ["summary.csv", "recall_table.md"]})
-
-
-def _write_text(path, text):
-    with open(path, "w") as f:
-        f.write(text)
 
 
 if __name__ == "__main__":

@@ -27,12 +27,13 @@ forward+backward. For every T in --T, D in --D, causal and not, two modes: ``for
 torch.no_grad) and ``forward_backward`` (forward with autograd, then backward of a random output
 gradient).
 
-Time: median of --repeats samples after one warm-up call (one call when it takes over --long
-seconds); a sample of a call shorter than 0.1 s is the mean over a loop of calls lasting ~0.1 s
-(scripts/bench/common.py); torch threads = --threads. CUDA: CUDA events around the calls. A method
-stops at the first T whose call is predicted to take more than --budget seconds (log-log extrapolation
-from its two previous T, slope clamped to [1, 3]; one previous T: linear growth), whose estimated
-memory exceeds --max_gb, or after a call that failed (its error in the row's note).
+Time: median of --repeats samples after one warm-up call (a call longer than --long seconds is timed
+once, and a warm-up is never a sample: it may hold a kernel's compilation); a sample of a call
+shorter than 0.1 s is the mean over a loop of calls lasting ~0.1 s (scripts/bench/common.py); torch
+threads = --threads. CUDA: CUDA events around the calls. A method stops at the first T whose call is
+predicted to take more than --budget seconds (log-log extrapolation from its two previous T, slope
+clamped to [1, 3]; one previous T: linear growth), whose estimated memory exceeds --max_gb, or after
+a call that failed (its error in the row's note).
 Peak memory (--memory subprocess, the default): each (method, T, D, causal, mode) with T in
 --memory_T (default: every T) once more in a fresh Python process that makes one small warm-up call,
 allocates the inputs, resets the resident-set high-water mark (5 -> /proc/self/clear_refs), runs one

@@ -84,13 +84,17 @@ def cuda_event_timer():
 def median_seconds(once, repeats, long_call, sync=lambda: None, timer=None):
     """(median over ``repeats`` samples of the wall time per call of ``once``, repeats), after a
     warm-up call. A sample is one call, or for calls shorter than MIN_SAMPLE_SECONDS the mean of
-    a loop of calls lasting about that long. A warm-up longer than ``long_call`` seconds is the
-    only timing (repeats = 1). ``timer`` (default ``wall_timer(sync)``) measures a function's
-    time, e.g. ``cuda_event_timer()``."""
+    a loop of calls lasting about that long. A warm-up is never a sample (it may hold one-time
+    costs: a kernel's JIT compilation, lazy initialisation): after a warm-up longer than
+    ``long_call`` seconds one more call is timed, and if it too is longer it is the only sample
+    (repeats = 1). ``timer`` (default ``wall_timer(sync)``) measures a function's time, e.g.
+    ``cuda_event_timer()``."""
     timer = timer or wall_timer(sync)
     first = timer(once)
     if first > long_call:
-        return first, 1
+        first = timer(once)
+        if first > long_call:
+            return first, 1
     calls = max(1, math.ceil(MIN_SAMPLE_SECONDS / max(first, 1e-9)))
 
     def loop():

@@ -59,11 +59,18 @@ def test_window_partition():
 # fast regimes against the reference (float64)
 
 
+# STEP_ELEMENTS of the causal linear regime: the default (one step at these sizes), one chunk per
+# step, and a few chunks per step (the state carried between steps is what these check)
+STEPS = [1 << 20, 1, 512]
+
+
 @pytest.mark.parametrize("regime", ["linear", "quadratic", "auto"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("window,shift", WINDOWS)
 @pytest.mark.parametrize("padded", [False, True])
-def test_regimes_match_reference(regime, causal, window, shift, padded):
+@pytest.mark.parametrize("step_elements", STEPS)
+def test_regimes_match_reference(regime, causal, window, shift, padded, step_elements, monkeypatch):
+    monkeypatch.setattr("attention.dense.compute.STEP_ELEMENTS", step_elements)
     q, k, v = _qkv(T=37, Dv=5)  # T = 37: not a multiple of the chunk (8) or of any window
     mask = _padding(2, 37) if padded else None
     expected = reference_forward(q, k, v, causal, mask, window, shift)
@@ -75,7 +82,9 @@ def test_regimes_match_reference(regime, causal, window, shift, padded):
 @pytest.mark.parametrize("causal,window,shift,padded", [
     (True, 0, False, True), (False, 0, False, True), (True, 6, True, False), (False, 8, True, True),
     (True, 5, False, True)])
-def test_gradients_match_reference(causal, window, shift, padded):
+@pytest.mark.parametrize("step_elements", STEPS)
+def test_gradients_match_reference(causal, window, shift, padded, step_elements, monkeypatch):
+    monkeypatch.setattr("attention.dense.compute.STEP_ELEMENTS", step_elements)
     mask = _padding(2, 23) if padded else None
     grads = {}
     for name in ("reference", "linear", "quadratic"):
@@ -94,7 +103,9 @@ def test_gradients_match_reference(causal, window, shift, padded):
 
 @pytest.mark.parametrize("regime,causal,window,shift", [
     ("linear", True, 0, False), ("linear", False, 4, True), ("quadratic", True, 6, True)])
-def test_gradcheck(regime, causal, window, shift):
+@pytest.mark.parametrize("step_elements", [1 << 20, 1])
+def test_gradcheck(regime, causal, window, shift, step_elements, monkeypatch):
+    monkeypatch.setattr("attention.dense.compute.STEP_ELEMENTS", step_elements)
     q, k, v = _qkv(B=1, H=2, T=11, D=3, grad=True, seed=5)
     mask = torch.tensor([[True] * 9 + [False] * 2])
 

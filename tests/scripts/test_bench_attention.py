@@ -315,3 +315,15 @@ def test_bench_attention_stops_at_budget_and_memory_cap(tmp_path, monkeypatch):
     assert by[("dense:regime=quadratic", 32)]["seconds"] > 0
     assert "--max_gb" in by[("dense:regime=quadratic", 64)]["note"]
     _read_outputs(out)
+
+
+def test_median_seconds_never_reports_the_warm_up():
+    """A first call with a one-time cost (a kernel's compilation) longer than ``long_call`` is not
+    a sample (the 2026-11-26 CPU run timed tree attention's JIT build as its T = 128 forward)."""
+    from scripts.bench.common import median_seconds
+    durations = iter([30.0] + [0.2] * 100)  # fake clock: the warm-up is slow, the rest fast
+    seconds, repeats = median_seconds(lambda: None, repeats=3, long_call=5.0, timer=lambda f: next(durations))
+    assert (seconds, repeats) == (0.2, 3)
+    durations = iter([30.0, 20.0, 1.0])  # a call that stays long is timed once, after the warm-up
+    seconds, repeats = median_seconds(lambda: None, repeats=3, long_call=5.0, timer=lambda f: next(durations))
+    assert (seconds, repeats) == (20.0, 1)

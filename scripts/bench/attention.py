@@ -77,6 +77,7 @@ import json
 import math
 import os
 import platform
+import resource
 
 import torch
 import torch.nn.functional as F
@@ -94,7 +95,7 @@ from scripts.bench.common import (ROOT, cuda_event_timer, loglog_axes, make_inpu
                                   parse_list, peak_added_mb, run_child, run_once, synchronize, write_csv)
 
 FIELDS = ["method", "spec", "mode", "causal", "T", "D", "heads", "threads", "device", "seconds", "repeats",
-          "peak_mb", "gflop", "flop_source", "gflop_per_s", "peak_fraction", "note"]
+          "peak_mb", "minor_faults_per_call", "gflop", "flop_source", "gflop_per_s", "peak_fraction", "note"]
 MODES = ("forward", "forward_backward")
 CONFIG_DIR = os.path.join(ROOT, "configs", "attention")
 ALIASES = {
@@ -534,14 +535,24 @@ def predicted_seconds(points, T):
 
 
 def time_call(method, mode, causal, T, D, heads, device, repeats, long_call):
-    """(median seconds, repeats, the module or None) of one configuration."""
+    """(median seconds, repeats, the module or None, minor page faults per call) of one
+    configuration. The faults (``getrusage``, this process) are averaged over every call of the
+    measurement, warm-up included; each is a fresh 4 KB page the kernel zero-fills, which is what
+    a temporary above the C allocator's mmap threshold (32 MB in glibc) costs on every call."""
     call, module = make_call(method, causal, T, D, heads, device, mode)
     q, k, v = make_inputs(T, D, heads, device, mode == "forward_backward")
     grad_out = torch.randn(1, heads, T, D, generator=torch.Generator().manual_seed(1)).to(device)
     timer = cuda_event_timer() if device == "cuda" else None
-    seconds, n = median_seconds(lambda: run_once(call, q, k, v, mode, grad_out), repeats, long_call,
-                                lambda: synchronize(device), timer=timer)
-    return seconds, n, module
+    calls = [0]
+
+    def once():
+        calls[0] += 1
+        run_once(call, q, k, v, mode, grad_out)
+
+    faults_before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    seconds, n = median_seconds(once, repeats, long_call, lambda: synchronize(device), timer=timer)
+    faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_before) / calls[0]
+    return seconds, n, module, faults
 
 
 def measure_peak_child(spec):
@@ -571,8 +582,8 @@ def run_curve(method, mode, causal, D, Ts, args, max_bytes, probe_gflops):
 
     def one(T):
         row = dict(method=method.label, spec=method.spec, mode=mode, causal=causal, T=T, D=D, heads=args.heads,
-                   threads=args.threads, device=args.device, seconds=None, repeats=0, peak_mb=None, gflop=None,
-                   flop_source="", gflop_per_s=None, peak_fraction=None, note="")
+                   threads=args.threads, device=args.device, seconds=None, repeats=0, peak_mb=None, minor_faults_per_call=None,
+                   gflop=None, flop_source="", gflop_per_s=None, peak_fraction=None, note="")
         if reason:
             row["note"] = reason
             return row
@@ -591,8 +602,8 @@ def run_curve(method, mode, causal, D, Ts, args, max_bytes, probe_gflops):
             row["note"] = stop[0]
             return row
         try:
-            row["seconds"], row["repeats"], module = time_call(method, mode, causal, T, D, args.heads, args.device,
-                                                               args.repeats, args.long)
+            row["seconds"], row["repeats"], module, row["minor_faults_per_call"] = time_call(
+                method, mode, causal, T, D, args.heads, args.device, args.repeats, args.long)
         except Exception as exc:  # noqa: BLE001  (a method's failure is a row, not the end of the run)
             row["note"] = f"failed: {_first_line(exc)}"
             stop[0] = f"skipped: failed at T={T}"
@@ -622,6 +633,7 @@ def run_curve(method, mode, causal, D, Ts, args, max_bytes, probe_gflops):
               f"t={row['seconds'] if row['seconds'] is None else round(row['seconds'], 5)} "
               f"GFLOP/s={row['gflop_per_s'] if row['gflop_per_s'] is None else round(row['gflop_per_s'], 2)} "
               f"peak_mb={row['peak_mb'] if row['peak_mb'] is None else round(row['peak_mb'], 1)} "
+              f"faults/call={row['minor_faults_per_call'] if row['minor_faults_per_call'] is None else round(row['minor_faults_per_call'])} "
               f"{row['note']}", flush=True)
     return rows
 

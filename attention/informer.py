@@ -39,7 +39,7 @@ import math
 
 import torch
 
-from attention.blockwise import SparseAttention, attend_rows, explicit_attention, pad_positions
+from attention.blockwise import SCORE_BUDGET, SparseAttention, attend_rows, explicit_attention, pad_positions
 from attention.linear import check_int
 from attention.registry import register
 
@@ -146,27 +146,40 @@ def reference(q, k, v, causal, real, factor, seed, group=GROUP):
 
 def sparse(q, k, v, causal, real, factor, seed, group=GROUP):
     """ProbSparse attention without a (T, T) matrix (module docstring); q, k, v (B, H, T, D) in
-    the work dtype, real (B, T) bool -> (B, H, T, Dv)."""
+    the work dtype, real (B, T) bool -> (B, H, T, Dv). The measurement goes through the query
+    groups a few at a time (at most about SCORE_BUDGET sampled scores per step), so that no
+    temporary grows with T but M itself: large fresh tensors cost page faults on every call."""
     B, H, T, D = q.shape
     n_groups = math.ceil(T / group)
     scale = 1 / math.sqrt(D)
-    by_group = [pad_positions(x, group).view(B, H, n_groups, group, D) for x in (q, k)]
-    own = (by_group[0] * scale) @ by_group[1].transpose(-1, -2)  # (B, H, n_groups, group, group)
+    qg, kg = (pad_positions(x, group).view(B, H, n_groups, group, D) for x in (q, k))
     drawn, drawn_valid = group_draws(causal, real, factor, seed, group)
-    # one row gather of the drawn keys of all heads: (B, n_groups, S, H, D)
-    rows = (drawn + torch.arange(B, device=q.device)[:, None, None] * T).flatten()
-    keys = k.transpose(1, 2).reshape(B * T, H * D).index_select(0, rows).view(B, n_groups, -1, H, D)
-    others = torch.einsum("bhgad,bgshd->bhgas", by_group[0] * scale, keys)
-    sampled = torch.cat([own, others], dim=-1).flatten(2, 3)[:, :, :T]
-    valid = torch.cat([local_allowed(causal, real, group), drawn_valid[:, :, None].expand(-1, -1, group, -1)], dim=3)
-    active = top_queries(measurement(sampled, valid.flatten(1, 2)[:, :T], real), active_count(T, factor))
+    S = drawn.shape[-1]
+    local = local_allowed(causal, real, group)
+    padded_real = pad_positions(real, group, dim=1)
+    m = q.new_empty(B, H, n_groups * group)
+    step = max(1, SCORE_BUDGET // (B * H * group * (group + S)))
+    with torch.no_grad():  # M only ranks the queries: no gradient flows through it
+        for g0 in range(0, n_groups, step):
+            g1 = min(n_groups, g0 + step)
+            q_step = qg[:, :, g0:g1] * scale
+            # the drawn keys of these groups, every head: (B, H, g, S, D)
+            keys = torch.stack([k[b].index_select(1, drawn[b, g0:g1].flatten()) for b in range(B)])
+            sampled = torch.cat([q_step @ kg[:, :, g0:g1].transpose(-1, -2),
+                                 q_step @ keys.view(B, H, g1 - g0, S, D).transpose(-1, -2)], dim=-1)
+            valid = torch.cat([local[:, g0:g1], drawn_valid[:, g0:g1, None].expand(-1, -1, group, -1)], dim=3)
+            m[:, :, g0 * group:g1 * group] = measurement(sampled.flatten(2, 3), valid.flatten(1, 2),
+                                                         padded_real[:, g0 * group:g1 * group])
+    active = top_queries(m[..., :T], active_count(T, factor))
     # lazy rows: the mean of the allowed values (uniform weights over them)
     values = v * real[:, None, :, None]
     counts = allowed_counts(causal, real).clamp_min(1)[:, None, :, None]
-    lazy = (values.cumsum(dim=2) if causal else values.sum(dim=2, keepdim=True)) / counts
-    lazy = lazy.expand(B, H, T, v.shape[-1])
+    if causal:
+        out = values.cumsum(dim=2).div_(counts)
+    else:
+        out = (values.sum(dim=2, keepdim=True) / counts).expand(B, H, T, v.shape[-1]).contiguous()
     outputs = attend_rows(q.gather(2, active[..., None].expand(-1, -1, -1, D)), active, k, v, causal, real)
-    return lazy.scatter(2, active[..., None].expand(-1, -1, -1, v.shape[-1]), outputs)
+    return out.scatter_(2, active[..., None].expand(-1, -1, -1, v.shape[-1]), outputs)
 
 
 @register("informer")

@@ -77,9 +77,12 @@ def test_rows_are_softmax_for_u_queries_and_the_mean_for_the_others(causal):
 
 @pytest.mark.parametrize("causal,real", list(itertools.product([False, True], [LEFT | True, LEFT, HOLES])))
 @pytest.mark.parametrize("factor,group,seed", [(1.0, 4, 0), (3.0, 7, 2), (2.0, 1, 3), (0.1, 5, 0), (50.0, 6, 0)])
-def test_sparse_matches_reference_with_several_groups(causal, real, factor, group, seed):
+@pytest.mark.parametrize("score_budget", [1 << 20, 1, 400])
+def test_sparse_matches_reference_with_several_groups(causal, real, factor, group, seed, score_budget, monkeypatch):
     """The module's groups are 64 positions (one group at the T of the shared tests); smaller
-    groups exercise the draws outside each group."""
+    groups exercise the draws outside each group. ``score_budget``: the measurement in one step,
+    one group per step, a few groups per step."""
+    monkeypatch.setattr(informer, "SCORE_BUDGET", score_budget)
     q, k, v = _qkv()
     fast = informer.sparse(q, k, v, causal, real, factor, seed, group)
     ref = informer.reference(q, k, v, causal, real, factor, seed, group)

@@ -77,8 +77,11 @@ class Fastmax(Attention):
             (opt-in, triton_kernels.py; a CUDA launch is checked against the device's shared
             memory per block; CPU tensors need TRITON_INTERPRET=1) or "reference" (the (T, T)
             matrix, for tests).
-        chunk_size (int): positions per chunk of the causal fast paths, a power of two in
-            [16, 1024].
+        chunk_size (int | None): positions per chunk of the causal fast paths, a power of two in
+            [16, 1024]. None (default): 128 for p = 2 on the PyTorch backend, else 64 (measured
+            on the CPU: p = 2 causal at T = 16384, D = 64, 128 took 0.62x the time of 64 forward
+            and 0.71x forward+backward, `results/bench_attention/rerun_dense_fastmax_tree`; p = 1
+            is fastest at 64; the Triton kernels' shared memory needs 64 at D = 64).
 
     Negative weights: the paper's Eq. 10 (weights >= 0) needs f(s) >= 0 on the scores that
     occur. For p = 2 with the default coefficients f >= 1/2 everywhere. For p = 1, f(s) < 0 when
@@ -94,7 +97,7 @@ class Fastmax(Attention):
     """
 
     def __init__(self, p=2, a0=1.0, a1=1.0, a2=0.5, temperature=1.0, normalization="max_norm", lim=1.0,
-                 dropout=0.0, dropout_variant="auto", implementation="auto", chunk_size=64):
+                 dropout=0.0, dropout_variant="auto", implementation="auto", chunk_size=None):
         super().__init__()
         if p not in (1, 2) or isinstance(p, bool):
             raise ValueError(f"p must be 1 or 2 (the degree of f); got p={p!r}")
@@ -120,9 +123,10 @@ class Fastmax(Attention):
         if implementation not in IMPLEMENTATIONS:
             raise ValueError(f"implementation '{implementation}' unknown; allowed: {', '.join(IMPLEMENTATIONS)}")
         self.implementation = implementation
-        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 16 \
-                or chunk_size > 1024 or chunk_size & (chunk_size - 1):
-            raise ValueError(f"chunk_size must be a power of two in [16, 1024]; got {chunk_size!r}")
+        if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
+                                       or chunk_size < 16 or chunk_size > 1024 or chunk_size & (chunk_size - 1)):
+            raise ValueError(f"chunk_size must be a power of two in [16, 1024] or None (= 128 for p = 2 on the "
+                             f"PyTorch backend, else 64); got {chunk_size!r}")
         self.chunk_size = chunk_size
         self._warned = False
 
@@ -139,6 +143,12 @@ class Fastmax(Attention):
         # The Triton kernels have only run under the interpreter: until a GPU test passes, "auto"
         # never picks them (docs/fastmax.md: shared memory, stack frames, what is unverified).
         return "pytorch"
+
+    def chunk_size_for(self, implementation):
+        """Positions per chunk of the causal fast path ``implementation`` ("pytorch" or "triton")."""
+        if self.chunk_size is not None:
+            return self.chunk_size
+        return 128 if self.p == 2 and implementation == "pytorch" else 64
 
     def forward(self, q, k, v, causal, attention_mask=None):
         """q, k, v: (B, H, T, D) -> out (B, H, T, D) in v's dtype; attention_mask (B, T) bool or None."""
@@ -163,7 +173,7 @@ class Fastmax(Attention):
             if impl == "reference":
                 out = reference_forward(q, k, v, causal, attention_mask, **params)
             else:
-                out = fast_forward(q, k, v, causal, attention_mask, **params, chunk_size=self.chunk_size,
+                out = fast_forward(q, k, v, causal, attention_mask, **params, chunk_size=self.chunk_size_for(impl),
                                    backend=impl)
         if noise:  # the authors' CUDA extension: multiplicative Gaussian noise on the output
             out = out * (1.0 + self.dropout * torch.randn_like(out))

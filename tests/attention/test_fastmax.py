@@ -548,7 +548,7 @@ def test_registered_with_parameters():
     assert "fastmax" in attention.registered()
     assert attention.accepted_params("fastmax") == {
         "p": 2, "a0": 1.0, "a1": 1.0, "a2": 0.5, "temperature": 1.0, "normalization": "max_norm", "lim": 1.0,
-        "dropout": 0.0, "dropout_variant": "auto", "implementation": "auto", "chunk_size": 64}
+        "dropout": 0.0, "dropout_variant": "auto", "implementation": "auto", "chunk_size": None}
 
 
 def test_default_dropout_variant_is_valid_for_both_degrees():
@@ -678,3 +678,15 @@ def test_auto_never_picks_the_unverified_triton_kernels():
         fake = types.SimpleNamespace(device=torch.device(device), shape=(1, 1, 8, 64), dtype=torch.float32)
         assert module.implementation_for(fake) == "pytorch"
     assert attention.build("fastmax", implementation="triton").implementation_for(fake) == "triton"  # opt-in
+
+
+def test_default_chunk_size_per_degree_and_backend():
+    """None: 128 for p = 2 on the PyTorch backend (faster on the CPU benchmark), else 64; an
+    explicit chunk_size is kept; the default gives the same causal output as an explicit one."""
+    two, one = attention.build("fastmax", p=2), attention.build("fastmax", p=1)
+    assert (two.chunk_size_for("pytorch"), two.chunk_size_for("triton"), one.chunk_size_for("pytorch")) == (128, 64, 64)
+    assert attention.build("fastmax", p=2, chunk_size=32).chunk_size_for("pytorch") == 32
+    q, k, v = (torch.randn(1, 2, 300, 8, generator=torch.Generator().manual_seed(i), dtype=torch.float64)
+               for i in range(3))
+    torch.testing.assert_close(two(q, k, v, True), attention.build("fastmax", p=2, chunk_size=16)(q, k, v, True),
+                               rtol=1e-10, atol=1e-12)

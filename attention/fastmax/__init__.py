@@ -43,6 +43,16 @@ def _number(name, value, condition, allowed):
     return value
 
 
+def chunk_size_for(p, chunk_size, implementation):
+    """Positions per chunk of the causal fast paths: ``chunk_size`` when given, else 128 for p = 2
+    on the PyTorch backend and 64 otherwise (the Triton kernels' shared memory needs 64 at D = 64;
+    docs/fastmax.md says how 128 was chosen). ``implementation``: "pytorch", "triton" or "auto"
+    (= "pytorch", as ``FastmaxAttention.implementation_for``)."""
+    if chunk_size is not None:
+        return chunk_size
+    return 128 if p == 2 and implementation != "triton" else 64
+
+
 @register("fastmax")
 class Fastmax(Attention):
     """Fastmax attention for (B, H, T, D) q, k, v (paper section 2).
@@ -146,9 +156,7 @@ class Fastmax(Attention):
 
     def chunk_size_for(self, implementation):
         """Positions per chunk of the causal fast path ``implementation`` ("pytorch" or "triton")."""
-        if self.chunk_size is not None:
-            return self.chunk_size
-        return 128 if self.p == 2 and implementation == "pytorch" else 64
+        return chunk_size_for(self.p, self.chunk_size, implementation)
 
     def forward(self, q, k, v, causal, attention_mask=None):
         """q, k, v: (B, H, T, D) -> out (B, H, T, D) in v's dtype; attention_mask (B, T) bool or None."""

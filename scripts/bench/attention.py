@@ -83,6 +83,7 @@ import torch
 import torch.nn.functional as F
 
 import attention
+from attention.fastmax import chunk_size_for as fastmax_chunk_size
 from attention.dense.compute import choose_regime, regime_cost, segment_length
 from attention.fastmax.authors_baseline import authors_formulation
 from attention.informer import GROUP as INFORMER_GROUP, active_count, sample_count
@@ -324,7 +325,7 @@ def _fastmax_flops(p, T, D, causal):
     features = D + quadratic
     if not causal:
         return 4 * T * features * Y
-    C = p["chunk_size"]
+    C = fastmax_chunk_size(p["p"], p["chunk_size"], p.get("implementation", "auto"))
     Tc = _ceil_to(T, C)
     return 4 * Tc * features * Y + 2 * Tc * C * (D + Y)
 

@@ -211,11 +211,4 @@ def write_json(path, obj, indent=1, **dump_kwargs):
     ``indent`` and ``dump_kwargs`` (e.g. ``default=str``) go to ``json.dump``. Returns ``path``.
     Raises TypeError (from ``json``) for an object it cannot serialize; ``path`` is then untouched.
     """
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-
-    def write(tmp):
-        with open(tmp, "w") as f:
-            json.dump(obj, f, indent=indent, **dump_kwargs)
-
-    atomic_write(path, write)
-    return path
+    return write_text(path, json.dumps(obj, indent=indent, **dump_kwargs))

@@ -20,7 +20,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from attention.linear import check_choice
-from attention.registry import Attention, check_qkv
+from attention.registry import Attention, check_qkv, needs_grad
 
 # scores held at once by the loops over blocks (float32: 4 MB; larger groups run slower on a
 # CPU, their working set leaves the caches)
@@ -222,14 +222,9 @@ def attend_rows(q_rows, rows, k, v, causal, real):
         scores each and an online softmax (``_AttendRows``): O(n T D) work and O(n D) memory
         besides the inputs, forward and backward.
     """
-    if _needs_grad(q_rows, k, v):
+    if needs_grad(q_rows, k, v):
         return _AttendRows.apply(q_rows, rows, k, v, causal, real)
     return _attend_rows_forward(q_rows, rows, k, v, causal, real)[0]
-
-
-def _needs_grad(*tensors):
-    """Whether autograd records a graph for an operation on ``tensors``."""
-    return torch.is_grad_enabled() and any(x.requires_grad for x in tensors)
 
 
 def _block_sparse_forward(q, k, v, block, key_blocks, key_allowed, pattern, real, keep):
@@ -371,7 +366,7 @@ def block_sparse(q, k, v, block, key_blocks, key_allowed, pattern, real):
         softmax weights (B, H, T, m * block) when a gradient is needed.
     """
     args = (q, k, v, block, key_blocks, key_allowed, pattern, real)
-    if _needs_grad(q, k, v):
+    if needs_grad(q, k, v):
         return _BlockSparse.apply(*args)
     return _block_sparse_forward(*args, keep=False)[0]
 

@@ -189,6 +189,12 @@ class Attention(nn.Module):
         """Zero the counters returned by ``stats``."""
 
 
+def needs_grad(*tensors):
+    """Whether autograd records a graph for an operation on ``tensors`` (grad mode on and one of
+    them requires grad): where a method picks its custom-backward path or refuses to train."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
 def check_qkv(q, k, v, attention_mask=None):
     """Validate q, k, v of shape (B, H, T, D) and an optional (B, T) bool ``attention_mask``
     (True = real token).

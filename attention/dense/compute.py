@@ -21,6 +21,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from attention.registry import needs_grad
+
 REGIMES = ("auto", "linear", "quadratic")
 
 
@@ -93,8 +95,7 @@ def _linear(q, k, v, causal, chunk_size):
     step = C * max(1, STEP_ELEMENTS // (rows * C))
     state = q.new_zeros(*lead, 1, D, Dv)  # K^T V of all the chunks before the step
     # without autograd each step's output goes straight into its rows (no list of pieces to cat)
-    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    out = None if needs_grad else q.new_empty(*lead, n_chunks * C, Dv)
+    out = None if needs_grad(q, k, v) else q.new_empty(*lead, n_chunks * C, Dv)
     pieces, start = [], 0
     for qs, ks, vs in zip(q.split(step, -2), k.split(step, -2), v.split(step, -2)):
         n = qs.shape[-2] // C

@@ -18,7 +18,7 @@ import warnings
 
 import torch
 
-from attention.registry import Attention, InferenceOnlyError, check_qkv, register
+from attention.registry import Attention, InferenceOnlyError, check_qkv, needs_grad, register
 from attention.feature_maps import RandomFeatureMap
 from attention.tree.cpu import cpu_forward, load_kernel
 from attention.tree.reference import reference_forward
@@ -277,7 +277,7 @@ class TreeAttention(Attention):
             raise ValueError("tree attention does not support attention_mask; pass None (pad-free batches only)")
         if self.exclude_self and not causal:
             raise ValueError("tree attention: exclude_self needs causal=True")
-        if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        if needs_grad(q, k, v):
             raise InferenceOnlyError("tree attention is inference-only (its bud sampling is not differentiable), but it "
                                "was called with gradients enabled: train with a trainable attention such as "
                                "softmax and swap tree in for evaluation (python eval_ppl.py --attention=tree), "

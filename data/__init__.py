@@ -206,9 +206,9 @@ def write_text(path, text):
 
 
 def write_json(path, obj, indent=1, **dump_kwargs):
-    """Write ``obj`` as JSON to ``path`` through ``atomic_write``, creating its directory.
+    """Write ``obj`` as JSON to ``path`` through ``write_text`` (atomic), creating its directory.
 
-    ``indent`` and ``dump_kwargs`` (e.g. ``default=str``) go to ``json.dump``. Returns ``path``.
+    ``indent`` and ``dump_kwargs`` (e.g. ``default=str``) go to ``json.dumps``. Returns ``path``.
     Raises TypeError (from ``json``) for an object it cannot serialize; ``path`` is then untouched.
     """
     return write_text(path, json.dumps(obj, indent=indent, **dump_kwargs))

@@ -15,6 +15,7 @@ forward and backward kernels; on CPU tensors they run under ``TRITON_INTERPRET=1
 this module -> function.py -> the backends, which import nothing of the package.
 """
 import importlib.util
+import math
 import os
 import warnings
 
@@ -31,6 +32,8 @@ IMPLEMENTATIONS = ("auto", "pytorch", "triton", "reference")
 # extension's multiplicative output noise, and "auto" = quadratic for p = 2, standard for p = 1
 MODULE_DROPOUT_VARIANTS = ("auto", *DROPOUT_VARIANTS, "output_noise")
 TRITON_HEAD_DIMS = (16, 32, 64, 128)
+# temperatures given relative to the head dim D, resolved in ``forward`` (``Fastmax.temperature_for``)
+TEMPERATURE_NAMES = ("head_dim", "sqrt_head_dim")
 
 
 def _number(name, value, condition, allowed):
@@ -67,11 +70,19 @@ class Fastmax(Attention):
         p (int): 1 or 2, the degree of f (paper: Fastmax1 / Fastmax2).
         a0, a1, a2 (float): coefficients of f; 1, 1, 1/2 is the paper's Eq. 8. a2 is unused when
             p = 1.
-        temperature (float): > 0; scores are divided by it.
-        normalization (str): "max_norm" (the authors' code: q_hat = lim q / max_n ||q_n|| per
-            batch element and head, same for k; causal uses the running maximum over positions
-            <= t so that nothing depends on later tokens), "paper" (Eq. 5-6: each token minus its
-            mean over D, divided by its standard deviation) or "none".
+        temperature (float | str): > 0; scores are divided by it. Or relative to the head dim D of
+            the input: "head_dim" (D: with "paper", |s| <= 1, the paper's assumption),
+            "sqrt_head_dim" (sqrt(D), softmax's usual scale). None (default): with "paper",
+            D for p = 1 (the largest scale that keeps every p = 1 weight >= 0) and sqrt(D) for
+            p = 2; 1 with "max_norm" and "none" (their scale is lim or the inputs').
+        normalization (str): "paper" (default; Eq. 5-6: each token minus its mean over D,
+            divided by its standard deviation), "max_norm" (the authors' code: q_hat = lim q /
+            max_n ||q_n|| per batch element and head, same for k; causal uses the running maximum
+            over positions <= t so that nothing depends on later tokens) or "none".
+            The defaults ("paper" at the temperature None resolves to) were chosen on multi-query
+            associative recall (docs/fastmax.md "Choice of the default normalization": test
+            accuracy 0.916 (p = 1) and 0.997 (p = 2) against 0.817 and 0.86 for "max_norm",
+            lim 1, the default before); WikiText-2 runs made before that change used "max_norm".
         lim (float): > 0, the bound on ||q_hat||, ||k_hat|| of "max_norm" (ignored otherwise).
         dropout (float): rate in [0, 1); active in training mode only.
         dropout_variant (str): "auto" (default: "quadratic" for p = 2, "standard" for p = 1),
@@ -95,8 +106,8 @@ class Fastmax(Attention):
 
     Negative weights: the paper's Eq. 10 (weights >= 0) needs f(s) >= 0 on the scores that
     occur. For p = 2 with the default coefficients f >= 1/2 everywhere. For p = 1, f(s) < 0 when
-    a1 s < -a0: "max_norm" bounds |s| by lim^2 / temperature (the defaults give f >= 0), "paper"
-    only by D / temperature and "none" not at all. The output is still the exact ratio (weights
+    a1 s < -a0: "max_norm" bounds |s| by lim^2 / temperature, "paper" by D / temperature (the
+    defaults give |s| <= 1, so f >= 0) and "none" not at all. The output is still the exact ratio (weights
     summing to one, some negative; a zero denominator gives inf / NaN); the module warns once
     (RuntimeWarning) when its configuration allows negative f.
 
@@ -106,7 +117,7 @@ class Fastmax(Attention):
             an unsupported head dim or a CPU tensor without TRITON_INTERPRET=1.
     """
 
-    def __init__(self, p=2, a0=1.0, a1=1.0, a2=0.5, temperature=1.0, normalization="max_norm", lim=1.0,
+    def __init__(self, p=2, a0=1.0, a1=1.0, a2=0.5, temperature=None, normalization="paper", lim=1.0,
                  dropout=0.0, dropout_variant="auto", implementation="auto", chunk_size=None):
         super().__init__()
         if p not in (1, 2) or isinstance(p, bool):
@@ -115,7 +126,14 @@ class Fastmax(Attention):
         self.a0 = _number("a0", a0, lambda x: abs(x) < float("inf"), "a finite number")
         self.a1 = _number("a1", a1, lambda x: abs(x) < float("inf"), "a finite number")
         self.a2 = _number("a2", a2, lambda x: abs(x) < float("inf"), "a finite number")
-        self.temperature = _number("temperature", temperature, lambda x: 0 < x < float("inf"), "> 0")
+        if temperature is None or isinstance(temperature, str):
+            if temperature is not None and temperature not in TEMPERATURE_NAMES:
+                raise ValueError(f"temperature must be a number > 0 or one of {', '.join(TEMPERATURE_NAMES)}; "
+                                 f"got {temperature!r}")
+            self.temperature = temperature
+        else:
+            self.temperature = _number("temperature", temperature, lambda x: 0 < x < float("inf"),
+                                       f"> 0 or one of {', '.join(TEMPERATURE_NAMES)}")
         if normalization not in NORMALIZATIONS:
             raise ValueError(f"normalization '{normalization}' unknown; allowed: {', '.join(NORMALIZATIONS)}")
         self.normalization = normalization
@@ -154,6 +172,19 @@ class Fastmax(Attention):
         # never picks them (docs/fastmax.md: shared memory, stack frames, what is unverified).
         return "pytorch"
 
+    def temperature_for(self, D):
+        """The temperature (float) for head dim D: a named temperature resolved, a number as is."""
+        name = self.temperature
+        if name is None:
+            if self.normalization != "paper":
+                return 1.0
+            name = "head_dim" if self.p == 1 else "sqrt_head_dim"
+        if name == "head_dim":
+            return float(D)
+        if name == "sqrt_head_dim":
+            return math.sqrt(D)
+        return name
+
     def chunk_size_for(self, implementation):
         """Positions per chunk of the causal fast path ``implementation`` ("pytorch" or "triton")."""
         return chunk_size_for(self.p, self.chunk_size, implementation)
@@ -172,8 +203,8 @@ class Fastmax(Attention):
         noise = self.training and self.dropout > 0 and self.dropout_variant == "output_noise"
         if self.training and self.dropout > 0 and not noise:
             masks = draw_dropout_masks(self.dropout_variant, self.dropout, self.p, tuple(k.shape), k.device)
-        params = dict(p=self.p, a0=self.a0, a1=self.a1, a2=self.a2, temperature=self.temperature,
-                      normalization=self.normalization, lim=self.lim,
+        params = dict(p=self.p, a0=self.a0, a1=self.a1, a2=self.a2,
+                      temperature=self.temperature_for(q.shape[-1]), normalization=self.normalization, lim=self.lim,
                       dropout_variant=None if noise else self.dropout_variant,
                       dropout_rate=0.0 if noise else self.dropout, dropout_masks=masks)
         # the states must accumulate in float32 or wider: no autocast to bf16 / fp16 inside
@@ -190,15 +221,16 @@ class Fastmax(Attention):
     def _warn_negative_weights(self, D):
         if self._warned:
             return
-        bound = score_bound(self.normalization, D, self.lim, self.temperature)
+        temperature = self.temperature_for(D)
+        bound = score_bound(self.normalization, D, self.lim, temperature)
         if kernel_minimum(self.p, self.a0, self.a1, self.a2, bound) < 0:
             self._warned = True
             warnings.warn(
                 f"fastmax: with p={self.p}, a0={self.a0}, a1={self.a1}, a2={self.a2}, normalization="
-                f"'{self.normalization}', temperature={self.temperature}, lim={self.lim} and head dim {D}, "
+                f"'{self.normalization}', temperature={temperature}, lim={self.lim} and head dim {D}, "
                 f"f(s) can be negative (|s| <= {bound}): attention weights may be negative and a denominator "
-                f"may reach zero. normalization='max_norm' with lim^2 * |a1| <= a0 * temperature keeps p = 1 "
-                f"weights >= 0.", RuntimeWarning, stacklevel=3)
+                f"may reach zero. The defaults (normalization='paper', temperature None = head dim) keep "
+                f"p = 1 weights >= 0, as does 'max_norm' with lim^2 * |a1| <= a0 * temperature.", RuntimeWarning, stacklevel=3)
 
 
 def fast_forward(q, k, v, causal, attention_mask=None, p=2, a0=1.0, a1=1.0, a2=0.5, temperature=1.0,

@@ -113,7 +113,7 @@ def attention_weights(mechanism, q, k, causal, attention_mask=None, value_dim=No
             raise ValueError("fastmax in training mode applies random dropout: its weights differ per call; "
                              "call mechanism.eval() (or model.eval()) first")
         return fastmax_weights(q.double(), k.double(), causal, attention_mask, p=mechanism.p, a0=mechanism.a0,
-                               a1=mechanism.a1, a2=mechanism.a2, temperature=mechanism.temperature,
+                               a1=mechanism.a1, a2=mechanism.a2, temperature=mechanism.temperature_for(q.shape[-1]),
                                normalization=mechanism.normalization, lim=mechanism.lim)
     return probe_weights(mechanism, q, k, causal, attention_mask, value_dim)
 

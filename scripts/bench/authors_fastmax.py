@@ -57,7 +57,7 @@ sequence, so its leak_ours is not 0). ``findings`` in the JSON: their temperatur
 
 (2) Timing (skipped with ``--no_time``): float32 (1, --heads, T, --D) inputs, modes forward (no_grad)
 and forward_backward, median of --repeats samples after a warm-up (``scripts.bench.common.median_seconds``,
-short calls looped for ~0.1 s), methods ``ours`` (defaults: max_norm), ``ours_reimpl`` (our
+short calls looped for ~0.1 s), methods ``ours`` (max_norm, lim 1), ``ours_reimpl`` (our
 re-implementation of their formulation, attention/fastmax/authors_baseline.py), and the authors'
 ``fastmax_function`` (normalize=True) and ``fastattention_einops`` (normalize_term=8). Peak memory
 (--memory subprocess): the resident memory one call adds, measured in a fresh process as in
@@ -408,7 +408,7 @@ def findings(loaded, D=16, T=64):
 def time_method(name, loaded, p, causal):
     """A function (q, k, v) -> out for the timed method."""
     if name == "ours":
-        module = our_module(p, {})
+        module = our_module(p, {"normalization": "max_norm"})  # the setting of their normalize=True
         return lambda q, k, v: module(q, k, v, causal)
     if name == "ours_reimpl":
         return lambda q, k, v: authors_formulation(q, k, v, causal, p=p)

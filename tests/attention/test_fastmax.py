@@ -362,7 +362,7 @@ def test_p1_max_norm_defaults_give_nonnegative_weights():
 def test_p1_negative_weights_warn_and_stay_exact():
     # "paper" + p = 1 at temperature 1: |s| up to D, f(s) = 1 + s < 0 for s < -1
     q, k, v = _qkv(T=20, D=16, grad=True)
-    module = attention.build("fastmax", p=1, normalization="paper", implementation="pytorch")
+    module = attention.build("fastmax", p=1, normalization="paper", temperature=1.0, implementation="pytorch")
     with pytest.warns(RuntimeWarning, match="can be negative"):
         out = module(q, k, v, causal=False)
     with warnings.catch_warnings():
@@ -375,7 +375,8 @@ def test_p1_negative_weights_warn_and_stay_exact():
     _assert_close(out, ref, rtol=1e-7, atol=1e-9)  # the exact ratio, not clamped
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        attention.build("fastmax", p=1)(q, k, v, causal=True)  # default max_norm: no warning
+        attention.build("fastmax", p=1)(q, k, v, causal=True)  # defaults: "paper" at temperature D, |s| <= 1
+        attention.build("fastmax", p=1, normalization="max_norm")(q, k, v, causal=True)  # lim 1, temperature 1
 
 
 def test_rows_without_allowed_key_are_zero_with_finite_gradients():
@@ -392,14 +393,15 @@ def test_rows_without_allowed_key_are_zero_with_finite_gradients():
 
 @pytest.mark.parametrize("implementation", ["reference", "pytorch", "triton"])
 def test_p1_zero_denominator_is_guarded(implementation):
-    """p = 1, causal max_norm (the defaults): q0 and k0 antiparallel give s = -1, f = 1 + s = 0 at
+    """p = 1, causal max_norm (lim 1, temperature 1): q0 and k0 antiparallel give s = -1, f = 1 + s = 0 at
     position 0, the row's only key, so its denominator is exactly 0. The guard makes such a row
     output zeros with zero gradient (like a row without an allowed key) instead of 0/0 = NaN."""
     q, k, v = _qkv(B=1, H=1, T=20, D=16, dtype=torch.float32)
     q[0, 0, 0], k[0, 0, 0] = 0.0, 0.0
     q[0, 0, 0, 0], k[0, 0, 0, 0] = 2.0, -3.0  # exactly antiparallel: q_hat0 . k_hat0 = -1 exactly
     q, k, v = (t.requires_grad_(True) for t in (q, k, v))
-    out = attention.build("fastmax", p=1, implementation=implementation, chunk_size=16)(q, k, v, True)
+    out = attention.build("fastmax", p=1, normalization="max_norm", implementation=implementation,
+                          chunk_size=16)(q, k, v, True)
     assert torch.isfinite(out).all() and (out[0, 0, 0] == 0).all()
     grads = torch.autograd.grad(out.sum(), (q, k, v))
     assert all(torch.isfinite(g).all() for g in grads)
@@ -547,7 +549,7 @@ def test_dropout_preserves_expected_output(variant):
 def test_registered_with_parameters():
     assert "fastmax" in attention.registered()
     assert attention.accepted_params("fastmax") == {
-        "p": 2, "a0": 1.0, "a1": 1.0, "a2": 0.5, "temperature": 1.0, "normalization": "max_norm", "lim": 1.0,
+        "p": 2, "a0": 1.0, "a1": 1.0, "a2": 0.5, "temperature": None, "normalization": "paper", "lim": 1.0,
         "dropout": 0.0, "dropout_variant": "auto", "implementation": "auto", "chunk_size": None}
 
 
@@ -577,11 +579,45 @@ def test_output_noise_variant_is_the_authors_cuda_dropout():
         attention.build("fastmax", dropout_variant="2d")
 
 
+def test_default_is_paper_at_the_auto_temperature():
+    """The defaults (docs/fastmax.md, chosen on recall): "paper" at temperature D for p = 1 (|s| <= 1,
+    so every weight is >= 0) and sqrt(D) for p = 2; the default temperature is 1 with the other normalizations."""
+    D = 16
+    q, k, v = _qkv(T=23, D=D)
+    for p, temperature in ((1, float(D)), (2, math.sqrt(D))):
+        module = attention.build("fastmax", p=p)
+        assert (module.normalization, module.temperature) == ("paper", None)
+        assert module.temperature_for(D) == pytest.approx(temperature)
+        expected = reference_forward(q, k, v, True, p=p, normalization="paper", temperature=temperature)
+        _assert_close(module(q, k, v, True), expected)
+        assert attention.build("fastmax", p=p, normalization="max_norm").temperature_for(D) == 1.0
+        assert attention.build("fastmax", p=p, normalization="none").temperature_for(D) == 1.0
+    assert kernel_minimum(1, 1.0, 1.0, 0.5, score_bound("paper", D, 1.0, float(D))) == 0.0
+    A = fastmax_weights(3 * q, -3 * k, False, p=1, normalization="paper", temperature=float(D))
+    assert (A >= -1e-12).all()
+
+
+@pytest.mark.filterwarnings("ignore:fastmax. with p=1")  # p = 1 at sqrt(D) allows negative weights
+@pytest.mark.parametrize("name,value", [("head_dim", lambda D: float(D)), ("sqrt_head_dim", math.sqrt)])
+@pytest.mark.parametrize("p", [1, 2])
+def test_named_temperature_is_the_number_for_the_input_head_dim(name, value, p):
+    for D in (8, 18):
+        q, k, v = _qkv(T=21, D=D)
+        named = attention.build("fastmax", p=p, normalization="paper", temperature=name)
+        assert named.temperature_for(D) == pytest.approx(value(D))
+        expected = reference_forward(q, k, v, True, p=p, normalization="paper", temperature=value(D))
+        _assert_close(named(q, k, v, True), expected)
+    with pytest.raises(ValueError, match=r"temperature must be a number > 0 or one of head_dim, sqrt_head_dim; "
+                                         r"got 'sqrt_d'"):
+        attention.build("fastmax", temperature="sqrt_d")
+
+
 def test_auto_uses_pytorch_on_cpu_and_matches():
     q, k, v = _qkv(T=20)
     module = attention.build("fastmax", p=1)
     assert module.implementation_for(q) == "pytorch"
-    _assert_close(module(q, k, v, True), reference_forward(q, k, v, True, p=1))
+    expected = reference_forward(q, k, v, True, p=1, normalization="paper", temperature=float(q.shape[-1]))
+    _assert_close(module(q, k, v, True), expected)
 
 
 @pytest.mark.parametrize("params,match", [

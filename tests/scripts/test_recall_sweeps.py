@@ -44,10 +44,10 @@ def test_fastmax_norm_sweep_gives_each_setting_its_parameters_and_row(tmp_path):
                                                  "HEADS": "2", "SEEDS": "", "OUT_ROOT": str(tmp_path / "runs"),
                                                  "TABLE_OUT": str(tmp_path / "table")})
     assert r.returncode == 0, r.stderr
-    paper = final(tmp_path / "runs" / "paper_sqrtD" / "fastmax1_T16_N2_d32_lr0.003_s0" / "final_metrics.json")
+    paper = final(tmp_path / "runs" / "paper_sqrtD" / "fastmax1_T16_N2_d32_lr0.01_s0" / "final_metrics.json")
     assert paper["config"]["attention_params"] == {"p": 1, "normalization": "paper", "temperature": 4.0}  # D = 16
     assert paper["config"]["n_head"] == 2
-    lim = final(tmp_path / "runs" / "max_norm_2" / "fastmax1_T16_N2_d32_lr0.003_s0" / "final_metrics.json")
+    lim = final(tmp_path / "runs" / "max_norm_2" / "fastmax1_T16_N2_d32_lr0.01_s0" / "final_metrics.json")
     assert lim["config"]["attention_params"] == {"p": 1, "normalization": "max_norm", "lim": 2}
     table = (tmp_path / "table" / "recall_table.md").read_text()
     assert "| fastmax1 normalization=paper temperature=4 |" in table

@@ -136,7 +136,8 @@ def trained(tmp_path_factory):
         mp.setenv("TINYSHAKESPEARE_FILE", write_text(root / "input.txt"))
         mp.setattr(shakespeare, "DEFAULT_OUT_DIR", str(root / "prepared"))
         dirs = {}
-        for name, args in (("softmax", []), ("fastmax", ["--attention=fastmax", "--attention.p=2"])):
+        fastmax_args = ["--attention=fastmax", "--attention.p=2", "--attention.normalization=max_norm"]
+        for name, args in (("softmax", []), ("fastmax", fastmax_args)):
             dirs[name] = str(root / name)
             train.main([TINY, "--dataset=shakespeare_char", f"--out_dir={dirs[name]}", "--num_threads=1",
                         "--max_iters=3", "--lr_decay_iters=3", "--warmup_iters=1", "--eval_interval=3",

@@ -32,6 +32,14 @@ IMPLEMENTATIONS = ("auto", "pytorch", "triton", "reference")
 # extension's multiplicative output noise, and "auto" = quadratic for p = 2, standard for p = 1
 MODULE_DROPOUT_VARIANTS = ("auto", *DROPOUT_VARIANTS, "output_noise")
 TRITON_HEAD_DIMS = (16, 32, 64, 128)
+# "auto" computes p = 2 through the explicit (T, T) weights up to T = EXPLICIT_T_PER_D x head dim, for
+# at most EXPLICIT_MAX_ELEMENTS weights per call (64 MB in float32). Measured on the CPU, B x H = 32
+# (results/bench_attention/fastmax_explicit_crossover, docs/fastmax.md): forward+backward 5-20x faster
+# than the chunked path at T = 64, 1.6-2.5x at T = 8 D (D = 32: 256; D = 64: 512), slower at 16 D;
+# one cell inside the bound is slower (forward, non-causal, D = 32, T = 256: 1.6x). p = 1: mixed,
+# within 1.7x either way at T <= 128.
+EXPLICIT_T_PER_D = 8
+EXPLICIT_MAX_ELEMENTS = 2 ** 24
 # temperatures given relative to the head dim D, resolved in ``forward`` (``Fastmax.temperature_for``)
 TEMPERATURE_NAMES = ("head_dim", "sqrt_head_dim")
 
@@ -46,11 +54,25 @@ def _number(name, value, condition, allowed):
     return value
 
 
+def implementation_for(implementation, p, shape, dropout_active=False):
+    """The implementation a Fastmax module with ``implementation`` and degree p uses on (B, H, T, D)
+    inputs of ``shape`` ("auto" resolved): "reference" (the explicit (T, T) weights) for p = 2 when
+    T <= EXPLICIT_T_PER_D x D, B H T^2 <= EXPLICIT_MAX_ELEMENTS and no dropout is active, else
+    "pytorch". The Triton kernels have only run under the interpreter: until a GPU test passes,
+    "auto" never picks them (docs/fastmax.md: shared memory, stack frames, what is unverified)."""
+    if implementation != "auto":
+        return implementation
+    B, H, T, D = shape
+    if p == 2 and not dropout_active and T <= EXPLICIT_T_PER_D * D and B * H * T * T <= EXPLICIT_MAX_ELEMENTS:
+        return "reference"
+    return "pytorch"
+
+
 def chunk_size_for(p, chunk_size, implementation):
     """Positions per chunk of the causal fast paths: ``chunk_size`` when given, else 128 for p = 2
     on the PyTorch backend and 64 otherwise (the Triton kernels' shared memory needs 64 at D = 64;
     docs/fastmax.md says how 128 was chosen). ``implementation``: "pytorch", "triton" or "auto"
-    (= "pytorch", as ``FastmaxAttention.implementation_for``)."""
+    (= "pytorch": the chunk size of the chunked path ``Fastmax.implementation_for`` may pick)."""
     if chunk_size is not None:
         return chunk_size
     return 128 if p == 2 and implementation != "triton" else 64
@@ -93,11 +115,13 @@ class Fastmax(Attention):
             (1 + dropout * N(0, 1)) per element (also E[output] unchanged). The authors' PyTorch
             path drops entries of q (x) q and k (x) k, which feed numerator and denominator alike;
             that variant is not implemented (docs/fastmax.md compares the three).
-        implementation (str): "auto" (the PyTorch path on every device: the Triton kernels have
-            never run on a GPU, only under the interpreter), "pytorch" (chunked.py), "triton"
-            (opt-in, triton_kernels.py; a CUDA launch is checked against the device's shared
-            memory per block; CPU tensors need TRITON_INTERPRET=1) or "reference" (the (T, T)
-            matrix, for tests).
+        implementation (str): "auto" (the PyTorch path on every device, except p = 2 on short
+            sequences without active dropout: T <= 8 D and B H T^2 <= 2^24, where the explicit
+            (T, T) weights of "reference" are faster, ``implementation_for``; the Triton kernels
+            have never run on a GPU, only under the interpreter), "pytorch" (chunked.py),
+            "triton" (opt-in, triton_kernels.py; a CUDA launch is checked against the device's
+            shared memory per block; CPU tensors need TRITON_INTERPRET=1) or "reference" (the
+            (T, T) matrix, autograd through it).
         chunk_size (int | None): positions per chunk of the causal fast paths, a power of two in
             [16, 1024]. None (default): 128 for p = 2 on the PyTorch backend, else 64 (measured
             on the CPU: p = 2 causal at T = 16384, D = 64, 128 took 0.62x the time of 64 forward
@@ -165,12 +189,9 @@ class Fastmax(Attention):
                 f"chunk_size={self.chunk_size}")
 
     def implementation_for(self, q):
-        """The implementation ``forward`` uses for a query tensor like q ("auto" resolved)."""
-        if self.implementation != "auto":
-            return self.implementation
-        # The Triton kernels have only run under the interpreter: until a GPU test passes, "auto"
-        # never picks them (docs/fastmax.md: shared memory, stack frames, what is unverified).
-        return "pytorch"
+        """The implementation ``forward`` uses for a (B, H, T, D) query tensor like q ("auto" resolved)."""
+        # with active dropout the explicit form builds (B, H, T, D, D) masks: the chunked path then
+        return implementation_for(self.implementation, self.p, tuple(q.shape), self.training and self.dropout > 0)
 
     def temperature_for(self, D):
         """The temperature (float) for head dim D: a named temperature resolved, a number as is."""
@@ -230,7 +251,8 @@ class Fastmax(Attention):
                 f"'{self.normalization}', temperature={temperature}, lim={self.lim} and head dim {D}, "
                 f"f(s) can be negative (|s| <= {bound}): attention weights may be negative and a denominator "
                 f"may reach zero. The defaults (normalization='paper', temperature None = head dim) keep "
-                f"p = 1 weights >= 0, as does 'max_norm' with lim^2 * |a1| <= a0 * temperature.", RuntimeWarning, stacklevel=3)
+                f"p = 1 weights >= 0, as does 'max_norm' with lim^2 * |a1| <= a0 * temperature.",
+                RuntimeWarning, stacklevel=3)
 
 
 def fast_forward(q, k, v, causal, attention_mask=None, p=2, a0=1.0, a1=1.0, a2=0.5, temperature=1.0,

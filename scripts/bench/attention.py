@@ -84,6 +84,7 @@ import torch.nn.functional as F
 
 import attention
 from attention.fastmax import chunk_size_for as fastmax_chunk_size
+from attention.fastmax import implementation_for as fastmax_implementation
 from attention.dense.compute import choose_regime, regime_cost, segment_length
 from attention.fastmax.authors_baseline import authors_formulation
 from attention.informer import GROUP as INFORMER_GROUP, active_count, sample_count
@@ -432,7 +433,8 @@ FLOP_FORMULAS = {
     "softmax_reference": "4 D H T^2 (the (T, T) matrix, causal or not)",
     "authors": "H (4 T D^2 + 2 T D) (+ H (4 T D^3 + 2 T D^2) for p = 2); causal: the outer products and "
                "their cumulative sums counted as one multiply-add per element",
-    "fastmax": "Y = D + 1 (values and the denominator column), F = D (+ D (D + 1) / 2 symmetric pairs for p = 2; D^2 with dropout): non-causal H 4 T F Y; "
+    "fastmax": "the explicit form where auto picks it (p = 2, T <= 8 D, H T^2 <= 2^24, no dropout): H 4 D T^2; else "
+               "Y = D + 1 (values and the denominator column), F = D (+ D (D + 1) / 2 symmetric pairs for p = 2; D^2 with dropout): non-causal H 4 T F Y; "
                "causal H (4 Tc F Y + 2 Tc C (D + Y)), Tc = T rounded up to the chunk C",
     "linear": "non-causal H (4 T D^2 + 2 T D); causal adds the (C, C) blocks: H (2 sum(n_c^2) 2D + T (4 D^2 + 2 D))",
     "performer": "as linear with R = num_features features, plus H 4 T D R for the projections of q and k",
@@ -470,8 +472,11 @@ FLOP_FUNCTIONS = {  # registered name -> forward FLOPs per head of its fast path
 def flop_count(method, T, D, heads, causal):
     """Analytic forward FLOPs of one call on (1, heads, T, D) inputs (module docstring), or None
     for an attention without a formula. ``implementation="reference"``: the (T, T) form, 4 D T^2
-    per head."""
+    per head (fastmax: also where "auto" picks it, ``attention.fastmax.implementation_for``)."""
     p = method.full_params()
+    if method.kind != "sdpa" and method.name == "fastmax":
+        p = {**p, "implementation": fastmax_implementation(p.get("implementation", "auto"), p["p"], (1, heads, T, D),
+                                                           bool(p.get("dropout")))}
     if method.kind == "sdpa":
         per_head = _softmax_flops(p, T, D, causal, "sdpa")
     elif method.kind == "authors":

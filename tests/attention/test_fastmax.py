@@ -711,9 +711,33 @@ def test_auto_never_picks_the_unverified_triton_kernels():
     import types
     module = attention.build("fastmax", p=2)
     for device in ("cuda", "cpu"):
-        fake = types.SimpleNamespace(device=torch.device(device), shape=(1, 1, 8, 64), dtype=torch.float32)
+        fake = types.SimpleNamespace(device=torch.device(device), shape=(1, 1, 1024, 64), dtype=torch.float32)
         assert module.implementation_for(fake) == "pytorch"
     assert attention.build("fastmax", implementation="triton").implementation_for(fake) == "triton"  # opt-in
+
+
+def test_auto_uses_the_explicit_weights_for_short_p2_sequences():
+    """p = 2, no active dropout, T <= 8 D and B H T^2 <= 2^24: the explicit (T, T) weights (faster
+    there on the CPU benchmark); otherwise the chunked path. Both give the same outputs and gradients."""
+    two, one = attention.build("fastmax", p=2), attention.build("fastmax", p=1)
+    pick = lambda module, shape: module.implementation_for(torch.empty(shape, device="meta"))  # noqa: E731
+    assert pick(two, (64, 4, 64, 32)) == "reference"  # the recall study's batch
+    assert pick(two, (1, 1, 256, 32)) == "reference" and pick(two, (1, 1, 257, 32)) == "pytorch"
+    assert pick(two, (1, 8, 512, 64)) == "reference" and pick(two, (1, 1, 513, 64)) == "pytorch"
+    assert pick(two, (16, 4, 512, 64)) == "reference" and pick(two, (17, 4, 512, 64)) == "pytorch"  # 2^24 weights
+    assert pick(one, (64, 4, 64, 32)) == "pytorch"
+    dropped = attention.build("fastmax", p=2, dropout=0.1)
+    assert pick(dropped.train(), (2, 2, 64, 32)) == "pytorch" and pick(dropped.eval(), (2, 2, 64, 32)) == "reference"
+    q, k, v = _qkv(T=37, D=8, grad=True)
+    mask = _padding(2, 37)
+    for causal in (False, True):
+        auto = two(q, k, v, causal, mask)
+        chunked = attention.build("fastmax", p=2, implementation="pytorch", chunk_size=16)(q, k, v, causal, mask)
+        _assert_close(auto, chunked)
+        g_auto = torch.autograd.grad(auto.square().sum(), (q, k, v))
+        g_chunked = torch.autograd.grad(chunked.square().sum(), (q, k, v))
+        for a, b in zip(g_auto, g_chunked):
+            _assert_close(a, b, rtol=1e-8, atol=1e-10)
 
 
 def test_default_chunk_size_per_degree_and_backend():

@@ -34,8 +34,8 @@ MODULE_DROPOUT_VARIANTS = ("auto", *DROPOUT_VARIANTS, "output_noise")
 TRITON_HEAD_DIMS = (16, 32, 64, 128)
 # "auto" computes p = 2 through the explicit (T, T) weights up to T = EXPLICIT_T_PER_D x head dim, for
 # at most EXPLICIT_MAX_ELEMENTS weights per call (64 MB in float32). Measured on the CPU, B x H = 32
-# (results/bench_attention/fastmax_explicit_crossover, docs/fastmax.md): forward+backward 5-20x faster
-# than the chunked path at T = 64, 1.6-2.5x at T = 8 D (D = 32: 256; D = 64: 512), slower at 16 D;
+# (results/bench_attention/fastmax_explicit_crossover, docs/fastmax.md): forward+backward 5-32x faster
+# than the chunked path at T = 64, 1.8-2.5x at T = 8 D (D = 32: 256; D = 64: 512), slower at 16 D;
 # one cell inside the bound is slower (forward, non-causal, D = 32, T = 256: 1.6x). p = 1: mixed,
 # within 1.7x either way at T <= 128.
 EXPLICIT_T_PER_D = 8
@@ -103,7 +103,7 @@ class Fastmax(Attention):
             over positions <= t so that nothing depends on later tokens) or "none".
             The defaults ("paper" at the temperature None resolves to) were chosen on multi-query
             associative recall (docs/fastmax.md "Choice of the default normalization": test
-            accuracy 0.916 (p = 1) and 0.997 (p = 2) against 0.817 and 0.86 for "max_norm",
+            accuracy 0.916 (p = 1) and 0.997 (p = 2) against 0.817 and 0.865 for "max_norm",
             lim 1, the default before); WikiText-2 runs made before that change used "max_norm".
         lim (float): > 0, the bound on ||q_hat||, ||k_hat|| of "max_norm" (ignored otherwise).
         dropout (float): rate in [0, 1); active in training mode only.

@@ -9,17 +9,18 @@ Duraiswami 2024, section 2.2, Eq. 7-8).
 f(s) = a0 + a1 s / T (p = 1) or a0 + a1 s / T + a2 (s / T)^2 (p = 2), with a0, a1, a2 and the
 temperature T taken from a ``Fastmax`` module built with the given overrides (its defaults: 1, 1,
 1/2, the paper's Eq. 8; T = 1 unless given, so that s is the score after the module's temperature,
-whose default depends on the head dim) and evaluated by the specification, ``attention.fastmax.reference.kernel``;
-the factorized code's (c0, c1, c2) (``attention.fastmax.function.coefficients``) are recorded beside
-them. The example row's weights are the module's own implied attention matrix
+whose default depends on the head dim) and evaluated by the specification,
+``attention.fastmax.reference.kernel``; the factorized code's (c0, c1, c2)
+(``attention.fastmax.function.coefficients``) are recorded beside them. The example row's weights
+are the module's own implied attention matrix
 (``reference.fastmax_weights``, normalization "none", so the scores are exactly the given ones):
 w_j = f(s_j) / sum_n f(s_n), beside softmax's exp(s_j) / sum_n exp(s_n).
 
 With normalization "max_norm" (lim = 1) at temperature 1, and with the default "paper" at the
 default temperature for p = 1 (D), every score lies in [-1, 1] (shaded in the figure); "paper" at
 temperature sqrt(D) (the default for p = 2) allows [-sqrt(D), sqrt(D)]. For p = 1, f(s) < 0 when
-s < -a0 T / a1, which gives negative weights; for p = 2, f has its minimum a0 - a1^2 / (4 a2) at s = -a1 T / (2 a2) and rises
-again below it, so a strongly negative score weighs as much as a positive one.
+s < -a0 T / a1, which gives negative weights; for p = 2, f has its minimum a0 - a1^2 / (4 a2) at
+s = -a1 T / (2 a2) and rises again below it, so a strongly negative score weighs as much as a positive one.
 
 Outputs: ``<out>.csv`` (s, exp(s), f for p = 1 and 2, each divided by its value at s = 0),
 ``<out>_row.csv`` (the example row's scores and weights), ``<out>.png`` and the manifest entry.

@@ -84,6 +84,8 @@ import torch.nn.functional as F
 
 import attention
 from attention.fastmax import chunk_size_for as fastmax_chunk_size
+from attention.fastmax import EXPLICIT_MAX_ELEMENTS as FASTMAX_EXPLICIT_MAX_ELEMENTS
+from attention.fastmax import EXPLICIT_T_PER_D as FASTMAX_EXPLICIT_T_PER_D
 from attention.fastmax import implementation_for as fastmax_implementation
 from attention.dense.compute import choose_regime, regime_cost, segment_length
 from attention.fastmax.authors_baseline import authors_formulation
@@ -433,7 +435,8 @@ FLOP_FORMULAS = {
     "softmax_reference": "4 D H T^2 (the (T, T) matrix, causal or not)",
     "authors": "H (4 T D^2 + 2 T D) (+ H (4 T D^3 + 2 T D^2) for p = 2); causal: the outer products and "
                "their cumulative sums counted as one multiply-add per element",
-    "fastmax": "the explicit form where auto picks it (p = 2, T <= 8 D, H T^2 <= 2^24, no dropout): H 4 D T^2; else "
+    "fastmax": f"the explicit form where auto picks it (p = 2, T <= {FASTMAX_EXPLICIT_T_PER_D} D, "
+               f"H T^2 <= {FASTMAX_EXPLICIT_MAX_ELEMENTS:,}, no dropout): H 4 D T^2; else "
                "Y = D + 1 (values and the denominator column), F = D (+ D (D + 1) / 2 symmetric pairs for p = 2; D^2 with dropout): non-causal H 4 T F Y; "
                "causal H (4 Tc F Y + 2 Tc C (D + Y)), Tc = T rounded up to the chunk C",
     "linear": "non-causal H (4 T D^2 + 2 T D); causal adds the (C, C) blocks: H (2 sum(n_c^2) 2D + T (4 D^2 + 2 D))",

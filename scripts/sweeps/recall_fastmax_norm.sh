@@ -5,7 +5,7 @@
 # configs/attention/fastmax<p>.py + the setting's --attention.* overrides), then one table with a
 # row per setting (scripts/analysis/recall_table.py --label_params).
 #
-#   scripts/sweeps/recall_fastmax_norm.sh --attention.implementation=reference  # the study of docs/recall.md
+#   scripts/sweeps/recall_fastmax_norm.sh
 #   VARIANTS="max_norm_1" CELL="256:16:128" SEEDS="" scripts/sweeps/recall_fastmax_norm.sh   # find the cell
 #
 # Settings (D = head dim = width / HEADS; "FAST: Factorizable Attention for Speeding up
@@ -25,8 +25,9 @@
 #   SEEDS     ["1 2"]        seeds after seed 0 ("" = seed 0 only)
 #   OUT_ROOT  [out/recall_fastmax_norm]   runs in OUT_ROOT/<setting>/
 #   TABLE_OUT [results/recall/fastmax_norm]
-# Extra arguments go to every train.py run. --attention.implementation=reference (the explicit (T, T)
-# weights, the same function) is ~20x faster than the chunked path for p = 2 at T = 64 on this CPU.
+# Extra arguments go to every train.py run. The study of docs/recall.md passed
+# --attention.implementation=reference (the explicit (T, T) weights, the same function; ~20x faster than the
+# chunked path for p = 2 at T = 64 here), which "auto" has picked for p = 2 at T <= 8 D since 2026-11-27.
 set -u
 cd "$(dirname "$0")/../.."
 VARIANTS=${VARIANTS:-"paper_D paper_sqrtD none_8sqrtD max_norm_0.5 max_norm_1 max_norm_2"}

@@ -19,7 +19,8 @@ Per optimizer step: the micro-batch losses are summed, all-reduced over DDP rank
 sees the same value and a non-finite loss on any rank stops all of them), gradients clipped,
 the optimizer steps, then the model's ``after_optimizer_step()`` runs if it defines one (e.g.
 DANet's rescaling of the FFN weights). Configuration and data errors end the run with one
-``error:`` line and exit status 2; a non-finite loss with status 1, the last checkpoint untouched.
+``error:`` line and exit status 2; a non-finite loss with status 1, the last checkpoint untouched
+and an entry ``train_stopped_at_<iter>`` (command, commit, the message) in out_dir/manifest.json.
 """
 import math
 import os
@@ -171,8 +172,13 @@ def train(cfg, task, dist, ckpt=None, command=None):
             optimizer.zero_grad(set_to_none=True)
             where = f" (mean over {dist.world} processes; rank {dist.rank} stops)" if dist.ddp else ""
             # printed at once (every rank): torchrun may end the other ranks as soon as one exits
-            print(f"error: non-finite loss ({loss_value}) at iteration {iter_num}{where}. The last good "
-                  f"checkpoint ({ckpt_path}) is untouched; try a lower learning_rate.", file=sys.stderr, flush=True)
+            message = (f"non-finite loss ({loss_value}) at iteration {iter_num}{where}. The last good "
+                       f"checkpoint ({ckpt_path}) is untouched; try a lower learning_rate.")
+            print(f"error: {message}", file=sys.stderr, flush=True)
+            if dist.master:  # a stopped run keeps a manifest too: how it was made and why it stopped
+                run_log.close()
+                provenance.record(os.path.join(cfg["out_dir"], f"train_stopped_at_{iter_num}"), commit=commit,
+                                  command=command, extra={"stopped": message})
             raise SystemExit(1)
         if cfg["grad_clip"] > 0:
             scaler.unscale_(optimizer)

@@ -172,6 +172,11 @@ def test_nan_loss_stops_and_keeps_last_checkpoint(tmp_path, wikitext2_dir, capsy
     assert all(torch.isfinite(v).all() for v in after["model"].values())
     assert after["iter_num"] >= before["iter_num"]
     assert not [p for p in os.listdir(tmp_path) if ".tmp" in p]
+    # the stopped run's manifest entry says how it was made and why it stopped
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    stopped = [name for name in manifest if name.startswith("train_stopped_at_")]
+    assert len(stopped) == 1 and "non-finite loss" in manifest[stopped[0]]["stopped"]
+    assert "--learning_rate=1e30" in manifest[stopped[0]]["command"]
 
 
 def test_constant_lr_schedule_in_the_loop(tmp_path, wikitext2_dir):

@@ -7,6 +7,8 @@ and training tokens per second (issue 25; tasks/recall.py, scripts/sweeps/recall
         --num_pairs=16 --d_model=64            # prints the picked learning rate (%g)
     python -m scripts.analysis.recall_table table out/recall_fastmax_norm --label_params=normalization,temperature,lim \\
         --out=results/recall/fastmax_norm      # a row per option setting (scripts/sweeps/recall_fastmax_norm.sh)
+    python -m scripts.analysis.recall_table table out/old_runs --note="Fastmax's old default: max_norm" \\
+        --out=results/recall/old              # --note: a paragraph under the first heading
 
 Reads every ``final_metrics.json`` under the paths (train.py's final metrics of task "recall").
 Picking: among the seed-0 runs of one attention and cell, the highest validation accuracy of the
@@ -134,10 +136,12 @@ def _markdown_table(header, rows):
     return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows])
 
 
-def markdown(runs):
+def markdown(runs, note=""):
+    """The two tables as markdown; ``note`` (if any) is a paragraph under the first heading."""
     accuracy, speed, labels = tables(runs)
     return "\n\n".join([
         "# MQAR test accuracy (fraction of query positions), mean +- std over seeds at the picked learning rate",
+        *([note] if note else []),
         _markdown_table(["attention", *labels], accuracy),
         "# Training tokens per second (median over the cell's runs with the most threads; this machine, see the "
         "manifest; runs that shared the cores with other work are slower: a quiet measurement is "
@@ -167,6 +171,8 @@ def main(argv=None):
     ap.add_argument("--label_params", default="",
                     help="comma list of attention parameters appended to the attention label when a run sets them "
                          "(a study of one method's options: normalization,temperature,lim)")
+    ap.add_argument("--note", default="", help="table: a paragraph under the first heading of recall_table.md "
+                                               "(e.g. which defaults the runs used)")
     args = ap.parse_args(argv)
     label_params = tuple(p for p in args.label_params.split(",") if p)
     runs = read_runs(find_runs(args.paths), label_params)
@@ -183,7 +189,7 @@ def main(argv=None):
         return
     mark_picked(runs)
     os.makedirs(args.out, exist_ok=True)
-    for name, text in (("summary.csv", summary_csv(runs)), ("recall_table.md", markdown(runs))):
+    for name, text in (("summary.csv", summary_csv(runs)), ("recall_table.md", markdown(runs, args.note))):
         write_text(os.path.join(args.out, name), text)
         print(f"wrote {os.path.join(args.out, name)}")
     provenance.record(os.path.join(args.out, "recall_table"), extra={"outputs": ["summary.csv", "recall_table.md"]})

@@ -68,6 +68,14 @@ def test_table_writes_summary_and_markdown(runs_dir, tmp_path):
     assert json.loads((out / "manifest.json").read_text())
 
 
+def test_note_goes_under_the_first_heading(runs_dir, tmp_path):
+    recall_table.main(["table", str(runs_dir), f"--out={tmp_path / 'out'}", "--note=old default: max_norm"])
+    blocks = (tmp_path / "out" / "recall_table.md").read_text().split("\n\n")
+    assert blocks[0].startswith("# MQAR test accuracy")
+    assert blocks[1] == "old default: max_norm"
+    assert blocks[2].startswith("| attention |")
+
+
 def test_no_runs_is_an_error(tmp_path):
     with pytest.raises(SystemExit, match="no recall run"):
         recall_table.main(["table", str(tmp_path)])

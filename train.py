@@ -19,8 +19,10 @@ Per optimizer step: the micro-batch losses are summed, all-reduced over DDP rank
 sees the same value and a non-finite loss on any rank stops all of them), gradients clipped,
 the optimizer steps, then the model's ``after_optimizer_step()`` runs if it defines one (e.g.
 DANet's rescaling of the FFN weights). Configuration and data errors end the run with one
-``error:`` line and exit status 2; a non-finite loss with status 1, the last checkpoint untouched
-and an entry ``train_stopped_at_<iter>`` (command, commit, the message) in out_dir/manifest.json.
+``error:`` line and exit status 2; a non-finite loss with status 1 and the last checkpoint
+untouched. A run that stops early for any reason but its configuration (non-finite loss, Ctrl-C,
+out of memory, an exception) leaves an entry ``train_stopped_at_<iter>`` (command, commit, the
+reason) in out_dir/manifest.json.
 """
 import math
 import os
@@ -122,82 +124,92 @@ def train(cfg, task, dist, ckpt=None, command=None):
     start_iter, metrics = iter_num, None
     t_start = t_last = time.time()
     tokens_since, eval_time = 0, 0.0
-    while True:
-        lr = T.get_lr(iter_num, cfg)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+    stop_reason = None  # why the loop ended early, for the manifest (else the exception itself)
+    try:
+        while True:
+            lr = T.get_lr(iter_num, cfg)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
 
-        # Evaluate at every eval_interval and at the end, but not again at the step a run resumes from.
-        at_end = iter_num >= cfg["max_iters"]
-        if cfg["eval_only"] or (iter_num > start_iter and (iter_num % cfg["eval_interval"] == 0 or at_end)):
-            t_eval = time.time()
-            rng_states = dist.gather(T.get_rng_state(device_type))  # every rank, before any more draws
-            if dist.master:
-                metrics = T.evaluate(task, raw_model, data, cfg, device, autocast)
-                run_log.eval(iter_num, metrics, time.time() - t_start)
-                improved = metrics[best_name] < best if best_mode == "min" else metrics[best_name] > best
-                best = metrics[best_name] if improved else best
-                if not cfg["eval_only"] and (improved or cfg["always_save_checkpoint"]):
-                    T.save_checkpoint(ckpt_path, raw_model, optimizer, scaler, cfg, iter_num,
-                                      (best_name, best_mode, best), rng_states, dist.world)
-                    print(f"saved checkpoint to {ckpt_path}")
-                if not cfg["eval_only"] and improved and final_evaluate is not None:
-                    T.save_best(best_path, raw_model, iter_num, best_name, best)
-            t_last += time.time() - t_eval  # tokens/s counts training time only
-            eval_time += time.time() - t_eval
-        if cfg["eval_only"] or at_end:
-            break
+            # Evaluate at every eval_interval and at the end, but not again at the step a run resumes from.
+            at_end = iter_num >= cfg["max_iters"]
+            if cfg["eval_only"] or (iter_num > start_iter and (iter_num % cfg["eval_interval"] == 0 or at_end)):
+                t_eval = time.time()
+                rng_states = dist.gather(T.get_rng_state(device_type))  # every rank, before any more draws
+                if dist.master:
+                    metrics = T.evaluate(task, raw_model, data, cfg, device, autocast)
+                    run_log.eval(iter_num, metrics, time.time() - t_start)
+                    improved = metrics[best_name] < best if best_mode == "min" else metrics[best_name] > best
+                    best = metrics[best_name] if improved else best
+                    if not cfg["eval_only"] and (improved or cfg["always_save_checkpoint"]):
+                        T.save_checkpoint(ckpt_path, raw_model, optimizer, scaler, cfg, iter_num,
+                                          (best_name, best_mode, best), rng_states, dist.world)
+                        print(f"saved checkpoint to {ckpt_path}")
+                    if not cfg["eval_only"] and improved and final_evaluate is not None:
+                        T.save_best(best_path, raw_model, iter_num, best_name, best)
+                t_last += time.time() - t_eval  # tokens/s counts training time only
+                eval_time += time.time() - t_eval
+            if cfg["eval_only"] or at_end:
+                break
 
-        loss_sum, metric_sums = torch.zeros((), device=device), {}
-        for micro_step in range(grad_accum):
-            batch = task.get_batch(data, "train", cfg, tasks.batch_seed(cfg, dist.rank, iter_num, micro_step), device)
-            sync = nullcontext()
-            if dist.ddp and micro_step < grad_accum - 1:
-                sync = model.no_sync()  # all-reduce gradients only on the last micro-step
-            with sync:
-                try:
-                    with autocast:
-                        loss, step_metrics = task.loss(model, batch)
-                except attention.InferenceOnlyError as e:  # only methods that say so; all else propagates
-                    raise ConfigError(T.inference_only_message(cfg["attention"], e)) from e
-                scaler.scale(loss / grad_accum).backward()
-            loss_sum += loss.detach().float() / grad_accum
-            for name, value in step_metrics.items():
-                metric_sums[name] = metric_sums.get(name, 0.0) + value / grad_accum
-        if dist.ddp:  # every rank gets the mean loss, so a non-finite loss anywhere stops every rank
-            torch.distributed.all_reduce(loss_sum)
-            loss_sum /= dist.world
-        loss_value = loss_sum.item()
-        if not math.isfinite(loss_value):
+            loss_sum, metric_sums = torch.zeros((), device=device), {}
+            for micro_step in range(grad_accum):
+                seed = tasks.batch_seed(cfg, dist.rank, iter_num, micro_step)
+                batch = task.get_batch(data, "train", cfg, seed, device)
+                sync = nullcontext()
+                if dist.ddp and micro_step < grad_accum - 1:
+                    sync = model.no_sync()  # all-reduce gradients only on the last micro-step
+                with sync:
+                    try:
+                        with autocast:
+                            loss, step_metrics = task.loss(model, batch)
+                    except attention.InferenceOnlyError as e:  # only methods that say so; all else propagates
+                        raise ConfigError(T.inference_only_message(cfg["attention"], e)) from e
+                    scaler.scale(loss / grad_accum).backward()
+                loss_sum += loss.detach().float() / grad_accum
+                for name, value in step_metrics.items():
+                    metric_sums[name] = metric_sums.get(name, 0.0) + value / grad_accum
+            if dist.ddp:  # every rank gets the mean loss, so a non-finite loss anywhere stops every rank
+                torch.distributed.all_reduce(loss_sum)
+                loss_sum /= dist.world
+            loss_value = loss_sum.item()
+            if not math.isfinite(loss_value):
+                optimizer.zero_grad(set_to_none=True)
+                where = f" (mean over {dist.world} processes; rank {dist.rank} stops)" if dist.ddp else ""
+                # printed at once (every rank): torchrun may end the other ranks as soon as one exits
+                message = (f"non-finite loss ({loss_value}) at iteration {iter_num}{where}. The last good "
+                           f"checkpoint ({ckpt_path}) is untouched; try a lower learning_rate.")
+                print(f"error: {message}", file=sys.stderr, flush=True)
+                stop_reason = message
+                raise SystemExit(1)
+            if cfg["grad_clip"] > 0:
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
+            scaler.step(optimizer)
+            scaler.update()
             optimizer.zero_grad(set_to_none=True)
-            where = f" (mean over {dist.world} processes; rank {dist.rank} stops)" if dist.ddp else ""
-            # printed at once (every rank): torchrun may end the other ranks as soon as one exits
-            message = (f"non-finite loss ({loss_value}) at iteration {iter_num}{where}. The last good "
-                       f"checkpoint ({ckpt_path}) is untouched; try a lower learning_rate.")
-            print(f"error: {message}", file=sys.stderr, flush=True)
-            if dist.master:  # a stopped run keeps a manifest too: how it was made and why it stopped
-                run_log.close()
-                provenance.record(os.path.join(cfg["out_dir"], f"train_stopped_at_{iter_num}"), commit=commit,
-                                  command=command, extra={"stopped": message})
-            raise SystemExit(1)
-        if cfg["grad_clip"] > 0:
-            scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
-        if after_step is not None:
-            with torch.no_grad():
-                after_step()
+            if after_step is not None:
+                with torch.no_grad():
+                    after_step()
 
-        iter_num += 1
-        tokens_since += tokens_per_iter
-        if iter_num % cfg["log_interval"] == 0 and dist.master:
-            now = time.time()
-            eta = (now - t_start) / (iter_num - start_iter) * (cfg["max_iters"] - iter_num)  # evaluations included
-            run_log.step(iter_num, loss_value, lr, tokens_since / max(now - t_last, 1e-9), now - t_start, eta,
-                         cfg["max_iters"], tasks.to_float(metric_sums))
-            t_last, tokens_since = now, 0
+            iter_num += 1
+            tokens_since += tokens_per_iter
+            if iter_num % cfg["log_interval"] == 0 and dist.master:
+                now = time.time()
+                # evaluations included
+                eta = (now - t_start) / (iter_num - start_iter) * (cfg["max_iters"] - iter_num)
+                run_log.step(iter_num, loss_value, lr, tokens_since / max(now - t_last, 1e-9), now - t_start, eta,
+                             cfg["max_iters"], tasks.to_float(metric_sums))
+                t_last, tokens_since = now, 0
+    except ConfigError:
+        raise  # a configuration error: nothing was trained
+    except BaseException as e:  # non-finite loss, Ctrl-C, out of memory, a bug: the run keeps a manifest
+        if dist.master:
+            run_log.close()
+            reason = stop_reason or f"{type(e).__name__}: {e}".rstrip(": ")
+            provenance.record(os.path.join(cfg["out_dir"], f"train_stopped_at_{iter_num}"), commit=commit,
+                              command=command, extra={"stopped": reason})
+        raise
 
     if dist.master:
         if final_evaluate is not None:

@@ -179,6 +179,29 @@ def test_nan_loss_stops_and_keeps_last_checkpoint(tmp_path, wikitext2_dir, capsy
     assert "--learning_rate=1e30" in manifest[stopped[0]]["command"]
 
 
+def test_a_run_stopped_by_any_exception_keeps_a_manifest_entry(tmp_path, wikitext2_dir, monkeypatch):
+    get_batch, calls = lm.get_batch, []
+
+    def interrupted(*args, **kwargs):  # Ctrl-C during the third optimizer step
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return get_batch(*args, **kwargs)
+
+    monkeypatch.setattr(lm, "get_batch", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, "--max_iters=5", "--eval_interval=5", "--eval_iters=1")
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["train_stopped_at_2"]["stopped"] == "KeyboardInterrupt" and "train" not in manifest
+    assert "--max_iters=5" in manifest["train_stopped_at_2"]["command"]
+
+
+def test_a_configuration_error_writes_no_manifest(tmp_path, wikitext2_dir):
+    with pytest.raises(ConfigError, match="inference"):
+        run(tmp_path, "--max_iters=2", "--eval_interval=2", "--eval_iters=1", "--attention=tree")
+    assert not (tmp_path / "manifest.json").exists()
+
+
 def test_constant_lr_schedule_in_the_loop(tmp_path, wikitext2_dir):
     log = run(tmp_path, "--max_iters=4", "--eval_interval=4", "--eval_iters=1", "--log_interval=1",
               "--lr_schedule=constant", "--warmup_iters=2", "--learning_rate=0.002")

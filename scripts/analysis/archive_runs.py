@@ -1,0 +1,61 @@
+"""Copy training runs into ``results/`` without their checkpoints, and print the run links for
+``docs/results.md``.
+
+    python -m scripts.analysis.archive_runs results/gpt_mini_baselines out/gpt_mini/*_s1337
+
+``out/`` is not in the repository; what a claim in ``docs/`` rests on is each run's provenance and
+logs. For every run directory given, the files of ``RUN_FILES`` it has (train.py's manifest, final
+metrics and logs, the sweep scripts' evaluation JSON and logs) are copied to ``DEST/<run name>/``;
+checkpoints (``*.pt``) and prepared data never are. Then one markdown bullet per run is printed,
+in the form docs/results.md lists runs:
+
+    - `linear_s1337/`: [manifest.json](../results/gpt_mini_baselines/linear_s1337/manifest.json), ...
+
+Raises SystemExit (status 2) when a run directory does not exist or has no manifest.json (a run
+without provenance is not archived: train.py writes the manifest at the end of a run, or a
+``train_stopped_at_<iter>`` entry when it stops early).
+"""
+import argparse
+import os
+import shutil
+import sys
+
+RUN_FILES = ("manifest.json", "final_metrics.json", "log.jsonl", "train.log", "eval_test.json", "eval.log")
+
+
+def archive(dest, run_dirs):
+    """Copy the ``RUN_FILES`` of each run directory to ``dest/<name>/``; return [(name, [file, ...])]."""
+    archived = []
+    for run_dir in run_dirs:
+        name = os.path.basename(os.path.normpath(run_dir))
+        if not os.path.isfile(os.path.join(run_dir, "manifest.json")):
+            raise SystemExit(f"error: {run_dir} has no manifest.json (not a finished or stopped train.py run)")
+        files = [f for f in RUN_FILES if os.path.isfile(os.path.join(run_dir, f))]
+        os.makedirs(os.path.join(dest, name), exist_ok=True)
+        for f in files:
+            shutil.copy2(os.path.join(run_dir, f), os.path.join(dest, name, f))
+        archived.append((name, files))
+    return archived
+
+
+def link_lines(dest, archived, docs_dir="docs"):
+    """The markdown bullets of docs/results.md for the archived runs (links relative to ``docs_dir``)."""
+    rel = os.path.relpath(dest, docs_dir).replace(os.sep, "/")
+    return [f"  - `{name}/`: " + ", ".join(f"[{f}]({rel}/{name}/{f})" for f in files) for name, files in archived]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dest", help="results folder, e.g. results/gpt_mini_baselines")
+    parser.add_argument("runs", nargs="+", help="run directories (train.py out_dir)")
+    args = parser.parse_args(argv)
+    missing = [r for r in args.runs if not os.path.isdir(r)]
+    if missing:
+        parser.error(f"not a directory: {', '.join(missing)}")
+    for line in link_lines(args.dest, archive(args.dest, args.runs)):
+        print(line)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

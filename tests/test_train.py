@@ -196,12 +196,6 @@ def test_a_run_stopped_by_any_exception_keeps_a_manifest_entry(tmp_path, wikitex
     assert "--max_iters=5" in manifest["train_stopped_at_2"]["command"]
 
 
-def test_a_configuration_error_writes_no_manifest(tmp_path, wikitext2_dir):
-    with pytest.raises(ConfigError, match="inference"):
-        run(tmp_path, "--max_iters=2", "--eval_interval=2", "--eval_iters=1", "--attention=tree")
-    assert not (tmp_path / "manifest.json").exists()
-
-
 def test_constant_lr_schedule_in_the_loop(tmp_path, wikitext2_dir):
     log = run(tmp_path, "--max_iters=4", "--eval_interval=4", "--eval_iters=1", "--log_interval=1",
               "--lr_schedule=constant", "--warmup_iters=2", "--learning_rate=0.002")
@@ -454,6 +448,8 @@ def test_a_runtime_error_in_training_propagates_unchanged(tmp_path, wikitext2_di
     with pytest.raises(type(error), match=str(error)) as info:
         run(tmp_path, "--attention=failing", "--max_iters=2")
     assert not isinstance(info.value, ConfigError)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())  # the stopped run keeps its provenance
+    assert manifest["train_stopped_at_0"]["stopped"] == f"{type(error).__name__}: {error}"
 
 
 def test_an_attention_raising_inference_only_error_is_a_clear_error(tmp_path, wikitext2_dir, monkeypatch):
@@ -462,6 +458,8 @@ def test_an_attention_raising_inference_only_error_is_a_clear_error(tmp_path, wi
     with pytest.raises(ConfigError, match=r"attention='inference_only' cannot be trained: .*eval_ppl.py "
                                           r"--attention=inference_only.*needs torch.no_grad"):
         run(tmp_path, "--attention=inference_only", "--max_iters=2")
+    # raised inside the loop, but a configuration error: nothing trained, so no stopped-run entry
+    assert not (tmp_path / "manifest.json").exists()
 
 
 def test_a_declared_inference_only_attention_is_refused_before_the_data(tmp_path, monkeypatch):

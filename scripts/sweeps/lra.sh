@@ -17,6 +17,8 @@
 #   THREADS     [2]            torch threads per run (--num_threads)
 #   FORCE       [0]            1 = rerun a cell whose final_metrics.json exists (otherwise it is skipped)
 #   TABLE_OUT   [results/lra]  where lra_table.py writes lra_table.md and the CSVs
+#   TABLE_RUNS  [""]           more run dirs for the table besides OUT_ROOT (e.g. runs archived in
+#                              TABLE_OUT, so a sweep of new attentions keeps the earlier rows)
 #   LRA_DIR                    data root (data.lra.default_lra_dir: data/lra/files when unset)
 #   PYTHON      [python]       interpreter
 # Extra arguments are passed to every train.py run (e.g. --max_iters=100 for a quick pass).
@@ -30,6 +32,7 @@ OUT_ROOT=${OUT_ROOT:-out/lra}
 THREADS=${THREADS:-2}
 FORCE=${FORCE:-0}
 TABLE_OUT=${TABLE_OUT:-results/lra}
+TABLE_RUNS=${TABLE_RUNS:-}
 PYTHON=${PYTHON:-python}
 
 failed=()
@@ -63,7 +66,8 @@ for task in $TASKS; do
   done
 done
 
-$PYTHON -m scripts.analysis.lra_table "$OUT_ROOT" --out="$TABLE_OUT" || failed+=("lra_table")
+# shellcheck disable=SC2086  # TABLE_RUNS is a list of paths
+$PYTHON -m scripts.analysis.lra_table "$OUT_ROOT" $TABLE_RUNS --out="$TABLE_OUT" || failed+=("lra_table")
 if [ ${#failed[@]} -gt 0 ]; then
   echo "failed or skipped: ${failed[*]}" >&2
   exit 1

@@ -2,6 +2,7 @@
 scripts/analysis/lra_table.py; on a stub LRA data module registered by the tests (monkeypatch)."""
 import json
 import os
+import shutil
 import sys
 import types
 
@@ -306,6 +307,28 @@ def test_lra_table(tmp_path):
         lra_table.main([str(tmp_path / "empty"), f"--out={out}"])
 
 
+def test_lra_table_baseline_rows_show_beside_our_runs_only(tmp_path):
+    from scripts.analysis import lra_table
+
+    runs = tmp_path / "runs"
+    write_run(runs, "s", "text", "softmax", 0.6, 2.0)
+    write_run(runs, "p", "text", "performer", 0.61, 3.0, {"kernel": "relu"})
+    write_run(runs, "l", "text", "linear", 0.62, 3.5)
+    acc_rows, _, _, _ = lra_table.build_tables(lra_table.read_runs(lra_table.find_runs([str(runs)])))
+    names = [(label, source) for label, source, _, _ in acc_rows]
+    published = {(label, source): vals for label, source, vals, _ in acc_rows}
+    # a baseline we ran gets its published rows (LRA Table 1, and FAST Table 1 where it has one)
+    assert published[("performer", "published: LRA paper, Tay et al. 2021")][1] == 65.40
+    assert published[("performer", "published: FAST Table 1")][1] == 64.39
+    assert published[("linear", "published: LRA paper, Tay et al. 2021")][1] == 65.90
+    # one we did not run gets none; the papers' own methods always keep theirs
+    assert not any(label in ("reformer", "informer", "bigbird") for label, _ in names)
+    assert ("fastmax1", "published: FAST Table 1") in names
+    # the papers' methods first, then the baselines in ORDER (linear before performer)
+    labels = list(dict.fromkeys(label for label, _ in names))
+    assert labels == ["softmax", "fastmax1", "fastmax2", "dense", "linear", "performer"]
+
+
 def test_lra_table_avg_fail_marks_and_the_choice_rule(tmp_path):
     from scripts.analysis import lra_table
 
@@ -411,9 +434,13 @@ def test_sweep_script(tmp_path):
     dense = json.load(open(tmp_path / "runs" / "image_dense_cpu" / "final_metrics.json"))["config"]
     assert (dense["block"], dense["n_layer"], dense["window"]) == ("danet", 3, 64)  # configs/lra/dense/image_cpu.py
     assert "softmax (ours)" in (tmp_path / "table" / "lra_table.md").read_text()
-    env["ATTENTIONS"] = "softmax"
+    # a sweep of other attentions keeps earlier runs in the table through TABLE_RUNS (archived elsewhere)
+    shutil.move(str(tmp_path / "runs" / "image_dense_cpu"), str(tmp_path / "archived" / "image_dense_cpu"))
+    env.update(ATTENTIONS="softmax", TABLE_RUNS=str(tmp_path / "archived"))
     r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "final_metrics.json exists, skipped" in r.stdout
+    table = (tmp_path / "table" / "lra_table.md").read_text()
+    assert "softmax (ours)" in table and "dense (ours)" in table
 
 
 def test_lra_cls_attention(stub, tmp_path):

@@ -78,6 +78,49 @@ def main(argv):
         dist.close()
 
 
+def accumulate_gradients(model, task, data, cfg, dist, scaler, autocast, grad_accum, iter_num):
+    """Forward and backward of the ``grad_accum`` micro-batches of optimizer step ``iter_num``; the
+    gradients accumulate in the parameters. Returns (mean loss over the micro-batches and DDP ranks,
+    a Python float that may be non-finite; the task's step metrics averaged over the micro-batches).
+    Raises ConfigError when the attention is inference-only (attention.InferenceOnlyError)."""
+    loss_sum, metric_sums = torch.zeros((), device=cfg["device"]), {}
+    for micro_step in range(grad_accum):
+        seed = tasks.batch_seed(cfg, dist.rank, iter_num, micro_step)
+        batch = task.get_batch(data, "train", cfg, seed, cfg["device"])
+        sync = nullcontext()
+        if dist.ddp and micro_step < grad_accum - 1:
+            sync = model.no_sync()  # all-reduce gradients only on the last micro-step
+        with sync:
+            try:
+                with autocast:
+                    loss, step_metrics = task.loss(model, batch)
+            except attention.InferenceOnlyError as e:  # only methods that say so; all else propagates
+                raise ConfigError(T.inference_only_message(cfg["attention"], e)) from e
+            scaler.scale(loss / grad_accum).backward()
+        loss_sum += loss.detach().float() / grad_accum
+        for name, value in step_metrics.items():
+            metric_sums[name] = metric_sums.get(name, 0.0) + value / grad_accum
+    if dist.ddp:  # every rank gets the mean loss, so a non-finite loss anywhere stops every rank
+        torch.distributed.all_reduce(loss_sum)
+        loss_sum /= dist.world
+    return loss_sum.item(), metric_sums
+
+
+def apply_gradients(model, optimizer, scaler, grad_clip, after_step=None):
+    """The update from the accumulated gradients: clip their global norm to ``grad_clip`` (0 = no
+    clipping), step the optimizer (through the fp16 GradScaler), clear them, then the model's
+    ``after_optimizer_step`` (``after_step``, under no_grad) if it has one."""
+    if grad_clip > 0:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    if after_step is not None:
+        with torch.no_grad():
+            after_step()
+
+
 def train(cfg, task, dist, ckpt=None, command=None):
     """The training loop of ``cfg`` on ``task`` (a module of tasks/), from scratch or from ``ckpt``;
     ``command`` (the command line) goes to out_dir/manifest.json."""
@@ -152,27 +195,8 @@ def train(cfg, task, dist, ckpt=None, command=None):
             if cfg["eval_only"] or at_end:
                 break
 
-            loss_sum, metric_sums = torch.zeros((), device=device), {}
-            for micro_step in range(grad_accum):
-                seed = tasks.batch_seed(cfg, dist.rank, iter_num, micro_step)
-                batch = task.get_batch(data, "train", cfg, seed, device)
-                sync = nullcontext()
-                if dist.ddp and micro_step < grad_accum - 1:
-                    sync = model.no_sync()  # all-reduce gradients only on the last micro-step
-                with sync:
-                    try:
-                        with autocast:
-                            loss, step_metrics = task.loss(model, batch)
-                    except attention.InferenceOnlyError as e:  # only methods that say so; all else propagates
-                        raise ConfigError(T.inference_only_message(cfg["attention"], e)) from e
-                    scaler.scale(loss / grad_accum).backward()
-                loss_sum += loss.detach().float() / grad_accum
-                for name, value in step_metrics.items():
-                    metric_sums[name] = metric_sums.get(name, 0.0) + value / grad_accum
-            if dist.ddp:  # every rank gets the mean loss, so a non-finite loss anywhere stops every rank
-                torch.distributed.all_reduce(loss_sum)
-                loss_sum /= dist.world
-            loss_value = loss_sum.item()
+            loss_value, metric_sums = accumulate_gradients(model, task, data, cfg, dist, scaler, autocast,
+                                                           grad_accum, iter_num)
             if not math.isfinite(loss_value):
                 optimizer.zero_grad(set_to_none=True)
                 where = f" (mean over {dist.world} processes; rank {dist.rank} stops)" if dist.ddp else ""
@@ -182,15 +206,7 @@ def train(cfg, task, dist, ckpt=None, command=None):
                 print(f"error: {message}", file=sys.stderr, flush=True)
                 stop_reason = message
                 raise SystemExit(1)
-            if cfg["grad_clip"] > 0:
-                scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
-            scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
-            if after_step is not None:
-                with torch.no_grad():
-                    after_step()
+            apply_gradients(model, optimizer, scaler, cfg["grad_clip"], after_step)
 
             iter_num += 1
             tokens_since += tokens_per_iter

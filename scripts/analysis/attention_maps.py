@@ -12,7 +12,10 @@ registered attention.
 
 Each out_dir's checkpoint (``--weights``: ckpt.pt, or best.pt, ckpt.pt where a run has no
 best.pt) becomes a model through ``model.load`` (eval mode, the model's own attention), as
-eval_ppl.py loads it. Every model reads the same input:
+eval_ppl.py loads it; ``--attention`` (once per out_dir, "-" = the model's own) swaps another in,
+as eval_ppl.py's does: tree attention (inference only) gets its maps on a trained softmax model, e.g.
+``out/gpt_mini/softmax_s1337`` three times with ``--attention=- --attention=tree:E=0.5
+--attention=tree:E=0.3``. Every model reads the same input:
 
 - language models (task lm): ``--length`` tokens of ``--split`` from token ``--offset`` on
   (character level: the first 128 characters of the val split by default; WikiText-2
@@ -66,6 +69,7 @@ import warnings
 import numpy as np
 import torch
 
+import attention
 import model as model_lib
 import provenance
 from scripts.analysis.capture import attention_weights, capture
@@ -95,6 +99,32 @@ def load_checkpoint(out_dir, device="cpu", weights="ckpt.pt"):
         weights = "ckpt.pt"
     model, config, _ = model_lib.load(out_dir, weights=weights)
     return model.to(device), config
+
+
+def swap_attention(model, spec):
+    """Swap attention ``spec`` ("name" or "name:key=value,...", the benchmark's syntax; "-" = keep
+    the model's own) into every layer of ``model`` (``model.set_attention``), e.g. tree attention
+    into a trained softmax GPT: the inference-only methods get their maps this way.
+
+    Raises:
+        ValueError: unknown attention or parameter (the message lists the registered ones), the
+            benchmark's own names (sdpa, authors), or an attention that is not exactly causal in a
+            causal model (its weights would see later tokens).
+    """
+    if spec == "-":
+        return
+    from scripts.bench.attention import parse_method  # the one parser of "name:key=value,..."
+
+    method = parse_method(spec)
+    if method.kind != "registry":
+        raise ValueError(f"--attention {spec!r}: not a registered attention; registered: "
+                         f"{', '.join(attention.registered())}")
+    causal = any(block.attn.causal for block in model.transformer.h)
+    if causal and attention.causal_support(method.name) != "exact":
+        raise ValueError(f"--attention {spec!r}: {method.name} is not exactly causal "
+                         f"(attention.causal_support: {attention.causal_support(method.name)!r}); "
+                         f"the model is causal")
+    model.set_attention(method.name, method.params)
 
 
 def input_tokens(config, split="val", length=128, offset=0):
@@ -403,6 +433,10 @@ def main(argv=None):
                     help=f"colour scale(s) of the PNG, a comma list of {', '.join(SCALES)}: the first is <out>.png, "
                          f"each other <out>_<scale>.png")
     ap.add_argument("--panel", type=float, default=2.6, help="inches per map")
+    ap.add_argument("--attention", action="append", default=None, metavar="SPEC",
+                    help="an attention swapped into a model for the maps (model.set_attention, no retraining), "
+                         "given once per out_dir in order: name or name:key=value,... ('-' keeps the model's "
+                         "own); e.g. one checkpoint three times with -, tree:E=0.5 and tree:E=0.3")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--num_threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     args = ap.parse_args(argv)
@@ -415,9 +449,14 @@ def main(argv=None):
     labels = args.labels.split(",") if args.labels else [os.path.basename(os.path.normpath(d)) for d in args.out_dirs]
     if len(labels) != len(args.out_dirs):
         ap.error(f"--labels has {len(labels)} names for {len(args.out_dirs)} out_dirs")
+    if args.attention is not None and len(args.attention) != len(args.out_dirs):
+        ap.error(f"--attention is given {len(args.attention)} times for {len(args.out_dirs)} out_dirs; "
+                 f"give it once per out_dir ('-' keeps a model's own)")
     recall, stats = False, None
     try:
         loaded = [load_checkpoint(d, args.device, args.weights) for d in args.out_dirs]
+        for (model, _), spec in zip(loaded, args.attention or []):
+            swap_attention(model, spec)
         tasks = {c.get("task", "lm") for _, c in loaded}
         if len(tasks) > 1:
             raise ValueError(f"the checkpoints were trained on different tasks ({sorted(tasks)}); one grid needs one")

@@ -440,3 +440,30 @@ def test_recall_errors(recall_runs, tmp_path):
         attention_maps.main([recall_runs["softmax"], "--split=test", "--length=17", out])
     with pytest.raises(SystemExit):
         attention_maps.main([recall_runs["softmax"], "--scale=linear,bogus", out])
+
+
+def test_attention_swapped_in_for_the_maps(recall_runs, tmp_path):
+    """--attention: one spec per out_dir ('-' keeps the model's own); tree attention with E = 1 keeps
+    every key, so its map of the softmax model is the softmax map; at E = 0.5 it differs."""
+    out = str(tmp_path / "swap")
+    run = recall_runs["softmax"]
+    weights, errors = attention_maps.main([run, run, run, "--split=test", "--stat_examples=0", f"--out={out}",
+                                           "--attention=-", "--attention=tree:E=1", "--attention=tree:E=0.5",
+                                           "--num_threads=1"])
+    assert errors.max() < 1e-5
+    np.testing.assert_allclose(weights[1], weights[0], atol=1e-6)
+    assert np.abs(weights[2] - weights[0]).max() > 1e-3
+    assert list(np.load(f"{out}.npz")["attention"]) == ["softmax", "tree", "tree"]
+
+
+def test_attention_swap_errors(recall_runs, tmp_path):
+    out = f"--out={tmp_path / 'm'}"
+    run = recall_runs["softmax"]
+    with pytest.raises(SystemExit):  # argparse: one --attention per out_dir
+        attention_maps.main([run, run, "--split=test", "--attention=tree", out])
+    with pytest.raises(SystemExit, match="unknown attention 'bogus'.*softmax"):
+        attention_maps.main([run, "--split=test", "--attention=bogus", out])
+    with pytest.raises(SystemExit, match="not a registered attention"):
+        attention_maps.main([run, "--split=test", "--attention=sdpa", out])
+    with pytest.raises(SystemExit, match="reformer is not exactly causal"):
+        attention_maps.main([run, "--split=test", "--attention=reformer", out])

@@ -435,7 +435,8 @@ def test_sweep_script(tmp_path):
     assert (dense["block"], dense["n_layer"], dense["window"]) == ("danet", 3, 64)  # configs/lra/dense/image_cpu.py
     assert "softmax (ours)" in (tmp_path / "table" / "lra_table.md").read_text()
     # a sweep of other attentions keeps earlier runs in the table through TABLE_RUNS (archived elsewhere)
-    shutil.move(str(tmp_path / "runs" / "image_dense_cpu"), str(tmp_path / "archived" / "image_dense_cpu"))
+    (tmp_path / "archived").mkdir()
+    shutil.move(str(tmp_path / "runs" / "image_dense_cpu"), str(tmp_path / "archived"))
     env.update(ATTENTIONS="softmax", TABLE_RUNS=str(tmp_path / "archived"))
     r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "final_metrics.json exists, skipped" in r.stdout

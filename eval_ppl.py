@@ -105,8 +105,9 @@ def load_model(cfg):
     Raises:
         FileNotFoundError: no checkpoint in out_dir.
         ConfigError: unknown attention name or parameter; --attention.<param> without
-            --attention; casino with an attention that has no ``exclude_self`` parameter or
-            with ``exclude_self=False``.
+            --attention; an attention that is not exactly causal (``attention.causal_refusal``);
+            casino with an attention that has no ``exclude_self`` parameter or with
+            ``exclude_self=False``.
     """
     source = cfg["out_dir"] if cfg["init_from"] == "resume" else cfg["init_from"]
     if cfg["init_from"] == "resume" and not os.path.exists(os.path.join(source, "ckpt.pt")):
@@ -122,14 +123,13 @@ def load_model(cfg):
     params = dict(cfg["attention_params"] if cfg["attention"] else model.config.attention_params)
     if cfg["attention"]:
         configurator.check_attention_params(name, params)
-        if attention.causal_support(name) != "exact":  # a GPT's perplexity must not see later tokens
-            raise configurator.ConfigError(f"attention={name!r} is not exactly causal (attention.causal_support: "
-                                           f"{attention.causal_support(name)!r}); a language model's perplexity "
-                                           f"with it would not be a next-token prediction")
     if cfg["protocol"] == "casino":
         params = casino_params(name, params)
     if cfg["attention"] or cfg["protocol"] == "casino":
-        model.set_attention(name, params)
+        try:  # the GPT refuses an attention that is not exactly causal (attention.causal_refusal)
+            model.set_attention(name, params)
+        except ValueError as e:
+            raise configurator.ConfigError(str(e)) from None
     return model.to(cfg["device"]).eval()
 
 

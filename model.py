@@ -343,7 +343,14 @@ class SelfAttention(AttentionLayer):
         self.mechanism = self.build_mechanism(config, config.attention, config.attention_params)
 
     def build_mechanism(self, config, name, params):
-        """``attention.build(name, context, **params)`` with this block's context."""
+        """``attention.build(name, context, **params)`` with this block's context.
+
+        Raises:
+            ValueError: unknown name or parameter; in a causal block, an attention that is not
+                exactly causal (``attention.causal_refusal``: its outputs would see later tokens).
+        """
+        if self.causal and attention.causal_refusal(name):
+            raise ValueError(f"{attention.causal_refusal(name)}; a causal model (GPT) needs an exactly causal one")
         return attention.build(name, self.context(config), **params)
 
     def forward(self, x, attention_mask=None, relpe=None):
@@ -647,7 +654,9 @@ class AttentionSwapMixin:
 
         Raises:
             ValueError: unknown attention name or parameter, or a model-context name in params;
-                in a DANet model a name other than "dense" or a window / shift in params.
+                in a causal model (GPT) an attention that is not exactly causal
+                (``attention.causal_refusal``); in a DANet model a name other than "dense" or a
+                window / shift in params.
         """
         params = dict(params or {})
         for block in self.transformer.h:

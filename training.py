@@ -565,7 +565,7 @@ def inference_only_message(name, error=None):
 def check_trainable(cfg):
     """Refuse, before any data is prepared, an inference-only attention (``attention.is_trainable``)
     and, for a causal task (``CAUSAL = True`` in its module), an attention that is not exactly
-    causal (``attention.causal_support``).
+    causal (``attention.causal_refusal``).
 
     Raises:
         ConfigError: unknown attention (lists the registered ones), an inference-only one, or one
@@ -575,13 +575,11 @@ def check_trainable(cfg):
 
     try:
         trainable = attention.is_trainable(cfg["attention"])
-        causal = attention.causal_support(cfg["attention"])
+        refusal = attention.causal_refusal(cfg["attention"])
     except ValueError as e:
         raise ConfigError(str(e)) from None
     if not trainable and not cfg["eval_only"]:
         raise ConfigError(inference_only_message(cfg["attention"]))
-    if getattr(tasks.get(cfg["task"]), "CAUSAL", False) and causal != "exact":
-        why = ("which keys a query scores depends on later tokens, so a causal model would see the future"
-               if causal == "leaky" else "it has no causal form")
-        raise ConfigError(f"attention={cfg['attention']!r} cannot be used by the causal task {cfg['task']!r}: {why}; "
-                          f"use it in a non-causal task (mlm, classify)")
+    if getattr(tasks.get(cfg["task"]), "CAUSAL", False) and refusal:
+        raise ConfigError(f"the causal task {cfg['task']!r} cannot use it: {refusal}; use it in a non-causal task "
+                          f"(mlm, classify)")

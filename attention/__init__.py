@@ -54,8 +54,8 @@ Families import ``attention.registry``, never this package. A new method adds it
 decorates its class with ``@register("name")`` and is imported at the bottom of this module.
 """
 from attention.registry import (  # noqa: F401  (the public interface)
-    MODEL_CONTEXT, Attention, InferenceOnlyError, accepted_params, build, causal_support, check_params, check_qkv,
-    is_trainable, register, registered,
+    MODEL_CONTEXT, Attention, InferenceOnlyError, accepted_params, build, causal_refusal, causal_support, check_params,
+    check_qkv, is_trainable, register, registered,
 )
 from attention.registry import _REGISTRY, _lookup  # noqa: F401  (tests register probes; configurator)
 

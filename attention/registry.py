@@ -65,6 +65,23 @@ def causal_support(name):
     return getattr(_lookup(name), "causal", "exact")
 
 
+def causal_refusal(name):
+    """Why the attention ``name`` cannot compute a causal model's attention, or None when it can
+    (``causal_support(name) == "exact"``). A sentence for error messages: the model, train.py and
+    eval_ppl.py refuse such an attention in a causal model with it.
+
+    Raises:
+        ValueError: ``name`` is not registered (the message lists the registered names).
+    """
+    support = causal_support(name)
+    if support == "exact":
+        return None
+    if support == "leaky":
+        return (f"attention={name!r} is not exactly causal (causal_support 'leaky'): which keys a query scores "
+                f"depends on later tokens, so a causal model would see the future")
+    return f"attention={name!r} has no causal form (causal_support {support!r})"
+
+
 def registered():
     """Sorted list of the registered attention names."""
     return sorted(_REGISTRY)

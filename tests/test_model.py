@@ -225,3 +225,31 @@ def test_load_reads_runs_checkpoint_files_and_hugging_face(tmp_path):
     torch.save({"model": {}, "model_args": {}, "config": {}, "task": "segment"}, run / "odd.pt")
     with pytest.raises(ValueError, match="unknown task 'segment'; known: lm, mlm, classify"):
         model_lib.load(str(run / "odd.pt"))
+
+
+@pytest.mark.parametrize("name,why", [("reformer", "depends on later tokens"), ("informer", "depends on later tokens"),
+                                      ("linformer", "has no causal form")])
+def test_causal_model_refuses_an_attention_that_is_not_exactly_causal(name, why):
+    """The GPT refuses it at construction and on a swap; the bidirectional models take it."""
+    import attention
+
+    assert why in attention.causal_refusal(name)
+    with pytest.raises(ValueError, match=f"attention='{name}' .*{why}.*a causal model"):
+        GPT(small_config(attention=name))
+    gpt = GPT(small_config())
+    with pytest.raises(ValueError, match=f"attention='{name}' .*{why}"):
+        gpt.set_attention(name)
+    assert gpt.config.attention == "softmax"  # a refused swap changes nothing
+    bert = BertEncoder(small_config())
+    bert.set_attention(name)
+    assert bert.config.attention == name
+
+
+def test_causal_refusal_is_none_for_the_exactly_causal_ones():
+    import attention
+
+    exact = [n for n in attention.registered() if attention.causal_support(n) == "exact"]
+    assert {"softmax", "linear", "performer", "longformer", "bigbird", "tree"} <= set(exact)
+    assert all(attention.causal_refusal(n) is None for n in exact)
+    with pytest.raises(ValueError, match="unknown attention 'bogus'"):
+        attention.causal_refusal("bogus")

@@ -119,12 +119,10 @@ def swap_attention(model, spec):
     if method.kind != "registry":
         raise ValueError(f"--attention {spec!r}: not a registered attention; registered: "
                          f"{', '.join(attention.registered())}")
-    causal = any(block.attn.causal for block in model.transformer.h)
-    if causal and attention.causal_support(method.name) != "exact":
-        raise ValueError(f"--attention {spec!r}: {method.name} is not exactly causal "
-                         f"(attention.causal_support: {attention.causal_support(method.name)!r}); "
-                         f"the model is causal")
-    model.set_attention(method.name, method.params)
+    try:  # a causal model refuses an attention that is not exactly causal (attention.causal_refusal)
+        model.set_attention(method.name, method.params)
+    except ValueError as e:
+        raise ValueError(f"--attention {spec!r}: {e}") from None
 
 
 def input_tokens(config, split="val", length=128, offset=0):

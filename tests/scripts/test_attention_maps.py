@@ -465,5 +465,5 @@ def test_attention_swap_errors(recall_runs, tmp_path):
         attention_maps.main([run, "--split=test", "--attention=bogus", out])
     with pytest.raises(SystemExit, match="not a registered attention"):
         attention_maps.main([run, "--split=test", "--attention=sdpa", out])
-    with pytest.raises(SystemExit, match="reformer is not exactly causal"):
+    with pytest.raises(SystemExit, match="--attention 'reformer': attention='reformer' is not exactly causal"):
         attention_maps.main([run, "--split=test", "--attention=reformer", out])

@@ -349,8 +349,9 @@ class SelfAttention(AttentionLayer):
             ValueError: unknown name or parameter; in a causal block, an attention that is not
                 exactly causal (``attention.causal_refusal``: its outputs would see later tokens).
         """
-        if self.causal and attention.causal_refusal(name):
-            raise ValueError(f"{attention.causal_refusal(name)}; a causal model (GPT) needs an exactly causal one")
+        refusal = attention.causal_refusal(name) if self.causal else None
+        if refusal:
+            raise ValueError(f"{refusal}; a causal model (GPT) needs an exactly causal one")
         return attention.build(name, self.context(config), **params)
 
     def forward(self, x, attention_mask=None, relpe=None):

@@ -67,8 +67,8 @@ def causal_support(name):
 
 def causal_refusal(name):
     """Why the attention ``name`` cannot compute a causal model's attention, or None when it can
-    (``causal_support(name) == "exact"``). A sentence for error messages: the model, train.py and
-    eval_ppl.py refuse such an attention in a causal model with it.
+    (``causal_support(name) == "exact"``). A sentence for error messages: a causal model's
+    attention layer (model.py) and train.py's config check refuse such an attention with it.
 
     Raises:
         ValueError: ``name`` is not registered (the message lists the registered names).

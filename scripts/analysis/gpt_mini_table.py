@@ -11,13 +11,13 @@ naming: ``danet`` is the DANet mini model, ``dense`` the DenseAttention op in th
 
 Writes to ``--out``:
 - ``summary.csv``: one row per run: ``attention, seed, test_ppl, test_tokens, protocol,
-  best_val_loss, best_iter, iters, tokens, train_time_s, tokens_per_s, num_threads,
+  best_val_loss, best_iter, iters, tokens, train_time_s, tokens_per_s, num_threads, cpu,
   attention_params`` (perplexity per GPT-2 BPE token of the test split; tokens = training tokens,
   iters x batch x block x gradient accumulation; tokens/s = tokens / training seconds, evaluation
-  excluded);
+  excluded; cpu = the CPU model in the run's manifest.json);
 - ``gpt_mini_table.md``: per attention, test perplexity mean +- standard deviation (min-max) over
-  seeds, tokens/s (median) and wall time; a run whose training tokens differ from the softmax
-  runs' is marked (the issue compares at the softmax baseline's budget);
+  seeds, tokens/s and wall time (medians; one per CPU model where the runs differ); a run whose
+  training tokens differ from the softmax runs' is marked (the issue compares at the softmax baseline's budget);
 - an entry in the folder's ``manifest.json``.
 
 Exit status 1 (SystemExit) when no lm run is found.
@@ -32,10 +32,10 @@ import sys
 
 import provenance
 from data import write_text
-from scripts.analysis.runs import find_runs
+from scripts.analysis.runs import find_runs, run_cpu
 
 COLUMNS = ("attention", "seed", "test_ppl", "test_tokens", "protocol", "best_val_loss", "best_iter", "iters",
-           "tokens", "train_time_s", "tokens_per_s", "num_threads", "attention_params")
+           "tokens", "train_time_s", "tokens_per_s", "num_threads", "cpu", "attention_params")
 FIRST = ("softmax", "fastmax1", "fastmax2", "dense", "danet")
 
 
@@ -64,7 +64,7 @@ def read_runs(files):
                "best_iter": metrics.get("best_iter"), "iters": metrics["iters"], "tokens": tokens,
                "train_time_s": metrics.get("train_time_s"),
                "tokens_per_s": tokens / metrics["train_time_s"] if metrics.get("train_time_s") else None,
-               "num_threads": cfg.get("num_threads"),
+               "num_threads": cfg.get("num_threads"), "cpu": run_cpu(run_dir),
                "attention_params": json.dumps(cfg.get("attention_params", {}), sort_keys=True), "path": run_dir}
         evaluation = os.path.join(run_dir, "eval_test.json")
         if os.path.exists(evaluation):
@@ -86,6 +86,19 @@ def _spread(values, fmt):
             f"({min(values):{fmt}}-{max(values):{fmt}}, {len(values)} seeds)")
 
 
+def _median_per_cpu(runs, value, fmt):
+    """The median of ``value(run)`` over ``runs`` (None values left out), formatted with ``fmt``; one median
+    per CPU model when the runs ran on more than one (speeds and times of different CPUs do not compare)."""
+    by_cpu = {}
+    for r in runs:
+        if value(r) is not None:
+            by_cpu.setdefault(r["cpu"] or "CPU not recorded", []).append(value(r))
+    if len(by_cpu) <= 1:
+        values = next(iter(by_cpu.values()), [])
+        return f"{statistics.median(values):{fmt}}" if values else "-"
+    return ", ".join(f"{statistics.median(values):{fmt}} ({cpu})" for cpu, values in sorted(by_cpu.items()))
+
+
 def table_rows(runs):
     """Markdown rows per attention: name, test perplexity, best val loss, tokens/s, wall time, tokens, note."""
     softmax_tokens = {r["tokens"] for r in runs if r["attention"] == "softmax"}
@@ -94,13 +107,12 @@ def table_rows(runs):
         mine = [r for r in runs if r["attention"] == name]
         ppl = [r["test_ppl"] for r in mine if r["test_ppl"] is not None]
         val = [r["best_val_loss"] for r in mine if r["best_val_loss"] is not None]
-        rates = [r["tokens_per_s"] for r in mine if r["tokens_per_s"]]
-        times = [r["train_time_s"] / 60 for r in mine if r["train_time_s"]]
         tokens = sorted({r["tokens"] for r in mine})
         note = "" if not softmax_tokens or set(tokens) <= softmax_tokens else "other budget than softmax"
         rows.append([name, _spread(ppl, ".2f") if ppl else "not evaluated", _spread(val, ".4f") if val else "-",
-                     f"{statistics.median(rates):,.0f}" if rates else "-",
-                     f"{statistics.median(times):.1f}" if times else "-", "/".join(f"{t:,}" for t in tokens), note])
+                     _median_per_cpu(mine, lambda r: r["tokens_per_s"] or None, ",.0f"),
+                     _median_per_cpu(mine, lambda r: r["train_time_s"] / 60 if r["train_time_s"] else None, ".1f"),
+                     "/".join(f"{t:,}" for t in tokens), note])
     return rows
 
 
@@ -113,7 +125,9 @@ def markdown(runs):
     return "\n".join([
         "# Mini GPT on WikiText-2 per attention (configs/wikitext2_gpt_mini.py + configs/attention/<name>.py)", "",
         "Test perplexity per GPT-2 BPE token (eval_ppl.py, the protocol in summary.csv), mean +- std over seeds; "
-        f"training threads: {', '.join(map(str, threads)) or 'not recorded'}; this machine (see the manifest). "
+        f"training threads: {', '.join(map(str, threads)) or 'not recorded'}; CPUs: "
+        f"{', '.join(sorted({r['cpu'] or 'not recorded' for r in runs}))} (per run in summary.csv; tokens/s and times per "
+        "CPU where an attention's runs ran on more than one). "
         "Wall times of runs that shared the cores with other work are not benchmark numbers.", "",
         *lines, ""])
 

@@ -15,7 +15,7 @@ one fills the cell.
 Writes to ``--out``: ``lra_table.md`` (accuracy table in the papers' layout, rows = attention,
 columns ListOps / Text / Retrieval / Image / Pathfinder / Path-X / Avg, test accuracy in %; our
 rows "(ours)", the published rows labelled with their source; then steps per second; then every
-run), ``lra_accuracy.csv`` and ``lra_steps_per_s.csv`` (columns attention, source, the six tasks,
+run with the CPU model of its manifest.json), ``lra_accuracy.csv`` and ``lra_steps_per_s.csv`` (columns attention, source, the six tasks,
 avg). Our Avg (accuracy and steps per second) only for a row that has all five tasks
 ListOps .. Pathfinder, as the papers average ('-' otherwise; the published averages are the
 papers' own: LRA and FAST over five tasks, DenseAttention over six). A cell at chance is marked as
@@ -23,7 +23,7 @@ the papers mark Path-X, "fail", with the majority-class rate beside it: test acc
 the majority rate plus two binomial standard errors, sqrt(m (1 - m) / n) on the n test examples.
 Published numbers: the LRA paper (Tay et al. 2021, "Long Range Arena: A Benchmark for Efficient
 Transformers", Table 1), FAST ("FAST: Factorizable Attention for Speeding up Transformers",
-Tables 1 and 2) and DenseAttention (Table 1). Our numbers come from this CPU with reduced models
+Tables 1 and 2) and DenseAttention (Table 1). Our numbers come from CPUs with reduced models
 and steps (see each run's config), the published ones from full-size GPU runs: compare them as
 reference points, not as a reproduction.
 
@@ -38,7 +38,7 @@ import sys
 
 from data import write_text
 import provenance
-from scripts.analysis.runs import attention_label, find_runs
+from scripts.analysis.runs import attention_label, find_runs, run_cpu
 
 TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
 TITLES = ("ListOps", "Text", "Retrieval", "Image", "Pathfinder", "Path-X")
@@ -83,7 +83,8 @@ def task_column(cfg):
 
 
 def read_runs(files):
-    """One record per file: path, label, column, test/val accuracy, steps_per_s, iters, mtime."""
+    """One record per file: path, label, column, test/val accuracy, steps_per_s, iters, cpu (of the
+    manifest.json beside the file, None without one)."""
     runs = []
     for f in files:
         with open(f) as fh:
@@ -97,7 +98,7 @@ def read_runs(files):
                      "steps_per_s": m.get("steps_per_s"), "iters": m.get("iters"), "best_iter": m.get("best_iter"),
                      "majority": m.get("test_majority"), "test_examples": m.get("test_examples"),
                      "examples_seen": (m.get("iters") or 0) * cfg.get("batch_size", 0),
-                     "max_len": cfg.get("max_len")})
+                     "max_len": cfg.get("max_len"), "cpu": run_cpu(os.path.dirname(f))})
     return runs
 
 
@@ -184,14 +185,14 @@ def to_csv(rows):
 def runs_markdown(runs, chosen):
     used = {id(r) for r in chosen.values()}
     lines = ["| run | task | attention | max_len | test acc % | majority class % | val acc % | best iter / iters | "
-             "steps/s | in table |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "steps/s | CPU | in table |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(runs, key=lambda r: (r["task"], r["label"], r["file"])):
         val = "-" if r["val_accuracy"] is None else f"{100 * r['val_accuracy']:.2f}"
         steps = "-" if r["steps_per_s"] is None else f"{r['steps_per_s']:.3f}"
         majority = "-" if r["majority"] is None else f"{100 * r['majority']:.2f}"
         lines.append(f"| {os.path.dirname(r['file'])} | {r['task']} | {r['label']} | {r['max_len'] or 'default'} | "
                      f"{100 * r['test_accuracy']:.2f} | {majority} | {val} | {r['best_iter']} / {r['iters']} | "
-                     f"{steps} | "
+                     f"{steps} | {r['cpu'] or 'not recorded'} | "
                      f"{'yes' if id(r) in used else 'no (another run of the cell saw more examples)'} |")
     return "\n".join(lines)
 
@@ -208,14 +209,14 @@ def main(argv=None):
     md = "\n\n".join([
         "## LRA test accuracy (%)",
         markdown(acc_rows, "attention"),
-        "Ours: this machine's reduced runs; Avg only for a row with all five tasks ListOps to Pathfinder. "
+        "Ours: reduced runs on CPUs (each run's CPU under Runs); Avg only for a row with all five tasks ListOps to Pathfinder. "
         "'fail' = at chance: test accuracy at most the majority-class rate plus two binomial standard errors "
         "(ours: the accuracy and the majority rate in brackets). Published: full-size GPU runs, the papers' "
         "own averages.",
         "## Training steps per second",
         markdown(steps_rows, "attention"),
-        "Ours: optimizer steps per second of training (evaluation excluded) with each run's batch and model; "
-        "published: FAST Table 2 (RTX A5000, the LRA models).",
+        "Ours: optimizer steps per second of training (evaluation excluded) with each run's batch and model, on the CPU "
+        "named under Runs (steps/s of different CPUs do not compare); published: FAST Table 2 (RTX A5000, the LRA models).",
         "## Runs",
         runs_markdown(runs, chosen),
     ]) + "\n"

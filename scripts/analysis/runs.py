@@ -4,6 +4,7 @@ files (written by train.py at the end of a run) and naming a run's attention.
 A library of ``scripts/analysis`` (like ``capture.py``); the tools that read runs import it
 (``lra_table``, ``recall_table``).
 """
+import json
 import os
 
 
@@ -29,3 +30,15 @@ def attention_label(cfg, params=()):
     extra = [f"{key}={attention_params[key]:g}" if isinstance(attention_params[key], float)
              else f"{key}={attention_params[key]}" for key in params if key in attention_params]
     return " ".join([label, *extra])
+
+
+def run_cpu(run_dir):
+    """The CPU model a run was trained on: ``train.machine.cpu`` of the ``manifest.json`` in ``run_dir``
+    (provenance.py writes it at the end of a run), or None when the run has no manifest or no such entry.
+    Speeds (tokens/s, steps/s) of runs on different CPUs do not compare."""
+    path = os.path.join(run_dir, "manifest.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        manifest = json.load(f)
+    return ((manifest.get("train") or {}).get("machine") or {}).get("cpu")

@@ -307,6 +307,21 @@ def test_lra_table(tmp_path):
         lra_table.main([str(tmp_path / "empty"), f"--out={out}"])
 
 
+def test_lra_table_runs_name_the_cpu_of_each_run(tmp_path):
+    from scripts.analysis import lra_table
+
+    runs = tmp_path / "runs"
+    amd = write_run(runs, "a", "text", "softmax", 0.6, 2.0)
+    (amd / "manifest.json").write_text(json.dumps({"train": {"machine": {"cpu": "AMD EPYC", "cores": 2}}}))
+    write_run(runs, "b", "text", "linear", 0.62, 3.5)  # no manifest
+    out = tmp_path / "table"
+    lra_table.main([str(runs), f"--out={out}"])
+    run_rows = (out / "lra_table.md").read_text().split("## Runs")[1]
+    cpu = {line.split("|")[3].strip(): line.split("|")[10].strip()
+           for line in run_rows.splitlines() if line.startswith("| ") and "attention" not in line}
+    assert cpu == {"softmax": "AMD EPYC", "linear": "not recorded"}
+
+
 def test_lra_table_baseline_rows_show_beside_our_runs_only(tmp_path):
     from scripts.analysis import lra_table
 

@@ -91,8 +91,9 @@ def _median_per_cpu(runs, value, fmt):
     per CPU model when the runs ran on more than one (speeds and times of different CPUs do not compare)."""
     by_cpu = {}
     for r in runs:
-        if value(r) is not None:
-            by_cpu.setdefault(r["cpu"] or "CPU not recorded", []).append(value(r))
+        v = value(r)
+        if v is not None:
+            by_cpu.setdefault(r["cpu"] or "CPU not recorded", []).append(v)
     if len(by_cpu) <= 1:
         values = next(iter(by_cpu.values()), [])
         return f"{statistics.median(values):{fmt}}" if values else "-"

@@ -1,11 +1,12 @@
 """What the table tools share about finished training runs: finding their ``final_metrics.json``
-files (written by train.py at the end of a run) and naming a run's attention.
+files (written by train.py at the end of a run), naming a run's attention and the CPU it ran on.
 
 A library of ``scripts/analysis`` (like ``capture.py``); the tools that read runs import it
-(``lra_table``, ``recall_table``).
+(``lra_table``, ``recall_table``, ``gpt_mini_table``).
 """
-import json
 import os
+
+from data import read_manifest
 
 
 def find_runs(paths):
@@ -33,12 +34,14 @@ def attention_label(cfg, params=()):
 
 
 def run_cpu(run_dir):
-    """The CPU model a run was trained on: ``train.machine.cpu`` of the ``manifest.json`` in ``run_dir``
-    (provenance.py writes it at the end of a run), or None when the run has no manifest or no such entry.
-    Speeds (tokens/s, steps/s) of runs on different CPUs do not compare."""
-    path = os.path.join(run_dir, "manifest.json")
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        manifest = json.load(f)
-    return ((manifest.get("train") or {}).get("machine") or {}).get("cpu")
+    """The CPU model a run was trained on, from the train.py entries of ``run_dir/manifest.json``
+    (``train``, ``train_resumed_at_<iter>``, ``train_stopped_at_<iter>``: one per training segment,
+    written through provenance.py): the model name, or the distinct names joined by " + " when the
+    segments ran on different CPUs; None when the run has no manifest or its entries name no CPU.
+    Speeds (tokens/s, steps/s) of runs on different CPUs do not compare.
+
+    Raises:
+        data.DataFormatError: the manifest is not a JSON object."""
+    manifest = read_manifest(run_dir) or {}
+    cpus = [(manifest[key].get("machine") or {}).get("cpu") for key in sorted(manifest) if key.startswith("train")]
+    return " + ".join(dict.fromkeys(cpu for cpu in cpus if cpu)) or None

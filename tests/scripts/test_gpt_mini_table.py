@@ -5,6 +5,7 @@ import csv
 import json
 
 from scripts.analysis import gpt_mini_table
+from scripts.analysis.runs import run_cpu
 
 
 def write_run(root, name, seed, train_time_s, cpu=None, ppl=120.0):
@@ -42,3 +43,16 @@ def test_speeds_are_given_per_cpu_when_an_attentions_runs_differ(tmp_path):
     summary = {(r["attention"], r["seed"]): r for r in csv.DictReader(open(out / "summary.csv"))}
     assert summary["longformer", "2"]["cpu"] == "AMD EPYC" and summary["linear", "1"]["cpu"] == ""
     assert "CPUs: AMD EPYC, Intel Xeon, not recorded" in (out / "gpt_mini_table.md").read_text()
+
+
+def test_run_cpu_names_every_cpu_of_a_resumed_run(tmp_path):
+    def machine(cpu):
+        return {"machine": {"cpu": cpu, "cores": 2}}
+
+    (tmp_path / "manifest.json").write_text(json.dumps({
+        "train": machine("Intel Xeon"), "train_resumed_at_400": machine("AMD EPYC"),
+        "train_resumed_at_500": machine("Intel Xeon"), "eval_test": machine("Other CPU")}))
+    assert run_cpu(str(tmp_path)) == "Intel Xeon + AMD EPYC"  # train entries only, each CPU once
+    (tmp_path / "manifest.json").write_text(json.dumps({"train_stopped_at_122": machine("AMD EPYC")}))
+    assert run_cpu(str(tmp_path)) == "AMD EPYC"
+    assert run_cpu(str(tmp_path / "no_run")) is None

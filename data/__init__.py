@@ -9,11 +9,16 @@ writes token files once, plus the helpers the tasks share.
 - Manifests: every prepared data set has a ``manifest.json`` saying what made it (source, sizes,
   seed, generator / tokenizer identity and hashes). ``ensure_manifest`` checks it before the data
   is reused: ``write_manifest``, ``read_manifest``, ``manifest_differences``, ``file_sha256``.
+- Folders built whole (``build_folder``, used by ``ensure_manifest``): a prepared folder is written
+  as ``<folder>.partial.<pid>`` beside its final place, its manifest last, and renamed into place
+  only when complete. A killed build leaves a ``.partial`` folder that nothing reads (the next
+  build removes it); a failed build (a bad source) leaves the previous folder as it was.
 - ``sample_windows``: random fixed-length windows of a 1-D token array, a pure function of a seed.
 - ``atomic_write`` / ``write_json``: files that readers never see half-written.
 """
 import json
 import os
+import shutil
 
 import numpy as np
 
@@ -117,39 +122,148 @@ def describe_differences(differences):
     return "; ".join(f"{k}: prepared {quote(a)}, asked {quote(b)}" for k, a, b in differences)
 
 
-def ensure_manifest(directory, expected, build, what="data", rebuild=True):
-    """Reuse the prepared data in ``directory`` only if its manifest matches ``expected``.
+PARTIAL, OLD = ".partial.", ".old."  # name parts of a folder being built / being replaced
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True  # another user's live process, or a platform without signals: keep its folder
+    return True
+
+
+def _siblings(directory, marker):
+    """(path, pid) of the folders ``<directory><marker><pid>`` beside ``directory``."""
+    parent, name = os.path.split(os.path.abspath(directory))
+    if not os.path.isdir(parent):
+        return []
+    out = []
+    for entry in os.listdir(parent):
+        if entry.startswith(name + marker) and entry[len(name + marker):].isdigit():
+            out.append((os.path.join(parent, entry), int(entry[len(name + marker):])))
+    return out
+
+
+def recover_folder(directory):
+    """Finish or undo what a build killed half-way left beside ``directory``: ``.partial.<pid>``
+    folders of processes that are gone are removed; a ``.old.<pid>`` folder (the previous copy,
+    of a process that is gone) is put back when ``directory`` is missing (killed between the two
+    renames of ``_swap_in``), else its sub-folders are carried into ``directory`` and it is removed.
+    Returns nothing."""
+    for path, pid in _siblings(directory, PARTIAL):
+        if not _pid_alive(pid):
+            shutil.rmtree(path, ignore_errors=True)
+    for path, pid in _siblings(directory, OLD):
+        if _pid_alive(pid):
+            continue
+        if not os.path.exists(directory):
+            os.replace(path, directory)
+            print(f"{directory}: restored the previous copy left by an interrupted build ({path})", flush=True)
+        else:
+            _carry_subfolders(path, directory)
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def build_folder(directory, build, finish=None):
+    """Write a prepared-data folder whole: ``build`` writes into an empty ``<directory>.partial.<pid>``,
+    the manifest is written there last, and the folder then replaces ``directory``.
+
+    Sub-folders of the previous ``directory`` that the build did not write (caches made from
+    these data that check their own manifest, such as the MLM tokens inside a WikiText-2 folder,
+    and downloads) are moved into the new folder; its files are not kept.
+
+    Args:
+        directory (str): the folder's final path.
+        build (callable): ``build(tmp)`` writes the data files into the empty folder ``tmp``;
+            it may raise (a bad source), and then ``directory`` is left as it was.
+        finish (callable or None): ``finish(result_of_build)`` -> the manifest dict to write;
+            None: ``build`` returns the manifest itself.
+
+    Returns:
+        dict: the manifest written.
+
+    Raises:
+        whatever ``build`` raises; ``directory`` and its manifest are then untouched.
+    """
+    directory = os.path.abspath(directory)
+    recover_folder(directory)
+    os.makedirs(os.path.dirname(directory), exist_ok=True)
+    tmp = f"{directory}{PARTIAL}{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    try:
+        result = build(tmp)
+        manifest = finish(result) if finish is not None else result
+        write_manifest(tmp, manifest)
+        _swap_in(tmp, directory)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return manifest
+
+
+def _swap_in(new, directory):
+    """Rename the complete folder ``new`` to ``directory``; the previous folder's sub-folders that
+    ``new`` lacks are then moved into it and the rest of the previous folder deleted. Killed at
+    any point, ``recover_folder`` finishes or undoes it."""
+    if not os.path.exists(directory):
+        os.replace(new, directory)
+        return
+    old = f"{directory}{OLD}{os.getpid()}"
+    shutil.rmtree(old, ignore_errors=True)
+    os.replace(directory, old)
+    os.replace(new, directory)
+    _carry_subfolders(old, directory)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _carry_subfolders(old, new):
+    """Move the sub-folders of ``old`` that ``new`` lacks into ``new`` (caches built from the data,
+    downloads); a folder being built (``.partial.``) is not carried."""
+    for entry in os.listdir(old):
+        source = os.path.join(old, entry)
+        if os.path.isdir(source) and not os.path.exists(os.path.join(new, entry)) and PARTIAL not in entry:
+            os.replace(source, os.path.join(new, entry))
+
+
+def ensure_manifest(directory, expected, build, what="data", rebuild=True, stale=False):
+    """Reuse the prepared data in ``directory`` only if its manifest matches ``expected``;
+    otherwise build them whole (``build_folder``).
 
     Args:
         directory (str): the prepared data's folder.
         expected (dict): the fields that identify the data (source, sizes, seed, generator or
             tokenizer identity and hashes); ``build`` must reproduce exactly these.
-        build (callable): ``build(directory)`` writes the data files; it runs when there is no
-            manifest or it differs (and ``rebuild``), after which the manifest is written.
+        build (callable): ``build(tmp)`` writes the data files into the empty folder ``tmp``
+            (never into ``directory``); it runs when there is no manifest or it differs (and
+            ``rebuild``). The manifest is written after it, then ``tmp`` replaces ``directory``.
         what (str): the data set's name for messages.
         rebuild (bool): False: a differing manifest raises ``DataMismatch`` instead of rebuilding
             (for data that is expensive or impossible to rebuild here).
+        stale (bool): True: build even when the manifest matches (the caller found its files
+            changed since, e.g. a truncated token file).
 
     Returns:
         The manifest now in ``directory`` (``expected`` plus what ``build`` returned, if a dict).
 
     Raises:
         DataMismatch: the manifest differs and ``rebuild`` is False (names both values).
+        whatever ``build`` raises (``directory`` is then untouched).
     """
+    recover_folder(directory)
     stored = read_manifest(directory)
     differences = manifest_differences(stored, expected) if stored is not None else None
-    if stored is not None and not differences:
+    if stored is not None and not differences and not stale:
         return stored
     if differences and not rebuild:
         raise DataMismatch(f"{what} in {directory} was prepared with other options ({describe_differences(differences)}); "
                            f"remove the folder or point the run at another one")
     if differences:
         print(f"{what}: rebuilding {directory} ({describe_differences(differences)})", flush=True)
-    os.makedirs(directory, exist_ok=True)
-    extra = build(directory)
-    manifest = {**expected, **(extra if isinstance(extra, dict) else {})}
-    write_manifest(directory, manifest)
-    return manifest
+    return build_folder(directory, build,
+                        lambda extra: {**expected, **(extra if isinstance(extra, dict) else {})})
 
 
 def sample_windows(tokens, n, length, seed, name="split"):

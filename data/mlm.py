@@ -238,7 +238,8 @@ def read_texts(dataset, dataset_config="wikitext-2-v1", source_dir=""):
     if hf is None:
         if dataset_config not in wt2.CONFIGS:
             raise ValueError(f"unknown dataset_config {dataset_config!r}; allowed: {', '.join(wt2.CONFIGS)}")
-        texts, source = wt2._read_texts(dataset_config, source_dir or os.environ.get("WIKITEXT2_DIR", ""))
+        texts, source = wt2._read_texts(dataset_config, source_dir or os.environ.get("WIKITEXT2_DIR", ""),
+                                         "--data_source_dir" if source_dir else "WIKITEXT2_DIR")
         return {split: text.splitlines() for split, text in texts.items()}, source
     path, config = hf
     try:
@@ -316,7 +317,7 @@ def prepare(dataset="wikitext2", dataset_config="wikitext-2-v1", tokenizer="bert
         if dataset_config not in wt2.CONFIGS:
             raise ValueError(f"unknown dataset_config {dataset_config!r}; allowed: {', '.join(wt2.CONFIGS)}")
         if tokenizer == "gpt2":
-            manifest = wt2.prepare(dataset_config, source_dir or None, verbose=verbose)
+            manifest = wt2.prepare(dataset_config, source_dir or None, verbose=verbose, source_key="--data_source_dir")
             _check_no_empty_split(manifest, dataset, wt2.data_dir(dataset_config))
             return manifest
     expected = {"dataset": dataset, "config": dataset_config, **vocab_identity(tokenizer, bert_vocab)}
@@ -339,15 +340,11 @@ def prepare(dataset="wikitext2", dataset_config="wikitext-2-v1", tokenizer="bert
         expected["sha256"] = {split: wt2.text_sha256("\n".join(lines[split])) for split in SPLITS}
     elif "sha256" in stored:
         expected["sha256"] = stored["sha256"]  # no local copy named: reuse (module docstring)
-    if stored is None and data.read_manifest(out) is not None:
-        os.remove(os.path.join(out, data.MANIFEST))
+    stale = stored is None and data.read_manifest(out) is not None  # a manifest whose files changed since
 
     def build(directory):
         lines, source = texts
-        legacy = os.path.join(directory, "meta.json")  # from before manifests: superseded
-        if os.path.exists(legacy):
-            os.remove(legacy)
-        counts = {}
+        counts = {}  # (a meta.json from before manifests is not carried into the new folder)
         for split in SPLITS:
             ids = encode_lines(lines[split], tokenizer, bert_vocab)
             if ids.size == 0:
@@ -360,7 +357,7 @@ def prepare(dataset="wikitext2", dataset_config="wikitext-2-v1", tokenizer="bert
         return {"source": source, "vocab_file": _bert_vocab_source(bert_vocab) or f"hub:{BERT_HUB_NAME}",
                 "tokens": counts, "dtype": "uint16"}
 
-    return data.ensure_manifest(out, expected, build, what=f"MLM tokens ({dataset}, {tokenizer})")
+    return data.ensure_manifest(out, expected, build, what=f"MLM tokens ({dataset}, {tokenizer})", stale=stale)
 
 
 def _source_file(source, split):

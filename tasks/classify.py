@@ -108,6 +108,9 @@ def seq_len(cfg, module=None):
     return max_len(cfg, module) + (1 if cfg["pooling"] == "cls" else 0)
 
 
+NOT_OPTIONS = ("lra_dir", "split", "max_len", "replace")  # parameters of ensure / load that lra_options never set
+
+
 def split_options(module, options):
     """Split ``options`` into the keyword arguments of ``module.ensure`` and ``module.load``
     (a key goes to each function that has a parameter of that name).
@@ -121,7 +124,7 @@ def split_options(module, options):
     names = {}
     for fn in ("ensure", "load"):
         params = inspect.signature(getattr(module, fn)).parameters
-        names[fn] = [p for p in params if p not in ("lra_dir", "split", "max_len")]
+        names[fn] = [p for p in params if p not in NOT_OPTIONS]
     unknown = [k for k in options if k not in names["ensure"] and k not in names["load"]]
     if unknown:
         accepted = sorted(set(names["ensure"]) | set(names["load"]))
@@ -160,7 +163,8 @@ def _lra_call(cfg, fn, *args, **kwargs):
 
 def prepare_data(cfg):
     """``ensure(lra_dir, **options)`` of the task's module: the data are there and match the
-    options (their manifest), or they are generated / converted now.
+    options (their manifest), or they are generated / converted now. Generated data made with
+    other options are never replaced by a run: the error says which ``lra_options`` use them.
 
     Returns:
         dict: the data's manifest (see ``data/lra/__init__.py``), or whatever ``ensure`` returns.
@@ -175,7 +179,23 @@ def prepare_data(cfg):
     """
     module = _check(cfg)
     ensure_kwargs, _ = split_options(module, cfg["lra_options"])
-    return _lra_call(cfg, module.ensure, lra_dir(cfg), **ensure_kwargs)
+    if "replace" in inspect.signature(module.ensure).parameters:
+        ensure_kwargs["replace"] = False  # a run never regenerates over data made with other options
+    try:
+        return _lra_call(cfg, module.ensure, lra_dir(cfg), **ensure_kwargs)
+    except lra.PreparedMismatch as e:
+        raise data_lib.DataMismatch(f"{e}{_use_as_is(cfg, module, e.stored)}") from None
+
+
+def _use_as_is(cfg, module, stored):
+    """The sentence saying which ``--lra_options`` use the prepared data ``stored`` describes."""
+    options_of = getattr(module, "options_of", None)
+    if options_of is None:
+        return ""
+    options = {**cfg["lra_options"], **options_of(stored)}
+    if "seed" not in stored:
+        options.pop("seed", None)  # files found in place: any seed is accepted
+    return f'. To use them as they are, run with --lra_options="{options!r}"'
 
 
 def load_split(cfg, split):

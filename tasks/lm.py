@@ -89,7 +89,8 @@ def prepare_data(cfg):
     if cfg["dataset"] == "shakespeare_char":
         shakespeare.prepare(cfg["data_source_file"] or None)
         return
-    wt2.prepare(cfg["dataset_config"], cfg["data_source_dir"] or None)
+    wt2.prepare(cfg["dataset_config"], cfg["data_source_dir"] or None, min_tokens=cfg["block_size"] + 1,
+                source_key="--data_source_dir")
 
 
 def load_data(cfg):

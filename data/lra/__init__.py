@@ -53,8 +53,9 @@ saying what it holds: ``dataset``, ``source`` and ``sizes`` always, then per kin
   (generate into another ``lra_dir`` or delete the folder). When the folder is read-only the
   manifest is only kept in memory.
 
-A folder being rebuilt loses its manifest first and gets the new one last, so an interrupted
-rebuild never leaves a manifest describing other files.
+A folder is built whole in a temporary folder beside it, manifest last, and renamed into place
+(``data.build_folder``): an interrupted build leaves the previous folder as it was and never a
+partial folder that could be taken for files found in place.
 
 ``lra_dir`` defaults to the ``LRA_DIR`` environment variable (``default_lra_dir``).
 """
@@ -101,7 +102,17 @@ def write_in_place_manifest(directory, manifest, what):
     return manifest
 
 
-def prepare(directory, expected, build, what, found=None, compared=("sizes",)):
+class PreparedMismatch(data.DataMismatch):
+    """Prepared LRA data that differ from what is asked and are not replaced; ``directory``,
+    ``stored`` (their manifest) and ``differences`` (``data.manifest_differences``) let the
+    caller say which options would use them as they are (``tasks/classify.py``)."""
+
+    def __init__(self, message, directory, stored, differences):
+        super().__init__(message)
+        self.directory, self.stored, self.differences = directory, stored, differences
+
+
+def prepare(directory, expected, build, what, found=None, compared=("sizes",), rebuild=True):
     """The manifest of ``directory``, after building or rebuilding it when it does not match.
 
     Args:
@@ -116,13 +127,20 @@ def prepare(directory, expected, build, what, found=None, compared=("sizes",)):
             FileNotFoundError / DataFormatError for an incomplete folder. None (converted data):
             files found in place are not kept, a manifest saying so differs and is rebuilt.
         compared (tuple of str): the ``expected`` fields compared with files found in place.
+        rebuild (bool): False: data prepared with other options are kept and refused
+            (``PreparedMismatch``) instead of being generated again.
+
+    The build writes into a temporary folder that replaces ``directory`` only when complete,
+    manifest included (``data.build_folder``): a killed build never leaves files that could be
+    mistaken for a release, and a failed one leaves the previous data as they were.
 
     Returns:
         dict: the manifest now describing ``directory``.
 
     Raises:
-        data.DataMismatch: files found in place differ from ``expected`` in a compared field
-            (the message names both values).
+        PreparedMismatch (a data.DataMismatch): files found in place differ from ``expected`` in
+            a compared field, or (``rebuild`` False) prepared data differ from ``expected``; the
+            message names both values and how to generate the asked data.
     """
     stored = data.read_manifest(directory)
     if stored is None and found is not None:
@@ -133,20 +151,21 @@ def prepare(directory, expected, build, what, found=None, compared=("sizes",)):
     if found is not None and stored is not None and stored.get("source") == FOUND_IN_PLACE:
         differences = data.manifest_differences(stored, {k: expected[k] for k in compared if k in expected})
         if differences:
-            raise data.DataMismatch(
-                f"{what} in {directory} are files found in place (the LRA release or data written before "
-                f"manifests), never overwritten, and they differ from what the run asks: "
-                f"{data.describe_differences(differences)}; ask for what they hold, point lra_dir elsewhere to "
-                f"generate, or delete the folder")
+            raise PreparedMismatch(
+                f"{what} in {directory} are files found in place without a manifest of this repo (e.g. the LRA "
+                f"release), never overwritten, and they differ from what the run asks: "
+                f"{data.describe_differences(differences)}. To use them, ask for what they hold; to generate "
+                f"the asked data, point lra_dir at another folder or delete {directory} (rm -r) and run again",
+                directory, stored, differences)
         return stored
-
-    def fresh(d):
-        old = os.path.join(d, data.MANIFEST)
-        if os.path.exists(old):
-            os.remove(old)  # an interrupted rebuild must not leave the old manifest on new files
-        return build(d)
-
-    return data.ensure_manifest(directory, expected, fresh, what=what)
+    if not rebuild and stored is not None:
+        differences = data.manifest_differences(stored, expected)
+        if differences:
+            raise PreparedMismatch(
+                f"{what} in {directory} were generated with other options ({data.describe_differences(differences)}); "
+                f"they are kept. To generate the asked data, point lra_dir at another folder or delete "
+                f"{directory} (rm -r) and run again", directory, stored, differences)
+    return data.ensure_manifest(directory, expected, build, what=what)
 
 
 def ensure_cache(directory, source, in_place, fallback, expected_manifest, convert, what):
@@ -161,7 +180,8 @@ def ensure_cache(directory, source, in_place, fallback, expected_manifest, conve
             and there is no cache (a download, ``datasets``).
         expected_manifest (callable): ``expected_manifest(kind, path)`` -> the fields identifying
             the conversion of that source.
-        convert (callable): ``convert(kind, path)`` writes the cache.
+        convert (callable): ``convert(kind, path, tmp)`` writes the cache files into the empty
+            folder ``tmp`` (``prepare`` renames it into place).
         what (str): the data set's name for messages.
 
     With a source named, the cache is (re)converted unless its manifest matches that source;
@@ -181,7 +201,7 @@ def ensure_cache(directory, source, in_place, fallback, expected_manifest, conve
             return write_in_place_manifest(directory, found, what)
         source = fallback()
     kind, path = source
-    return prepare(directory, expected_manifest(kind, path), lambda d: convert(kind, path), what)
+    return prepare(directory, expected_manifest(kind, path), lambda d: convert(kind, path, d), what)
 
 
 def source_digest(files):

@@ -246,10 +246,11 @@ def expected_manifest(kind, path):
             "converter": "data.lra.image", "converter_version": CONVERTER_VERSION}
 
 
-def _convert(lra_dir, kind, path):
-    """Write the two cache files from the source; returns the manifest's extra fields."""
-    files = {p: cache_path(lra_dir, p) for p in ("train", "test")}
-    print(f"converting CIFAR-10 from {path} to {os.path.join(lra_dir, FOLDER)}/", flush=True)
+def _convert(kind, path, directory, final):
+    """Write the two cache files from the source into the empty folder ``directory`` (renamed to
+    ``final`` when complete); returns the manifest's extra fields."""
+    files = {p: os.path.join(directory, os.path.basename(cache_path("", p))) for p in ("train", "test")}
+    print(f"converting CIFAR-10 from {path} to {final}/", flush=True)
     if kind == "subset":
         parts = _read_subset(path)
     else:
@@ -266,7 +267,6 @@ def _convert(lra_dir, kind, path):
             raise data.DataFormatError(path, f"{part} has no image of class(es) "
                                        f"{np.flatnonzero(counts == 0).tolist()}; every class is needed")
         print(f"CIFAR-10 {part}: {len(labels)} images, per class {counts.tolist()}", flush=True)
-    os.makedirs(os.path.join(lra_dir, FOLDER), exist_ok=True)
     for part, (images, labels) in parts.items():
         gray = to_gray(images)
 
@@ -315,7 +315,7 @@ def ensure(lra_dir, cifar10_source=""):
     directory = os.path.join(lra_dir, FOLDER)
     return ensure_cache(directory, find_source(cifar10_source), lambda: _found(lra_dir),
                         lambda: ("batches", download(os.path.join(directory, "download"))), expected_manifest,
-                        lambda kind, path: _convert(lra_dir, kind, path), "LRA Image")
+                        lambda kind, path, tmp: _convert(kind, path, tmp, directory), "LRA Image")
 
 
 def manifest(lra_dir):

@@ -1,7 +1,10 @@
 """ListOps (Nangia & Bowman, 2018) as used by Long Range Arena (Tay et al., 2021): generator,
 evaluator and loader of the LRA release files ``listops-1000/basic_{train,val,test}.tsv``.
 
-    python -m data.lra.listops --out_dir=DIR [--num_train=96000 --num_val=2000 --num_test=2000 --seed=0 --workers=N]
+    python -m data.lra.listops [--lra_dir=DIR] [--num_train=96000 --num_val=2000 --num_test=2000 --seed=0 --workers=N]
+
+writes ``DIR/listops-1000/`` (``DIR``: the folder train.py's ``--lra_dir`` takes; default ``$LRA_DIR``,
+else ``data/lra/files``).
 
 The LRA release data could not be obtained here, so this module generates data with LRA's
 generator (upstream google-research/long-range-arena ``lra_benchmarks/data/listops.py``; Tay et
@@ -36,15 +39,17 @@ model trained from scratch. A sequence has 501-1999 tokens, so MAX_LEN = 2000 ne
 
 Manifest (``data/lra/__init__.py``): ``listops-1000/manifest.json`` records source "generated",
 ``generator`` "data.lra.listops", ``generator_version``, ``seed`` and ``sizes`` {"train", "val",
-"test"}; ``ensure`` with another seed or size regenerates the three files. Release files found
-there without a manifest are used as they are (their row counts become the sizes; asking for
-other sizes is a ``DataMismatch``).
+"test"}; ``ensure`` with another seed or size regenerates the three files (``replace=False``, as
+train.py and this command call it: refuses, naming the options that would use them, see
+``options_of``). Release files found there without a manifest are used as they are (their row
+counts become the sizes; asking for other sizes is a ``DataMismatch``).
 """
 import argparse
 import csv
 import math
 import os
 import random
+import sys
 import time
 from multiprocessing import Pool
 
@@ -297,14 +302,16 @@ def _found(directory):
     return {"dataset": "LRA ListOps", "sizes": {s: _count_rows(f) for s, f in zip(SPLITS, files)}}
 
 
-def ensure(lra_dir, num_train=96000, num_val=2000, num_test=2000, seed=0, workers=None):
+def ensure(lra_dir, num_train=96000, num_val=2000, num_test=2000, seed=0, workers=None, replace=True):
     """Make ``lra_dir/listops-1000/basic_{train,val,test}.tsv`` hold the asked data: nothing to do
     when its manifest matches (or release files are there, see the module docstring), otherwise
-    generate them.
+    generate them (into a temporary folder renamed into place when complete).
 
     Args:
         workers (int or None): generator processes; None = ``os.cpu_count()`` (the output does
             not depend on it).
+        replace (bool): False: data generated with other options are kept and refused
+            (``data.lra.PreparedMismatch``) instead of being generated again.
 
     Returns:
         dict: the folder's manifest.
@@ -312,15 +319,26 @@ def ensure(lra_dir, num_train=96000, num_val=2000, num_test=2000, seed=0, worker
     Raises:
         FileNotFoundError: some but not all three files exist without a manifest (mixing
             generations would break the deduplication across splits); names the missing ones.
-        data.DataMismatch: release files found in place hold other sizes than asked.
+        data.DataMismatch: release files found in place hold other sizes than asked, or (not
+            ``replace``) the folder was generated with other options.
     """
     def build(directory):
         splits = generate(num_train, num_val, num_test, seed, workers or os.cpu_count() or 1)
         for s in SPLITS:
-            write_tsv(path(lra_dir, s), splits[s])
+            write_tsv(os.path.join(directory, f"basic_{s}.tsv"), splits[s])
 
     return prepare(os.path.join(lra_dir, FOLDER), expected_manifest(num_train, num_val, num_test, seed), build,
-                   "LRA ListOps", found=_found)
+                   "LRA ListOps", found=_found, rebuild=replace)
+
+
+def options_of(manifest):
+    """The ``ensure`` options (train.py's ``lra_options`` entries) that ask for what ``manifest``
+    describes: the sizes, and the seed when it is known (not for files found in place)."""
+    sizes = manifest.get("sizes") or {}
+    options = {f"num_{s}": int(sizes[s]) for s in SPLITS if s in sizes}
+    if "seed" in manifest:
+        options["seed"] = manifest["seed"]
+    return options
 
 
 def manifest(lra_dir):
@@ -411,22 +429,29 @@ def _parse_row(file, line, row, max_len):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out_dir", required=True, help="directory for basic_{train,val,test}.tsv")
+    p.add_argument("--lra_dir", default=None, help="the LRA root, as train.py's --lra_dir: the files go to "
+                   f"LRA_DIR/{FOLDER}/basic_{{train,val,test}}.tsv (default: $LRA_DIR, else data/lra/files)")
     p.add_argument("--num_train", type=int, default=96000)
     p.add_argument("--num_val", type=int, default=2000)
     p.add_argument("--num_test", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes (output does not depend on it)")
     a = p.parse_args(argv)
+    for name in ("num_train", "num_val", "num_test", "workers"):
+        if getattr(a, name) < 1:
+            p.error(f"--{name} must be at least 1, got {getattr(a, name)}")
+    from data.lra import default_lra_dir
+
+    lra_dir = a.lra_dir or default_lra_dir()
     t0 = time.time()
-    splits = generate(a.num_train, a.num_val, a.num_test, a.seed, a.workers)
-    os.makedirs(a.out_dir, exist_ok=True)
-    for s in SPLITS:
-        write_tsv(os.path.join(a.out_dir, f"basic_{s}.tsv"), splits[s])
-    data.write_manifest(a.out_dir, expected_manifest(a.num_train, a.num_val, a.num_test, a.seed))
-    n = sum(len(v) for v in splits.values())
-    dt = time.time() - t0
-    print(f"wrote {n:,} examples to {a.out_dir} in {dt:.1f} s ({n / dt:.0f} examples/s, {a.workers} worker(s))")
+    try:
+        m = ensure(lra_dir, a.num_train, a.num_val, a.num_test, a.seed, a.workers, replace=False)
+    except (data.DataError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    n, dt = sum(m["sizes"].values()), time.time() - t0
+    print(f"{os.path.join(lra_dir, FOLDER)}: {n:,} examples ({m['source']}, seed {m.get('seed', 'unknown')}), "
+          f"{dt:.1f} s with {a.workers} worker(s)")
 
 
 if __name__ == "__main__":

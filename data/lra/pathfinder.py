@@ -2,9 +2,10 @@
 Range Arena (Tay et al., 2021): our own contour-integration image generator and a loader of the
 release layout.
 
-    python -m data.lra.pathfinder --out_dir=DIR/pathfinder32 --resolution=32 \\
+    python -m data.lra.pathfinder [--lra_dir=DIR] --resolution=32 \\
         --difficulty=curv_contour_length_14 --num=200000 --seed=0 [--workers=N --batch_size=1000]
 
+(``DIR``: the folder train.py's ``--lra_dir`` takes; default ``$LRA_DIR``, else ``data/lra/files``)
 writes ``DIR/pathfinder32/<difficulty>/imgs/<batch>/sample_<i>.png`` (8-bit grayscale,
 resolution x resolution) and ``.../metadata/<batch>.npy``, the layout of the LRA release
 (``pathfinder32/``, ``pathfinder128/`` = Path-X). Specification: Linsley et al. (2018) and LRA
@@ -67,7 +68,7 @@ another ``num`` is a ``DataMismatch``).
 import argparse
 import math
 import os
-import shutil
+import sys
 import time
 from multiprocessing import Pool
 
@@ -424,10 +425,10 @@ def _batch_job(args):
 
 def generate(out_dir, num, resolution=32, difficulty=DEFAULT_DIFFICULTY, seed=0, workers=1,
              batch_size=1000, progress=True, replace=False):
-    """Write ``num`` images in the release layout to ``out_dir/<difficulty>/``.
+    """Write ``num`` images in the release layout to ``out_dir/<difficulty>/``, with its manifest.
 
-    Everything is written under ``<difficulty>.tmp.<pid>`` and renamed at the end, so the folder
-    appears complete or not at all.
+    Everything is written into a temporary folder beside it, manifest last, and renamed into
+    place at the end (``data.build_folder``), so the folder appears complete or not at all.
 
     Args:
         workers (int): processes (``multiprocessing.Pool`` over batches); 1 = this process.
@@ -435,44 +436,48 @@ def generate(out_dir, num, resolution=32, difficulty=DEFAULT_DIFFICULTY, seed=0,
         replace (bool): an existing ``out_dir/<difficulty>`` is replaced (after the new one is
             complete) instead of raising FileExistsError.
 
+    Returns:
+        dict: the manifest written (``expected_manifest``).
+
     Raises:
         ValueError: unknown difficulty / resolution, num < 1 or batch_size < 1.
         FileExistsError: ``out_dir/<difficulty>`` exists already and not ``replace``.
     """
-    from tqdm import tqdm
+    _check_generate_options(num, resolution, difficulty, batch_size)
+    final = os.path.join(out_dir, difficulty)
+    if os.path.exists(final) and not replace:
+        raise FileExistsError(f"{final} exists; delete it to generate it again")
+    return data.build_folder(final, lambda tmp: _generate_into(tmp, num, resolution, difficulty, seed, workers,
+                                                               batch_size, progress),
+                             lambda _: expected_manifest(resolution, difficulty, num, seed))
 
+
+def _check_generate_options(num, resolution, difficulty, batch_size):
     if difficulty not in DIFFICULTIES:
         raise ValueError(f"unknown difficulty {difficulty!r}; available: {', '.join(DIFFICULTIES)}")
     if resolution not in PARAMS:
         raise ValueError(f"resolution {resolution} not in {sorted(PARAMS)}")
     if num < 1 or batch_size < 1:
         raise ValueError(f"num ({num}) and batch_size ({batch_size}) must be positive")
-    final = os.path.join(out_dir, difficulty)
-    if os.path.exists(final) and not replace:
-        raise FileExistsError(f"{final} exists; delete it to generate it again")
-    tmp = f"{final}.tmp.{os.getpid()}"
-    os.makedirs(os.path.join(tmp, "metadata"), exist_ok=True)
+
+
+def _generate_into(target, num, resolution, difficulty, seed, workers, batch_size, progress=True):
+    """Write the images and metadata of ``generate`` into the (empty) folder ``target``."""
+    from tqdm import tqdm
+
+    _check_generate_options(num, resolution, difficulty, batch_size)
+    os.makedirs(os.path.join(target, "metadata"), exist_ok=True)
     cl = DIFFICULTIES[difficulty]
-    jobs = [(tmp, b, b * batch_size, min(num, (b + 1) * batch_size), seed, resolution, cl, batch_size)
+    jobs = [(target, b, b * batch_size, min(num, (b + 1) * batch_size), seed, resolution, cl, batch_size)
             for b in range(-(-num // batch_size))]
-    try:
-        with tqdm(total=num, unit="img", desc=f"pathfinder{resolution}/{difficulty}", disable=not progress) as bar:
-            if workers > 1:
-                with Pool(workers) as pool:
-                    for n in pool.imap_unordered(_batch_job, jobs):
-                        bar.update(n)
-            else:
-                for job in jobs:
-                    bar.update(_batch_job(job))
-        old = f"{final}.old.{os.getpid()}"
-        if os.path.exists(final):
-            os.replace(final, old)
-        os.replace(tmp, final)
-        if os.path.exists(old):
-            shutil.rmtree(old)
-    finally:
-        if os.path.exists(tmp):
-            shutil.rmtree(tmp)
+    with tqdm(total=num, unit="img", desc=f"pathfinder{resolution}/{difficulty}", disable=not progress) as bar:
+        if workers > 1:
+            with Pool(workers) as pool:
+                for n in pool.imap_unordered(_batch_job, jobs):
+                    bar.update(n)
+        else:
+            for job in jobs:
+                bar.update(_batch_job(job))
 
 
 def expected_manifest(resolution=32, difficulty=DEFAULT_DIFFICULTY, num=200000, seed=0):
@@ -504,7 +509,7 @@ def _found(directory, resolution, difficulty):
 
 
 def ensure(lra_dir, resolution=32, difficulty=DEFAULT_DIFFICULTY, num=200000, seed=0, workers=None,
-           batch_size=1000):
+           batch_size=1000, replace=True):
     """Make ``lra_dir/pathfinder{resolution}/{difficulty}/`` hold the asked images: nothing to do
     when its manifest matches (or a release folder is there, see the module docstring), else
     generate ``num`` images (LRA: 200,000 per difficulty, 160k / 20k / 20k after the split),
@@ -513,6 +518,8 @@ def ensure(lra_dir, resolution=32, difficulty=DEFAULT_DIFFICULTY, num=200000, se
     Args:
         workers (int or None): processes; None = ``os.cpu_count()``. Neither it nor
             ``batch_size`` (images per metadata file) changes an image.
+        replace (bool): False: images generated with other options are kept and refused
+            (``data.lra.PreparedMismatch``) instead of being generated again.
 
     Returns:
         dict: the folder's manifest.
@@ -520,7 +527,8 @@ def ensure(lra_dir, resolution=32, difficulty=DEFAULT_DIFFICULTY, num=200000, se
     Raises:
         ValueError: unknown resolution or difficulty, num < 1.
         data.DataFormatError: the folder exists without manifest and metadata (an interrupted copy).
-        data.DataMismatch: a release folder found in place holds another number of images.
+        data.DataMismatch: a release folder found in place holds another number of images, or
+            (not ``replace``) the folder was generated with other options.
     """
     if difficulty not in DIFFICULTIES:
         raise ValueError(f"unknown difficulty {difficulty!r}; available: {', '.join(DIFFICULTIES)}")
@@ -529,11 +537,20 @@ def ensure(lra_dir, resolution=32, difficulty=DEFAULT_DIFFICULTY, num=200000, se
     d = folder(lra_dir, resolution, difficulty)
 
     def build(directory):
-        generate(os.path.dirname(directory), num, resolution, difficulty, seed, workers or os.cpu_count() or 1,
-                 batch_size, replace=True)
+        _generate_into(directory, num, resolution, difficulty, seed, workers or os.cpu_count() or 1, batch_size)
 
     return prepare(d, expected_manifest(resolution, difficulty, num, seed), build,
-                   f"LRA Pathfinder{resolution}/{difficulty}", found=lambda x: _found(x, resolution, difficulty))
+                   f"LRA Pathfinder{resolution}/{difficulty}", found=lambda x: _found(x, resolution, difficulty),
+                   rebuild=replace)
+
+
+def options_of(manifest):
+    """The ``ensure`` options (train.py's ``lra_options`` entries) that ask for what ``manifest``
+    describes: resolution, difficulty, the number of images and the seed when it is known."""
+    options = {k: manifest[k] for k in ("resolution", "difficulty", "seed") if k in manifest}
+    if "num" in (manifest.get("sizes") or {}):
+        options["num"] = int(manifest["sizes"]["num"])
+    return options
 
 
 def manifest(lra_dir, resolution=32, difficulty=DEFAULT_DIFFICULTY):
@@ -627,7 +644,8 @@ def load(lra_dir, split, max_len=MAX_LEN, resolution=32, difficulty=DEFAULT_DIFF
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out_dir", required=True, help="e.g. $LRA_DIR/pathfinder32; images go to OUT_DIR/<difficulty>/")
+    ap.add_argument("--lra_dir", default=None, help="the LRA root, as train.py's --lra_dir: images go to "
+                    "LRA_DIR/pathfinder<resolution>/<difficulty>/ (default: $LRA_DIR, else data/lra/files)")
     ap.add_argument("--resolution", type=int, default=32, choices=sorted(PARAMS))
     ap.add_argument("--difficulty", default=DEFAULT_DIFFICULTY, choices=list(DIFFICULTIES))
     ap.add_argument("--num", type=int, default=200000, help="images (LRA: 200,000 per difficulty)")
@@ -635,13 +653,21 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes (output does not depend on it)")
     ap.add_argument("--batch_size", type=int, default=1000, help="images per imgs/<batch>/ folder and metadata file")
     a = ap.parse_args(argv)
+    for name in ("num", "workers", "batch_size"):
+        if getattr(a, name) < 1:
+            ap.error(f"--{name} must be at least 1, got {getattr(a, name)}")
+    from data.lra import default_lra_dir
+
+    lra_dir = a.lra_dir or default_lra_dir()
     t0 = time.time()
-    generate(a.out_dir, a.num, a.resolution, a.difficulty, a.seed, a.workers, a.batch_size)
-    data.write_manifest(os.path.join(a.out_dir, a.difficulty), expected_manifest(a.resolution, a.difficulty, a.num,
-                                                                                  a.seed))
+    try:
+        m = ensure(lra_dir, a.resolution, a.difficulty, a.num, a.seed, a.workers, a.batch_size, replace=False)
+    except data.DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     dt = time.time() - t0
-    print(f"wrote {a.num:,} images to {os.path.join(a.out_dir, a.difficulty)} in {dt:.1f} s "
-          f"({a.num / dt:.1f} images/s, {a.workers} worker(s))")
+    print(f"{folder(lra_dir, a.resolution, a.difficulty)}: {m['sizes']['num']:,} images ({m['source']}, "
+          f"seed {m.get('seed', 'unknown')}), {dt:.1f} s with {a.workers} worker(s)")
 
 
 if __name__ == "__main__":

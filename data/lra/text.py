@@ -219,15 +219,15 @@ def expected_manifest(kind, path=None):
     return out
 
 
-def _convert(lra_dir, kind, path):
-    """Write both cache files from the source; returns the manifest's extra fields."""
-    files = [cache_path(lra_dir, s) for s in SOURCE_SPLITS]
+def _convert(kind, path, directory, final):
+    """Write both cache files from the source into the empty folder ``directory`` (renamed to
+    ``final`` when complete); returns the manifest's extra fields."""
+    files = [os.path.join(directory, os.path.basename(cache_path("", s))) for s in SOURCE_SPLITS]
     if kind == "hf":
         rows, source = _read_hf(), "datasets:imdb"
     else:
-        print(f"converting IMDB from {path} to {os.path.dirname(files[0])}/", flush=True)
+        print(f"converting IMDB from {path} to {final}/", flush=True)
         rows, source = _read_source(kind, path), path
-    os.makedirs(os.path.join(lra_dir, FOLDER), exist_ok=True)
     for split in SOURCE_SPLITS:  # check both splits before writing either
         counts = _check_rows(rows[split], split, source)
         print(f"IMDB {split}: {counts[0]} neg, {counts[1]} pos", flush=True)
@@ -262,9 +262,9 @@ def ensure(lra_dir, imdb_source=""):
         data.DataUnavailable: nothing given, no cache, and ``datasets`` "imdb" failed (its real error).
         data.DataFormatError: a malformed source file (named in the message).
     """
-    return ensure_cache(os.path.join(lra_dir, FOLDER), find_source(imdb_source), lambda: _found(lra_dir),
-                        lambda: ("hf", None), expected_manifest, lambda kind, path: _convert(lra_dir, kind, path),
-                        "LRA Text")
+    directory = os.path.join(lra_dir, FOLDER)
+    return ensure_cache(directory, find_source(imdb_source), lambda: _found(lra_dir), lambda: ("hf", None),
+                        expected_manifest, lambda kind, path, tmp: _convert(kind, path, tmp, directory), "LRA Text")
 
 
 def manifest(lra_dir):

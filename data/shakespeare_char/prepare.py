@@ -48,6 +48,7 @@ import argparse
 import hashlib
 import json
 import os
+import pathlib
 import sys
 
 import numpy as np
@@ -287,8 +288,7 @@ def prepare(source_file=None, out_dir=None, verbose=True):
             raw = f.read()
     digest = hashlib.sha256(raw).hexdigest()
     stored = read_manifest(out_dir)
-    if stored is not None and not _files_match(out_dir, stored["tokens"]):
-        os.remove(os.path.join(out_dir, data.MANIFEST))  # token files changed since: prepare again
+    stale = stored is not None and not _files_match(out_dir, stored["tokens"])  # token files changed since
     source = URL if how == "downloaded" and path == os.path.join(out_dir, DOWNLOAD_NAME) else os.path.abspath(path)
     built = {}
 
@@ -303,6 +303,8 @@ def prepare(source_file=None, out_dir=None, verbose=True):
             vocab = build_vocab(text)
         except ValueError as e:
             raise data.DataFormatError(path, f"{e}; a non-empty text file is needed") from None
+        if path == os.path.join(out_dir, DOWNLOAD_NAME):  # the downloaded text stays beside its tokens
+            data.atomic_write(os.path.join(directory, DOWNLOAD_NAME), lambda tmp: pathlib.Path(tmp).write_bytes(raw))
         ids = encode(text, vocab)
         ranges = split_ranges(len(text))
         counts = {}
@@ -321,13 +323,13 @@ def prepare(source_file=None, out_dir=None, verbose=True):
         data.write_json(os.path.join(directory, "meta.json"), meta, indent=2)
         built["meta"] = meta
         if verbose:
-            print(f"vocabulary: {len(vocab)} characters; written to {directory}")
+            print(f"vocabulary: {len(vocab)} characters; written to {out_dir}")
         manifest = _manifest_of_meta(meta)
         return {k: manifest[k] for k in ("source", "source_lookup", "characters", "tokens", "vocab_size", "dtype")}
 
     expected = {"dataset": "shakespeare_char", "sha256": digest, "tokenizer": TOKENIZER,
                 "split_percent": dict(SPLIT_PERCENT)}
-    data.ensure_manifest(out_dir, expected, build, what="Tiny Shakespeare")
+    data.ensure_manifest(out_dir, expected, build, what="Tiny Shakespeare", stale=stale)
     if "meta" in built:
         return built["meta"]
     if verbose:

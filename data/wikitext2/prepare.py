@@ -74,8 +74,10 @@ def read_text_file(path):
                                    content=raw[e.start:e.start + 16]) from None
 
 
-def _read_texts(config, source_dir):
+def _read_texts(config, source_dir, source_key="--source_dir"):
     """dict split -> text and the source ("local:<dir>" or "huggingface:wikitext/<config>").
+    ``source_key`` is how the user named ``source_dir`` (a flag, a config key, an environment
+    variable), for the message about a missing file.
 
     Raises:
         DataUnavailable: a local file is missing, or Hugging Face is unreachable.
@@ -87,7 +89,8 @@ def _read_texts(config, source_dir):
         for ours, theirs in SPLITS.items():
             path = os.path.join(source_dir, f"wiki.{theirs}.{ext}")
             if not os.path.exists(path):
-                raise DataUnavailable(f"{path} not found (expected wiki.{{train,valid,test}}.{ext} in --source_dir)")
+                raise DataUnavailable(f"{path} not found; {source_key}={source_dir} must be a folder holding "
+                                      f"wiki.train.{ext}, wiki.valid.{ext} and wiki.test.{ext} (WikiText-2, {config})")
             texts[ours] = read_text_file(path)
         return texts, f"local:{os.path.abspath(source_dir)}"
     try:
@@ -191,7 +194,8 @@ def is_prepared(config="wikitext-2-v1", out_dir=None):
     return bool(manifest) and manifest.get("config") == config and files_match(out_dir, manifest)
 
 
-def prepare(config="wikitext-2-v1", source_dir=None, out_dir=None, verbose=True):
+def prepare(config="wikitext-2-v1", source_dir=None, out_dir=None, verbose=True, min_tokens=2,
+            source_key="--source_dir"):
     """Tokenize the three splits unless ``out_dir`` already holds them from the same text (rules
     in the module docstring); return the manifest.
 
@@ -199,13 +203,26 @@ def prepare(config="wikitext-2-v1", source_dir=None, out_dir=None, verbose=True)
         dict: the manifest ("dataset", "config", "tokenizer", "sha256", "source", "tokens",
         "vocab_size", "dtype").
 
+    Args:
+        source_key (str): how the caller's user names ``source_dir`` (train.py: "data_source_dir"),
+            for messages.
+        min_tokens (int): the fewest tokens a split may have (a language-model window of block
+            size T needs T + 1); a source with a shorter split is refused.
+
+    The source is checked (every split non-empty, at least ``min_tokens`` tokens) before anything
+    is written, and the new token files are written into a temporary folder that replaces
+    ``out_dir`` only when complete (``data.build_folder``): a bad source or a killed run never
+    replaces good prepared data; caches inside ``out_dir`` (the MLM tokens) are kept.
+
     Raises:
         ValueError: unknown config.
         DataUnavailable: no local copy and Hugging Face unreachable (message says how to supply it).
-        data.DataFormatError: a source file is not UTF-8, or manifest.json is not JSON.
+        data.DataFormatError: a source file is not UTF-8 or a split is empty or shorter than
+            ``min_tokens`` (names the file), or manifest.json is not JSON.
     """
     if config not in CONFIGS:
         raise ValueError(f"unknown WikiText-2 config {config!r}; allowed: {', '.join(CONFIGS)}")
+    source_key = source_key if source_dir else "WIKITEXT2_DIR"
     source_dir = source_dir or os.environ.get("WIKITEXT2_DIR")
     out_dir = out_dir or data_dir(config)
     if not source_dir and is_prepared(config, out_dir):
@@ -213,34 +230,50 @@ def prepare(config="wikitext-2-v1", source_dir=None, out_dir=None, verbose=True)
         if verbose:
             print(f"{out_dir}: already prepared from {manifest.get('source')} ({manifest['tokens']})")
         return manifest
-    texts, source = _read_texts(config, source_dir)
+    texts, source = _read_texts(config, source_dir, source_key)
+    for split, text in texts.items():  # before anything is written: a bad source never replaces good data
+        if not text.strip():
+            raise data.DataFormatError(_source_name(source, split, config), f"the {split} split is empty; every "
+                                       f"split needs text (the prepared data in {out_dir} are left as they were)")
     digests = {s: text_sha256(t) for s, t in texts.items()}
     _adopt_legacy(out_dir, config, digests)
     stored = data.read_manifest(out_dir)
-    if stored is not None and not files_match(out_dir, stored):
-        if verbose:
-            print(f"{out_dir}: token files differ from the manifest's counts; preparing again")
-        os.remove(os.path.join(out_dir, data.MANIFEST))
+    expected = {"dataset": "wikitext-2", "config": config, "tokenizer": TOKENIZER, "sha256": digests}
+    stale = stored is not None and not files_match(out_dir, stored)
+    if stale and verbose:
+        print(f"{out_dir}: token files differ from the manifest's counts; preparing again")
 
     def build(directory):
         import tiktoken
 
         enc = tiktoken.get_encoding("gpt2")
-        counts = {}
-        for split, text in texts.items():
-            ids = encode(text, enc, desc=f"tokenizing {split}")
-            data.atomic_write(os.path.join(directory, f"{split}.bin"), ids.tofile)
-            counts[split] = int(ids.size)
+        ids = {}
+        for split, text in texts.items():  # every split is tokenized and checked before any is written
+            ids[split] = encode(text, enc, desc=f"tokenizing {split}")
+            if ids[split].size < min_tokens:
+                raise data.DataFormatError(_source_name(source, split, config), f"the {split} split has {ids[split].size:,} "
+                                           f"tokens; every split needs at least {min_tokens:,} (one window of "
+                                           f"block_size + 1); the prepared data in {out_dir} are left as they were")
             if verbose:
-                print(f"{split}: {len(text):,} characters -> {ids.size:,} tokens")
-        return {"source": source, "tokens": counts, "vocab_size": enc.n_vocab, "dtype": "uint16"}
+                print(f"{split}: {len(text):,} characters -> {ids[split].size:,} tokens")
+        for split, split_ids in ids.items():
+            data.atomic_write(os.path.join(directory, f"{split}.bin"), split_ids.tofile)
+        return {"source": source, "tokens": {s: int(a.size) for s, a in ids.items()}, "vocab_size": enc.n_vocab,
+                "dtype": "uint16"}
 
-    expected = {"dataset": "wikitext-2", "config": config, "tokenizer": TOKENIZER, "sha256": digests}
     before = data.read_manifest(out_dir)
-    manifest = data.ensure_manifest(out_dir, expected, build, what=f"WikiText-2 ({config})")
+    manifest = data.ensure_manifest(out_dir, expected, build, what=f"WikiText-2 ({config})", stale=stale)
     if verbose and before is not None and manifest == before:
         print(f"{out_dir}: already prepared ({manifest['tokens']})")
     return manifest
+
+
+def _source_name(source, split, config):
+    """The file a split was read from (``source`` "local:<dir>"), or the data set id, for messages."""
+    if source.startswith("local:"):
+        ext = "raw" if "raw" in config else "tokens"
+        return os.path.join(source[len("local:"):], f"wiki.{SPLITS[split]}.{ext}")
+    return f"{source} [{split}]"
 
 
 def summary(manifest):

@@ -160,7 +160,7 @@ def test_listops_deterministic(listops_dir, tmp_path):
     same, other, two = str(tmp_path / "same"), str(tmp_path / "other"), str(tmp_path / "two")
     lo.ensure(same, seed=0, workers=1, **SIZES)
     lo.ensure(other, seed=1, workers=1, **SIZES)
-    lo.main([f"--out_dir={two}/{lo.FOLDER}", "--num_train=60", "--num_val=20", "--num_test=20", "--seed=0",
+    lo.main([f"--lra_dir={two}", "--num_train=60", "--num_val=20", "--num_test=20", "--seed=0",
              "--workers=2"])
     assert files(same) == files(listops_dir) == files(two)
     assert all(a != b for a, b in zip(files(other), files(listops_dir)))
@@ -369,7 +369,7 @@ def test_pathfinder_release_layout_and_load(pathfinder_dir):
 
 def test_pathfinder_workers_and_seed(pathfinder_dir, tmp_path):
     base = pathfinder_files(pf.folder(pathfinder_dir))
-    pf.main([f"--out_dir={tmp_path / 'two' / 'pathfinder32'}", "--num=20", "--seed=0", "--workers=2", "--batch_size=8"])
+    pf.main([f"--lra_dir={tmp_path / 'two'}", "--num=20", "--seed=0", "--workers=2", "--batch_size=8"])
     assert pathfinder_files(pf.folder(str(tmp_path / "two"))) == base
     pf.generate(str(tmp_path / "other" / "pathfinder32"), 20, seed=1, batch_size=8, progress=False)
     other = pathfinder_files(pf.folder(str(tmp_path / "other")))

@@ -154,6 +154,12 @@ def _mark(explicit, key, value, defaults):
 
 
 def _apply_file(config, defaults, path, explicit):
+    if "=" in path and not os.path.exists(path):  # `max_iters=10` or `-max_iters=10`: a key without its dashes
+        key = path.lstrip("-").split("=", 1)[0]
+        if key in defaults or key.startswith(ATTENTION_PREFIX):
+            raise ConfigError(f"'{path}' is not a config file; did you mean --{path.lstrip('-')}?")
+        raise _unknown(key, defaults, where=f" in '{path}' (neither a config file nor a setting; settings are "
+                                            f"written --key=value)")
     try:
         with open(path) as f:
             source = f.read()
@@ -173,21 +179,52 @@ def _apply_file(config, defaults, path, explicit):
         _mark(explicit, key, value, defaults)
 
 
-def check_attention_params(name, params):
+def check_attention_params(name, params, context=None):
     """``attention.check_params`` (the registry's one check of a name and its parameters) with
-    its ValueError turned into a ConfigError, so a command line reports it as ``error:``.
+    its ValueError turned into a ConfigError, so a command line reports it as ``error:``. With a
+    model ``context`` (``attention.MODEL_CONTEXT`` keys), the attention is also built once on the
+    meta device (no memory, no data), so that its constructor checks the values (fastmax's p,
+    tree attention's E) before anything is prepared or trained.
 
     Raises:
         ConfigError (a ValueError): unknown name (lists registered ones), a model-context name,
-            unknown parameter (lists accepted ones), or a value whose type differs from the
-            parameter's default.
+            unknown parameter (lists accepted ones), a value whose type differs from the
+            parameter's default, or (with ``context``) a value the constructor rejects (its
+            message, which says what is allowed).
     """
     import attention
+    import torch
 
     try:
         attention.check_params(name, params)
+        if context is not None:
+            with torch.device("meta"):
+                attention.build(name, context=context, **params)
     except ValueError as e:
-        raise ConfigError(str(e)) from None
+        raise ConfigError(str(e) if f"'{name}'" in str(e) else f"attention '{name}': {e}") from None
+
+
+def check_device(device):
+    """Refuse a device this machine does not have (ConfigError: what was asked, what is allowed,
+    what this PyTorch build and machine offer), before any data is prepared.
+
+    Allowed: "cpu", "cuda", "cuda:N" (N below the number of visible GPUs), "mps"."""
+    import re
+
+    import torch
+
+    if not re.fullmatch(r"cpu|cuda(:\d+)?|mps", device):
+        raise ConfigError(f"unknown device {device!r}; allowed: cpu, cuda, cuda:N (N = GPU index), mps")
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            why = "this PyTorch build has no CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
+            raise ConfigError(f"device={device} but {why} (torch {torch.__version__}); use --device=cpu")
+        index, count = int(device.partition(":")[2] or 0), torch.cuda.device_count()
+        if index >= count:
+            raise ConfigError(f"device={device} but this machine has {count} CUDA GPU(s): cuda:0..cuda:{count - 1}")
+    if device == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ConfigError(f"device=mps but Apple's MPS backend is not available here (torch {torch.__version__}); "
+                          f"use --device=cpu")
 
 
 def run_cli(main, argv=None):

@@ -88,8 +88,12 @@ def load_model(out_dir, device, with_meta=False):
 
     path = os.path.join(out_dir, "ckpt.pt")
     if not os.path.exists(path):
-        raise ConfigError(f"no checkpoint at {path}")
-    model, config, meta = model_lib.load(out_dir)
+        raise ConfigError(f"no checkpoint at {path}; train an MLM model there (python train.py "
+                          f"configs/mlm/wikitext2_bert_mini.py --out_dir={out_dir}) or point --out_dir at one")
+    try:
+        model, config, meta = model_lib.load(out_dir)
+    except (FileNotFoundError, ValueError) as e:  # a damaged checkpoint
+        raise ConfigError(str(e)) from None
     if meta["task"] != "mlm":
         raise ConfigError(f"{path} was trained on task {meta['task']!r}; eval_mlm.py evaluates task 'mlm' checkpoints")
     model.fold_ffn_scales()  # the inference export (appendix G); same outputs
@@ -187,7 +191,9 @@ def main(argv):
     if args["num_threads"]:
         torch.set_num_threads(args["num_threads"])
     if args["batch_size"] < 1 or args["max_sequences"] < 0:
-        raise ConfigError("batch_size must be >= 1 and max_sequences >= 0")
+        raise ConfigError(f"batch_size must be >= 1 and max_sequences >= 0; got batch_size={args['batch_size']}, "
+                          f"max_sequences={args['max_sequences']}")
+    configurator.check_device(args["device"])
     model, cfg = load_model(args["out_dir"], args["device"])
     danet = model.config.block == "danet"
     regimes = [r.strip() for r in args["regimes"].split(",") if r.strip()] or (["linear", "quadratic"] if danet else [])

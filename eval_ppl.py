@@ -47,7 +47,7 @@ from tqdm import tqdm
 
 import attention
 import configurator
-from data import write_json
+from data import DataError, write_json
 from data.wikitext2 import prepare as wt2
 import model as model_lib
 import provenance
@@ -103,17 +103,27 @@ def load_model(cfg):
     else the model's own with its parameters) is rebuilt with ``exclude_self=True``.
 
     Raises:
-        FileNotFoundError: no checkpoint in out_dir.
-        ConfigError: unknown attention name or parameter; --attention.<param> without
+        ConfigError: no checkpoint in out_dir, a damaged checkpoint, a Hugging Face model that
+            cannot be loaded (offline, unknown name); unknown attention name or parameter; --attention.<param> without
             --attention; an attention that is not exactly causal (``attention.causal_refusal``);
             casino with an attention that has no ``exclude_self`` parameter or with
             ``exclude_self=False``.
     """
     source = cfg["out_dir"] if cfg["init_from"] == "resume" else cfg["init_from"]
     if cfg["init_from"] == "resume" and not os.path.exists(os.path.join(source, "ckpt.pt")):
-        raise FileNotFoundError(f"no checkpoint at {os.path.join(source, 'ckpt.pt')}; train one with train.py or "
-                                f"pass --init_from=gpt2")
-    model, _, meta = model_lib.load(source)
+        raise configurator.ConfigError(
+            f"no checkpoint at {os.path.join(source, 'ckpt.pt')}; train one there (python train.py "
+            f"configs/wikitext2_gpt_mini.py --out_dir={source}), point --out_dir at a run's folder, or evaluate a "
+            f"Hugging Face GPT-2: --init_from=gpt2 (downloads it from the hub: needs the network) or "
+            f"--init_from=<a local folder in Hugging Face format>")
+    try:
+        model, _, meta = model_lib.load(source)
+    except (FileNotFoundError, ValueError) as e:  # a missing file, a damaged checkpoint, not a GPT-2
+        raise configurator.ConfigError(str(e)) from None
+    except OSError as e:  # transformers: the hub name is unknown or unreachable
+        raise configurator.ConfigError(
+            f"could not load the Hugging Face model {source!r} ({type(e).__name__}: {str(e).splitlines()[0][:160]}); "
+            f"a hub name needs the network, offline pass --init_from=<a local folder in Hugging Face format>") from None
     if meta["task"] != "lm":
         raise configurator.ConfigError(f"{source} holds a task {meta['task']!r} model; eval_ppl.py measures "
                                        f"language models (task 'lm') and Hugging Face GPT-2")
@@ -122,7 +132,9 @@ def load_model(cfg):
     name = cfg["attention"] or model.config.attention
     params = dict(cfg["attention_params"] if cfg["attention"] else model.config.attention_params)
     if cfg["attention"]:
-        configurator.check_attention_params(name, params)
+        c = model.config
+        configurator.check_attention_params(name, params, {"layer_idx": 0, "block_size": c.block_size,
+                                                           "n_head": c.n_head, "head_dim": c.n_embd // c.n_head})
     if cfg["protocol"] == "casino":
         params = casino_params(name, params)
     if cfg["attention"] or cfg["protocol"] == "casino":
@@ -181,8 +193,8 @@ def load_tokens(cfg, L):
     split = {"valid": "val", "validation": "val"}.get(cfg["split"], cfg["split"])
     try:
         data = wt2.load_split(split, cfg["dataset_config"], cfg["data_source_dir"] or None)
-    except (wt2.DataUnavailable, ValueError) as e:
-        raise configurator.ConfigError(str(e)) from e
+    except (DataError, ValueError) as e:  # missing, malformed or mismatched data; an unknown split
+        raise configurator.ConfigError(str(e)) from None
     start, end = token_range(len(data), L, cfg["fraction"], cfg["offset"])
     return np.asarray(data[start:end], dtype=np.int64), start, len(data)
 
@@ -235,6 +247,8 @@ def score(model, tokens, cfg, L):
     of context (filled for blocks / casino only).
     """
     stride = L if cfg["protocol"] in ("blocks", "casino") else cfg["stride"]
+    if stride > L:
+        raise configurator.ConfigError(f"stride must be in [1, L={L}] (the context length); got {stride}")
     wins = windows(len(tokens), L, stride)
     gen = torch.Generator().manual_seed(cfg["seed"])
     out = dict(nll_sum=0.0, entropy_sum=0.0, count=0, position_nll=np.zeros(L - 1),
@@ -287,6 +301,12 @@ def evaluate(cfg):
         raise configurator.ConfigError("per_position needs protocol=blocks or casino (positions of a block)")
     if cfg["temperature"] <= 0:
         raise configurator.ConfigError(f"temperature must be > 0; got {cfg['temperature']}")
+    for key in ("batch_size", "stride"):
+        if cfg[key] < 1:
+            raise configurator.ConfigError(f"{key} must be at least 1; got {cfg[key]}")
+    if cfg["block_size"] < 0:
+        raise configurator.ConfigError(f"block_size must be >= 0 (0 = the model's); got {cfg['block_size']}")
+    configurator.check_device(cfg["device"])
     model = load_model(cfg)
     L = cfg["block_size"] or model.config.block_size
     if not 2 <= L <= model.config.block_size:

@@ -871,10 +871,24 @@ def read_checkpoint(path):
 
     Raises:
         FileNotFoundError: no file at ``path``.
+        CheckpointError (a ValueError): the file is not a checkpoint train.py wrote (truncated,
+            another format); the message names the file.
     """
     if not os.path.exists(path):
         raise FileNotFoundError(f"no checkpoint at {path}; train one with train.py")
-    return torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # a truncated zip, a text file, a pickle of something else: all "not a checkpoint"
+        raise CheckpointError(f"{path} is not a readable checkpoint ({type(e).__name__}: {str(e)[:120]}); "
+                              f"train.py writes them whole, so it is damaged or not one of ours") from None
+    if not isinstance(ckpt, dict) or "model" not in ckpt or ("model_args" not in ckpt and "config" not in ckpt):
+        raise CheckpointError(f"{path} is not a checkpoint written by train.py (expected a dict with 'model' and "
+                              f"'model_args')")
+    return ckpt
+
+
+class CheckpointError(ValueError):
+    """A file that should be a checkpoint of ours and is not (``read_checkpoint``)."""
 
 
 def checkpoint_task(ckpt):

@@ -1,7 +1,7 @@
 """Train a model on a task, nanoGPT style: one loop for every task.
 
     python train.py configs/wikitext2_gpt_mini.py --max_iters=200 --attention=softmax
-    python train.py --init_from=resume --out_dir=out/wikitext2_gpt_mini   # continue a run exactly
+    python train.py --init_from=resume --out_dir=out/wikitext2_gpt_mini_softmax   # continue that run exactly
     python train.py --help                                   # every key, its default and meaning
     torchrun --standalone --nproc_per_node=2 train.py configs/wikitext2_gpt_mini.py   # DDP
 
@@ -52,12 +52,7 @@ def main(argv):
     """
     torch.set_flush_denormal(True)  # subnormal floats make CPU backward passes much slower
     cfg, explicit = configurator.parse_explicit(T.DEFAULTS, argv, help=T.HELP)
-    if "out_dir" not in explicit:  # named from the config layers: configs/lra/text.py + attention/fastmax1.py
-        files = [a for a in argv if not a.startswith("--")]
-        attention_file = any(os.path.basename(os.path.dirname(os.path.normpath(f))) == "attention" for f in files)
-        on_command_line = any(a.startswith("--attention=") for a in argv)
-        cfg["out_dir"] = T.layered_out_dir(files, cfg["attention"] if on_command_line and not attention_file
-                                           else None) or cfg["out_dir"]
+    cfg["out_dir"] = T.resolve_out_dir(cfg, explicit, argv)  # unset: configs/lra/text.py + attention/fastmax1.py
     if cfg["init_from"] not in T.INIT_FROM:
         raise ConfigError(f"init_from must be one of {', '.join(T.INIT_FROM)}, got {cfg['init_from']!r}")
     ckpt = None
@@ -69,6 +64,7 @@ def main(argv):
     tasks.check_task_keys(cfg, T.DEFAULTS, cfg["task"])
     T.check_config(cfg)
     T.check_trainable(cfg)
+    configurator.check_attention_params(cfg["attention"], cfg["attention_params"], T.attention_context(cfg))
     if cfg["num_threads"]:
         torch.set_num_threads(cfg["num_threads"])
     dist = T.Dist(cfg)
@@ -157,7 +153,9 @@ def train(cfg, task, dist, ckpt=None, command=None):
                 and os.path.exists(best_path):
             os.remove(best_path)  # a previous run's best weights must not be evaluated as this run's
         run_log, commit, summary = T.RunLog(cfg, iter_num, data), provenance.git_commit(), T.data_summary(data)
-        if summary is not None:
+        if cfg["init_from"] == "resume":
+            print(T.resume_message(cfg, iter_num, summary), flush=True)  # where, from where, how far, on what
+        elif summary is not None:
             print("data: " + ", ".join(f"{k} {v}" for k, v in summary.items()))
         print(f"task {cfg['task']}: {type(raw_model).__name__} with {raw_model.num_params() / 1e6:.2f}M parameters "
               f"(non-embedding), attention={cfg['attention']} {cfg['attention_params']}")

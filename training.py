@@ -38,6 +38,7 @@ import time
 import numpy as np
 import torch
 
+import configurator
 import data as data_lib
 import tasks
 from configurator import ConfigError
@@ -92,11 +93,16 @@ COMMON_DEFAULTS = dict(
     num_threads=0,
 )
 COMMON_HELP = dict(
-    out_dir="directory of ckpt.pt and log.jsonl; unset: out/ + the config files' names (configs/lra/text.py "
+    out_dir="directory of the run's files: ckpt.pt (the latest state: weights, optimizer, generators; written at "
+            "evaluations, see always_save_checkpoint; what init_from=resume continues from), best.pt (the weights "
+            "at the best value of the task's best metric, e.g. val_loss or val_accuracy, which the final "
+            "evaluation uses; written only by tasks with a final evaluation), log.jsonl, final_metrics.json; "
+            "unset: out/ + the config files' names (configs/lra/text.py "
             "configs/attention/fastmax1.py -> out/lra/text_fastmax1). A scratch run into a used out_dir renames "
             "its log.jsonl and final_metrics.json to log.<n>.jsonl / final_metrics.<n>.json (n = 1, 2, ...)",
-    init_from="'scratch' (new model) or 'resume' (continue from out_dir/ckpt.pt with its task, model and data "
-              "keys; only --init_from=resume --out_dir=DIR is needed)",
+    init_from="'scratch' (a new model; training it deletes an earlier run's best.pt in out_dir) or 'resume' (continue from "
+              "out_dir/ckpt.pt, the latest state, not best.pt, with its task, model and data keys; only "
+              "--init_from=resume --out_dir=DIR is needed)",
     eval_interval="evaluate (and checkpoint) every this many optimizer steps, and at max_iters",
     log_interval="log the training loss every this many optimizer steps",
     eval_iters="batches per split in each evaluation",
@@ -218,6 +224,7 @@ def check_config(cfg):
         raise ConfigError(str(e)) from None
     if cfg["adam_eps"] <= 0:
         raise ConfigError(f"adam_eps must be positive, got {cfg['adam_eps']}")
+    configurator.check_device(cfg["device"])
     if cfg["dtype"] not in DTYPES:
         raise ConfigError(f"unknown dtype {cfg['dtype']!r}; allowed: {', '.join(DTYPES)}")
     if cfg["dtype"] != "float32" and "cuda" not in cfg["device"]:
@@ -310,12 +317,15 @@ def read_checkpoint(path):
     """The checkpoint dict at ``path`` (``model.read_checkpoint``) for a resumed run.
 
     Raises:
-        ConfigError: there is no file at ``path``.
+        ConfigError: there is no file at ``path``, or it is not a readable checkpoint.
     """
     try:
         return model_lib.read_checkpoint(path)
     except FileNotFoundError:
-        raise ConfigError(f"init_from=resume but there is no checkpoint at {path}") from None
+        raise ConfigError(f"init_from=resume but there is no checkpoint at {path}; start the run with "
+                          f"init_from=scratch, or point out_dir at the folder of an earlier run") from None
+    except model_lib.CheckpointError as e:
+        raise ConfigError(str(e)) from None
 
 
 def resume_config(cfg, explicit, ckpt, path="ckpt.pt"):
@@ -365,6 +375,26 @@ def resume_config(cfg, explicit, ckpt, path="ckpt.pt"):
             raise ConfigError(_conflict(key, cfg[key], out[key], path))
     out["init_from"], out["out_dir"] = "resume", cfg["out_dir"]
     return out
+
+
+def resume_message(cfg, iter_num, data_summary=None):
+    """The one line a resumed run prints: its out_dir, the iteration it continues from, the
+    iterations left to ``max_iters``, the data's manifest summary (``data_summary``, None: left
+    out) and, when the cosine schedule ends (``lr_decay_iters``) before ``max_iters``, that the
+    steps past it run at ``min_lr``."""
+    left = max(cfg["max_iters"] - iter_num, 0)
+    parts = [f"resuming {cfg['out_dir']} from iteration {iter_num}: "
+             + ("eval_only, no training" if cfg["eval_only"] else
+                f"{left} iterations left to max_iters={cfg['max_iters']}"
+                + ("" if left else " (raise --max_iters to train further)"))]
+    if data_summary is not None:
+        parts.append("data: " + ", ".join(f"{k} {v}" for k, v in data_summary.items()))
+    first = max(iter_num, cfg["lr_decay_iters"])  # get_lr is min_lr from lr_decay_iters on
+    if cfg["lr_schedule"] == "cosine" and not cfg["eval_only"] and cfg["max_iters"] > first:
+        parts.append(f"max_iters={cfg['max_iters']} goes past lr_decay_iters={cfg['lr_decay_iters']}: the "
+                     f"{cfg['max_iters'] - first} steps from iteration {first} on run at min_lr={cfg['min_lr']:g} "
+                     f"(the cosine schedule has ended)")
+    return "; ".join(parts)
 
 
 def _conflict(name, value, saved, path):
@@ -418,6 +448,24 @@ def layered_out_dir(config_files, attention_name=None):
     if attention_name:
         parts.append(attention_name)
     return os.path.join("out", "_".join(parts))
+
+
+def resolve_out_dir(cfg, explicit, argv):
+    """The run's ``out_dir``: the one set (config file or --out_dir) if any, else the config layers'
+    name (``layered_out_dir`` of the config files in ``argv``, plus ``--attention=NAME`` when the
+    command line sets it without an attention file), else the default ``cfg["out_dir"]``.
+
+    Args:
+        cfg (dict), explicit (dict): what ``configurator.parse_explicit(DEFAULTS, argv)`` returned;
+        argv: the command line's arguments (config files and --key=value).
+    """
+    if "out_dir" in explicit:
+        return cfg["out_dir"]
+    files = [a for a in argv if not a.startswith("--")]
+    attention_file = any(os.path.basename(os.path.dirname(os.path.normpath(f))) == "attention" for f in files)
+    on_command_line = any(a.startswith("--attention=") for a in argv)
+    return layered_out_dir(files, cfg["attention"] if on_command_line and not attention_file else None) \
+        or cfg["out_dir"]
 
 
 def format_duration(seconds):
@@ -560,6 +608,15 @@ def inference_only_message(name, error=None):
     return (f"attention={name!r} cannot be trained: it is an inference-only method (its forward pass has no "
             f"gradient). Train with a trainable attention such as softmax and swap {name!r} in at evaluation "
             f"(python eval_ppl.py --attention={name})" + (f". The error was: {error}" if error else ""))
+
+
+def attention_context(cfg):
+    """The model context (``attention.MODEL_CONTEXT``) a first layer's attention gets from ``cfg``,
+    for checking the attention's parameter values before any data is read (the task may give the
+    model another ``block_size``, e.g. an LRA sequence length; values are checked alike)."""
+    head_dim = cfg["n_embd"] // cfg["n_head"] if cfg["n_head"] > 0 and cfg["n_embd"] % cfg["n_head"] == 0 else None
+    context = {"layer_idx": 0, "block_size": cfg["block_size"], "n_head": cfg["n_head"]}
+    return {**context, "head_dim": head_dim} if head_dim else context
 
 
 def check_trainable(cfg):

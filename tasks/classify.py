@@ -65,7 +65,8 @@ DEFAULTS = dict(
 )
 HELP = dict(
     lra_task=f"LRA task: {' | '.join(lra.TASKS)} (data/lra/<task>.py)",
-    lra_dir="root of the LRA files ('' = env LRA_DIR, else data/lra/files)",
+    lra_dir="root of the LRA files, the folder holding listops-1000/, pathfinder32/, imdb/, cifar10/ (as the "
+            "generators' --lra_dir; '' = env LRA_DIR, else data/lra/files)",
     max_len="tokens per sequence (per document for retrieval); 0 = the task's LRA length (MAX_LEN)",
     pooling="cls (prepend a CLS token, its final state) | mean (mean over real tokens)",
     lra_options="options of the task module's ensure()/load() as a dict, e.g. {'workers': 1}",

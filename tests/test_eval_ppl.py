@@ -262,7 +262,7 @@ def test_attention_swap_and_errors(checkpoint, tmp_path):
         evaluate(checkpoint, tmp_path, "--attention=softmax", "--attention.layer_idx=1")
     with pytest.raises(ValueError, match="allowed: strided, blocks, casino"):
         evaluate(checkpoint, tmp_path, "--protocol=sliding")
-    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+    with pytest.raises(configurator.ConfigError, match="no checkpoint.*needs the network"):
         eval_ppl.main([f"--out_dir={tmp_path}/none"])
 
 

@@ -9,8 +9,6 @@ import pytest
 import train
 from configurator import ConfigError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CIFAR_SUBSET = os.path.join(os.path.dirname(ROOT), "shared", "data", "cifar10-subset")
 SMALL = ["--task=classify", "--n_layer=1", "--n_head=2", "--n_embd=16", "--batch_size=4", "--num_threads=1",
          "--eval_interval=2", "--eval_max_batches=2", "--test_max_batches=2", "--log_interval=1"]
 
@@ -57,9 +55,8 @@ def test_resume_a_listops_run_with_only_out_dir(tmp_path, monkeypatch):
         "num_train": 64, "num_val": 16, "num_test": 16, "workers": 2}
 
 
-@pytest.mark.skipif(not os.path.isdir(CIFAR_SUBSET), reason="CIFAR-10 subset not found")
-def test_resume_an_image_run_with_only_out_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("CIFAR10_DIR", CIFAR_SUBSET)
+def test_resume_an_image_run_with_only_out_dir(tmp_path, monkeypatch, cifar10_dir):
+    monkeypatch.setenv("CIFAR10_DIR", cifar10_dir)  # $CIFAR10_DIR, else ../shared's subset (tests/conftest.py)
     monkeypatch.setenv("LRA_DIR", str(tmp_path / "lra"))
     out = tmp_path / "run"
     train.main([*SMALL, "--lra_task=image", f"--out_dir={out}", "--max_iters=2"])

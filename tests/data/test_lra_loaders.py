@@ -1,18 +1,17 @@
-"""LRA data modules text (byte IMDB), image (CIFAR-10 gray) and retrieval (AAN tsv): on the small
-real copies in ../shared (skipped when absent; the tests pass their paths, the product code never
-looks there) and on files the tests write, malformed ones included."""
+"""LRA data modules text (byte IMDB), image (CIFAR-10 gray) and retrieval (AAN tsv): on the real
+sources of $IMDB_DIR / $CIFAR10_DIR, else the small subsets in ../shared (the fixtures ``imdb_dir``,
+``cifar10_dir`` of tests/conftest.py; skipped, naming the variable, when neither exists; the tests
+pass the paths explicitly, the product code never looks in ../shared), and on files the tests
+write, malformed ones included."""
 import os
 import pickle
+import tarfile
 
 import numpy as np
 import pytest
 
 import data
 from data.lra import image, retrieval, text, token_dtype
-
-SHARED = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))), "shared", "data")
-IMDB_SUBSET = os.path.join(SHARED, "imdb", "subset_aclImdb")
-CIFAR_SUBSET = os.path.join(SHARED, "cifar10-subset", "cifar10_subset.npz")
 
 
 @pytest.fixture(autouse=True)
@@ -32,28 +31,58 @@ def check_interface(module, d, max_len, n_classes):
 # ---------------------------------------------------------------- text
 
 
-@pytest.mark.skipif(not os.path.isdir(IMDB_SUBSET), reason="IMDB subset not found")
-def test_text_from_the_real_subset(tmp_path):
-    text.ensure(str(tmp_path), imdb_source=IMDB_SUBSET)  # 100 reviews per class and split
+def imdb_reviews(source):
+    """{(split, sentiment): {review id: file}} of an aclImdb source (a directory or tarball, as
+    text.find_source reads it), and a function file -> its bytes."""
+    kind, path = text.find_source(source)
+    if kind == "tar":
+        archive = tarfile.open(path)
+        names, read = archive.getnames(), (lambda name: archive.extractfile(name).read())
+    else:
+        names = [os.path.relpath(os.path.join(d, f), path).replace(os.sep, "/") for d, _, files in os.walk(path)
+                 for f in files]
+
+        def read(name):
+            with open(os.path.join(path, name), "rb") as f:
+                return f.read()
+    reviews = {}
+    for name in names:
+        m = text.MEMBER.search(name)
+        if m and text.NAME.fullmatch(m.group(3)):
+            reviews.setdefault((m.group(1), m.group(2)), {})[int(m.group(3).split("_")[0])] = name
+    return reviews, read
+
+
+def test_text_from_the_real_subset(tmp_path, imdb_dir):
+    text.ensure(str(tmp_path), imdb_source=imdb_dir)  # the subset: 100 reviews per class and split
+    reviews, read = imdb_reviews(imdb_dir)
+    n = {key: len(ids) for key, ids in reviews.items()}
+    n_val = [round(text.VAL_FRACTION * n["train", s]) for s in ("neg", "pos")]  # the subset: 10, 10
+    n_train, n_test = n["train", "neg"] + n["train", "pos"], n["test", "neg"] + n["test", "pos"]
     splits = {s: text.load(str(tmp_path), s, 1000) for s in text.SPLITS}
     for d in splits.values():
         check_interface(text, d, 1000, 2)
-    assert [len(splits[s]["labels"]) for s in text.SPLITS] == [180, 20, 200]
-    assert np.bincount(splits["val"]["labels"]).tolist() == [10, 10]  # class-balanced hold-out
-    # byte ids: the first test review (neg, id 0) is test/neg/0_2.txt
-    with open(os.path.join(IMDB_SUBSET, "test", "neg", "0_2.txt"), "rb") as f:
-        raw = f.read()
+    # the subset: [180, 20, 200]
+    assert [len(splits[s]["labels"]) for s in text.SPLITS] == [n_train - sum(n_val), sum(n_val), n_test]
+    assert np.bincount(splits["val"]["labels"]).tolist() == n_val  # class-balanced hold-out
+    # byte ids: the first test review is the neg one of the lowest id (test/neg/0_2.txt)
+    raw = read(reviews["test", "neg"][min(reviews["test", "neg"])])
     d = splits["test"]
     assert d["labels"][0] == 0 and d["lengths"][0] == min(len(raw), 1000)
     assert bytes((d["tokens"][0, :d["lengths"][0]] - 1).astype(np.uint8).tolist()) == raw[:1000]
     long = text.load(str(tmp_path), "test", 4000)
-    assert long["tokens"].shape == (200, 4000) and (long["lengths"] >= d["lengths"]).all()
+    assert long["tokens"].shape == (n_test, 4000) and (long["lengths"] >= d["lengths"]).all()
     lra_style = text.load(str(tmp_path), "val", 1000, val="test")  # LRA: val = the test set
     assert np.array_equal(lra_style["tokens"], d["tokens"])
-    assert len(text.load(str(tmp_path), "train", 1000, val="test")["labels"]) == 200
-    # the hold-out is disjoint from train
-    train_rows = {r.tobytes() for r in splits["train"]["tokens"]}
-    assert not any(r.tobytes() in train_rows for r in splits["val"]["tokens"])
+    every = text.load(str(tmp_path), "train", 1000, val="test")
+    assert len(every["labels"]) == n_train
+    # the hold-out and train split the training reviews: disjoint (by review; the full IMDB holds a few
+    # duplicate texts, so a review of the hold-out can equal another one in train)
+    assert sorted(r.tobytes() for s in ("train", "val") for r in splits[s]["tokens"]) == sorted(
+        r.tobytes() for r in every["tokens"])
+    if len({r.tobytes() for r in every["tokens"]}) == n_train:  # no duplicate texts (the subset)
+        train_rows = {r.tobytes() for r in splits["train"]["tokens"]}
+        assert not any(r.tobytes() in train_rows for r in splits["val"]["tokens"])
 
 
 def write_imdb(root, files):
@@ -123,22 +152,26 @@ def tf_gray_reference(rgb):
     return np.floor(255.5 * (0.2989 * r + 0.5870 * g + 0.1140 * b) / 255).astype(np.int64)
 
 
-@pytest.mark.skipif(not os.path.exists(CIFAR_SUBSET), reason="CIFAR-10 subset not found")
-def test_image_from_the_real_subset(tmp_path):
-    image.ensure(str(tmp_path), cifar10_source=os.path.dirname(CIFAR_SUBSET))
+def test_image_from_the_real_subset(tmp_path, cifar10_dir):
+    image.ensure(str(tmp_path), cifar10_source=cifar10_dir)
+    kind, source = image.find_source(cifar10_dir)
     splits = {s: image.load(str(tmp_path), s) for s in image.SPLITS}
     for d in splits.values():
         check_interface(image, d, 1024, 10)
-    assert [len(splits[s]["labels"]) for s in image.SPLITS] == [900, 100, 1000]
+    sizes = [900, 100, 1000] if kind == "subset" else [45000, 5000, 10000]  # the full python batches
+    assert [len(splits[s]["labels"]) for s in image.SPLITS] == sizes
     assert splits["train"]["labels"][:10].tolist() == [6, 9, 9, 4, 1, 1, 2, 7, 8, 3]  # SOURCE.md
     assert splits["test"]["labels"][:4].tolist() == [3, 8, 8, 0]
-    with np.load(CIFAR_SUBSET) as z:
-        rgb = z["train_data_batch_1_first1000"][:50]
+    if kind == "subset":
+        with np.load(source) as z:
+            rgb = z["train_data_batch_1_first1000"][:50]
+    else:
+        rgb = image.read_batch(os.path.join(source, image.TRAIN_BATCHES[0]))[0][:50]
     ours = splits["train"]["tokens"][:50] - 1
     ref = np.stack([tf_gray_reference(im.reshape(3, 1024)) for im in rgb])
     assert np.abs(ours - ref).max() <= 1 and (ours == ref).mean() > 0.999
     short = image.load(str(tmp_path), "val", 100)
-    assert short["tokens"].shape == (100, 100) and (short["lengths"] == 100).all()
+    assert short["tokens"].shape == (sizes[1], 100) and (short["lengths"] == 100).all()
 
 
 def write_batches(root, n=10, skip=(), bad=None):

@@ -414,11 +414,10 @@ def test_lra_configs_parse_and_build():
         assert all(all(r[k] == cfgs[0][k] for k in same) for r in cfgs), t
 
 
-@pytest.mark.skipif(not os.path.isdir(os.path.join(os.path.dirname(ROOT), "shared", "data", "cifar10-subset")),
-                    reason="CIFAR-10 subset not found")
-def test_cpu_config_runs_on_real_data(tmp_path, monkeypatch):
-    """Two steps of the DANet Image config on the real CIFAR-10 subset, through train.py."""
-    monkeypatch.setenv("CIFAR10_DIR", os.path.join(os.path.dirname(ROOT), "shared", "data", "cifar10-subset"))
+def test_cpu_config_runs_on_real_data(tmp_path, monkeypatch, cifar10_dir):
+    """Two steps of the DANet Image config on the real CIFAR-10 ($CIFAR10_DIR, else ../shared's subset), through
+    train.py."""
+    monkeypatch.setenv("CIFAR10_DIR", cifar10_dir)
     out = tmp_path / "run"
     train.main([*lra_layers("image", "dense", "_cpu"), f"--out_dir={out}", f"--lra_dir={tmp_path / 'lra'}",
                 "--num_threads=1", "--batch_size=4", "--max_iters=2", "--eval_interval=2", "--eval_max_batches=2",
@@ -428,9 +427,7 @@ def test_cpu_config_runs_on_real_data(tmp_path, monkeypatch):
     assert final["config"]["block"] == "danet" and final["best_iter"] == 2
 
 
-@pytest.mark.skipif(not os.path.isdir(os.path.join(os.path.dirname(ROOT), "shared", "data", "cifar10-subset")),
-                    reason="CIFAR-10 subset not found")
-def test_sweep_script(tmp_path):
+def test_sweep_script(tmp_path, cifar10_dir):
     """scripts/sweeps/lra.sh: runs the grid (a task, an attention and the pair's override where one exists),
     skips finished cells, reports a missing attention file, writes the table."""
     import subprocess
@@ -439,7 +436,7 @@ def test_sweep_script(tmp_path):
                TABLE_OUT=str(tmp_path / "table"), LRA_DIR=str(tmp_path / "lra"), THREADS="1", PYTHONPATH=ROOT,
                PYTHON=sys.executable,  # the test's own interpreter, not whatever python is on PATH
                PATH="/usr/bin:/bin")  # a PATH without this environment's python: PYTHON must be used
-    env["CIFAR10_DIR"] = os.path.join(os.path.dirname(ROOT), "shared", "data", "cifar10-subset")
+    env["CIFAR10_DIR"] = cifar10_dir  # $CIFAR10_DIR, else ../shared's subset (tests/conftest.py)
     args = ["bash", os.path.join(ROOT, "scripts", "sweeps", "lra.sh"), "--max_iters=1", "--batch_size=2",
             "--eval_max_batches=1", "--test_max_batches=1", "--eval_interval=1"]
     r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)

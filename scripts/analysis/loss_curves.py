@@ -9,8 +9,9 @@ Input: each directory's ``log.jsonl`` as train.py writes it, one JSON object per
 ``{"iter", "eval": {"train_loss", "val_loss", ...}, "elapsed_s"}`` at every evaluation and
 ``{"iter", "loss", "lr", ...}`` every ``log_interval`` steps.
 
-Curves (left panels training loss, right panels validation loss; one colour per run; a second row
-shows the second half of the runs, ``--zoom``):
+Curves (left panels training loss, right panels validation loss; each run in its
+``scripts/plot_style.py`` style, the legend right of the panels; a second row shows the second half
+of the runs, ``--zoom``):
 - validation: ``eval.val_loss`` of every evaluation;
 - training, ``--train_loss=eval`` (default): ``eval.train_loss``, measured like the validation
   loss (evaluation mode, so without dropout, on the same fixed batches at every evaluation), so the
@@ -33,6 +34,7 @@ import os
 import sys
 
 import provenance
+from scripts import plot_style
 
 TRAIN_SOURCES = ("eval", "step")
 
@@ -118,10 +120,12 @@ def write_csv(path, runs, train_loss):
 
 
 def plot(path, runs, train_loss, title=None, zoom=0.5):
-    """Training and validation loss against iteration, one colour per run; the legend gives each
-    run's lowest validation loss. Top row: the whole runs. Bottom row (``zoom`` > 0): the same
-    curves from iteration zoom x (last iteration) on, with the y axis fitted to that part, where
-    runs that differ by a few hundredths of a nat can be told apart."""
+    """Training and validation loss against iteration, each run in its ``scripts.plot_style``
+    style (a run labelled by its attention, e.g. ``fastmax1``, has that method's color and marker
+    in every figure); one legend right of the panels gives each run's lowest validation loss.
+    Top row: the whole runs. Bottom row (``zoom`` > 0): the same curves from iteration zoom x
+    (last iteration) on, with the y axis fitted to that part, where runs that differ by a few
+    hundredths of a nat can be told apart."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -129,17 +133,19 @@ def plot(path, runs, train_loss, title=None, zoom=0.5):
     rows = 2 if zoom > 0 else 1
     fig, axes = plt.subplots(rows, 2, figsize=(11, 4.2 * rows), squeeze=False)
     last = max(max(run[curve][0][-1] for curve in ("train", "val") if run[curve][0]) for _, _, run in runs)
+    styles = plot_style.figure_styles([label for label, _, _ in runs])
     for row in range(rows):
         start = zoom * last if row == 1 else -1
         ax_train, ax_val = axes[row]
-        for n, (label, _, run) in enumerate(runs):
-            color = f"C{n % 10}"
+        for label, _, run in runs:
+            style = styles[label]
             for ax, curve, text in ((ax_train, "train", label),
                                     (ax_val, "val", f"{label} (lowest {min(run['val'][1]):.4f})")):
                 points = [(i, v) for i, v in zip(*run[curve]) if i >= start]
                 if points:
-                    marker = "." if curve == "val" or train_loss == "eval" else None
-                    ax.plot(*zip(*points), color=color, marker=marker, label=text)
+                    marker = style["marker"] if curve == "val" or train_loss == "eval" else None
+                    ax.plot(*zip(*points), color=style["color"], linestyle=style["linestyle"], marker=marker, ms=3,
+                            label=text)
         where = "" if row == 0 else f", from iteration {start:g}"
         ax_train.set_title("training loss" + (" (evaluation mode, fixed batches" if train_loss == "eval"
                                               else " (training steps") + where + ")", fontsize=10)
@@ -149,16 +155,14 @@ def plot(path, runs, train_loss, title=None, zoom=0.5):
             ax.grid(alpha=0.3)
         ax_train.set_ylabel("cross-entropy (nats per prediction)")
         if row == 0:
-            ax_train.legend(fontsize=8)
-            ax_val.legend(fontsize=8)
             low = min(ax.get_ylim()[0] for ax in (ax_train, ax_val))
             high = max(ax.get_ylim()[1] for ax in (ax_train, ax_val))
             for ax in (ax_train, ax_val):
                 ax.set_ylim(low, high)
     if title:
         fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    plot_style.legend_outside(fig, axes=[axes[0][1]], fontsize=8)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 

@@ -19,6 +19,7 @@ import math
 import numpy as np
 
 import provenance
+from scripts import plot_style
 
 
 def load_per_position(path):
@@ -90,15 +91,15 @@ def main(argv=None):
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4))
     mid = [math.sqrt(lo * hi) for lo, hi in buckets]
+    styles = plot_style.figure_styles(labels)
     for label, (means, _) in zip(labels, table):
-        ax.plot(mid, means, marker="o", label=label)
+        ax.plot(mid, means, label=label, **styles[label])
     ax.set_xscale("log", base=2)
     ax.set_xlabel("context length (tokens the prediction sees), bucket geometric mean")
     ax.set_ylabel("mean test NLL (nats / token)")
-    ax.legend()
     ax.grid(True, alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(args.out + ".png", dpi=120)
+    plot_style.legend_outside(fig, fontsize=8)
+    fig.savefig(args.out + ".png", dpi=120, bbox_inches="tight")
     provenance.record(args.out)
     print(f"wrote {args.out}.md, .csv, .png")
 

@@ -67,6 +67,8 @@ against T = 1024; DANet linear vs softmax throughput at T = 16384; auto against 
 Usage: nice -n 10 python -m scripts.bench.attention [--T 128,...,65536] [--D 32,64,128] [--threads 2]
            [--methods sdpa fastmax:p=2 @configs/attention/linear.py] [--add_methods tree:E=0.3]
        python -m scripts.bench.attention --suite layer --out results/bench_danet_layer/bench_danet_layer
+       python -m scripts.bench.attention --plot_only --out results/bench_attention/all   (draws <out>.png
+           again from <out>.json, no timing; the method styles: scripts/plot_style.py)
 (docs/benchmark.md: the full CPU run.)
 """
 import argparse
@@ -95,6 +97,7 @@ from attention.reformer import bucket_count, chunk_length
 from attention.tree.schedule import terms_table
 from data import write_json
 import provenance
+from scripts import plot_style
 from scripts.bench.common import (ROOT, cuda_event_timer, loglog_axes, make_inputs, matmul_peak, median_seconds,
                                   parse_list, peak_added_mb, run_child, run_once, synchronize, write_csv)
 
@@ -113,6 +116,7 @@ ALIASES = {
 AUTHORS_PARAMS = {k: p.default for k, p in inspect.signature(authors_formulation).parameters.items()
                   if k not in ("q", "k", "v", "causal")}
 LINEARITY_LIMIT = 1.5  # issue 26: time(16384) within 1.5x of 16 x time(1024)
+REFERENCE_STYLE = {"color": "black", "marker": "s", "linestyle": "--"}  # the plot's reference (SDPA)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -792,35 +796,28 @@ def _best_fraction(rows, label):
     return 100 * max(fractions) if fractions else None
 
 
-def plot(rows, labels, path, D):
-    """Log-log time against T per method, one panel per (mode, causal) at head dim D."""
+def plot(rows, labels, path, D, reference="sdpa"):
+    """Log-log time against T per method, one panel per (mode, causal) at head dim D; each method
+    in its ``scripts.plot_style`` style (the reference: black, dashed), one legend right of the
+    panels. Returns the figure (closed)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     panels = [(mode, causal) for mode in MODES for causal in (False, True)]
     fig, axes = plt.subplots(2, 2, figsize=(13, 9), squeeze=False)
-    colors = plt.get_cmap("tab20").colors
-    markers = "os^vD<>ph*"
+    styles = plot_style.figure_styles([label for label in labels if label != reference])
     for ax, (mode, causal) in zip(axes.flat, panels):
-        for i, label in enumerate(labels):
+        for label in labels:
             pts = sorted((r["T"], r["seconds"]) for r in rows if r["method"] == label and r["D"] == D
                          and r["mode"] == mode and r["causal"] == causal and r["seconds"])
             if pts:
-                reference = label == "sdpa"
-                ax.plot(*zip(*pts), marker=markers[i % len(markers)], ms=3, lw=1.6 if reference else 1.2,
-                        color="black" if reference else colors[i % len(colors)], ls="--" if reference else "-",
-                        label=label)
+                style = REFERENCE_STYLE if label == reference else styles[label]
+                ax.plot(*zip(*pts), ms=4, lw=1.6 if label == reference else 1.2, label=label, **style)
         loglog_axes(ax, f"D={D} {'causal' if causal else 'non-causal'} {mode}", "time per call (s)")
-    handles, names = [], []
-    for ax in axes.flat:
-        for h, n in zip(*ax.get_legend_handles_labels()):
-            if n not in names:
-                handles.append(h)
-                names.append(n)
-    fig.legend(handles, names, loc="center right", fontsize=7)
-    fig.tight_layout(rect=(0, 0, 0.82, 1))
-    fig.savefig(path, dpi=110)
+    plot_style.legend_outside(fig, fontsize=8)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
+    return fig
 
 
 # ----------------------------------------------------------------------------------------------
@@ -897,20 +894,41 @@ def layer_targets(rows):
 
 
 def plot_layers(rows, path):
+    """Tokens/s against T per layer method, one panel per mode, one legend right of the panels.
+    Returns the figure (closed)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, len(MODES), figsize=(5.5 * len(MODES), 4), squeeze=False)
+    styles = plot_style.figure_styles(LAYER_METHODS)
     for ax, mode in zip(axes[0], MODES):
         for method in LAYER_METHODS:
             pts = sorted((r["T"], r["tokens_per_s"]) for r in rows
                          if r["method"] == method and r["mode"] == mode and r["tokens_per_s"])
             if pts:
-                ax.plot(*zip(*pts), marker="o", ms=3, label=method)
+                ax.plot(*zip(*pts), ms=4, label=method, **styles[method])
         loglog_axes(ax, f"one encoder layer, {mode}", "tokens / s")
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    plot_style.legend_outside(fig, fontsize=8)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return fig
+
+
+def replot(out, plot_D=64):
+    """Draw ``<out>.png`` again from the rows of ``<out>.json`` (``--plot_only``: no timing; the
+    CSV, JSON, table and manifest are left as they are): the layer suite's figure when the rows
+    hold tokens/s, else the attention figure of the JSON's methods (else the rows' methods in
+    order) at head dim ``plot_D`` if measured, else 64, else the first D (the run's rule)."""
+    with open(out + ".json") as f:
+        data = json.load(f)
+    rows = data["rows"]
+    if rows and "tokens_per_s" in rows[0]:
+        return plot_layers(rows, out + ".png")
+    labels = ([m["label"] for m in data["methods"]] if data.get("methods")
+              else list(dict.fromkeys(r["method"] for r in rows)))
+    Ds = sorted({r["D"] for r in rows})
+    D = plot_D if plot_D in Ds else (64 if 64 in Ds else Ds[0])
+    return plot(rows, labels, out + ".png", D)
 
 
 def memory_limit(args):
@@ -1034,10 +1052,18 @@ def main(argv=None):
     ap.add_argument("--suite", default="attention", choices=["attention", "layer"],
                     help="attention: the mechanisms on (1, heads, T, D); layer: one encoder layer's tokens/s")
     ap.add_argument("--layer_tokens", type=int, default=16384, help="--suite layer: tokens per call (B = this // T)")
+    ap.add_argument("--plot_only", action="store_true",
+                    help="only draw <out>.png again from <out>.json (no timing; --out, --plot_D apply)")
     ap.add_argument("--_child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args._child:
         print(measure_peak_child(json.loads(args._child)))
+        return None
+    if args.plot_only:
+        out = args.out or ("results/bench_danet_layer/bench_danet_layer" if args.suite == "layer"
+                           else "results/bench_attention/all")
+        replot(out, args.plot_D)
+        print(f"wrote {out}.png")
         return None
 
     torch.set_num_threads(args.threads)

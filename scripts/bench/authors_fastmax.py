@@ -94,6 +94,7 @@ import attention.fastmax  # noqa: F401
 from attention.fastmax.authors_baseline import authors_formulation
 from data import write_json
 import provenance
+from scripts import plot_style
 from scripts.bench.common import (loglog_axes, make_inputs, median_seconds, parse_list, peak_added_mb, run_child,
                                   run_once, write_csv)
 
@@ -522,19 +523,20 @@ def plot(check_rows, time_rows, path):
         ax.set_title(f"max rel diff (out, dq, dk, dv) p={p} {'causal' if causal else 'non-causal'}"
                      + (f" T={sel[0]['T']}" if sel else ""), fontsize=7)
         ax.tick_params(axis="x", labelsize=6)
+    methods = list(dict.fromkeys(r["method"] for r in time_rows))
+    styles = plot_style.figure_styles(methods)
     for mi, mode in enumerate(MODES if time_rows else ()):
         for pi, (p, causal) in enumerate(panels):
             ax = axes[first + mi][pi]
-            for method in dict.fromkeys(r["method"] for r in time_rows):
+            for method in methods:
                 pts = sorted((r["T"], r["seconds"]) for r in time_rows if r["method"] == method and r["p"] == p
                              and r["causal"] == causal and r["mode"] == mode and r["seconds"])
                 if pts:
-                    ax.plot(*zip(*pts), marker="o", ms=3, label=method)
+                    ax.plot(*zip(*pts), ms=3, label=method, **styles[method])
             loglog_axes(ax, f"p={p} {'causal' if causal else 'non-causal'} {mode}", "time (s)", fontsize=8)
-            ax.legend(fontsize=6)
     fig.suptitle("blue: same function (rounding only); red: different semantics (reported)", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    plot_style.legend_outside(fig, axes=[ax for row in axes[first:] for ax in row], fontsize=7)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 

@@ -15,10 +15,14 @@ writes token files once, plus the helpers the tasks share.
   build removes it); a failed build (a bad source) leaves the previous folder as it was.
 - ``sample_windows``: random fixed-length windows of a 1-D token array, a pure function of a seed.
 - ``atomic_write`` / ``write_json``: files that readers never see half-written.
+- ``ArgumentParser`` / ``command_errors``: the data commands (``python -m data.<...>``) report a bad
+  argument or a data problem as one ``error:`` line and exit status 2, as train.py does.
 """
+import argparse
 import json
 import os
 import shutil
+import sys
 
 import numpy as np
 
@@ -326,3 +330,26 @@ def write_json(path, obj, indent=1, **dump_kwargs):
     Raises TypeError (from ``json``) for an object it cannot serialize; ``path`` is then untouched.
     """
     return write_text(path, json.dumps(obj, indent=indent, **dump_kwargs))
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` whose usage errors are one line, ``error: <message>`` on stderr,
+    and exit status 2 (argparse's own prints the usage first); ``--help`` is unchanged."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message} (see --help)\n")
+
+
+class command_errors:
+    """``with data.command_errors(): ...`` in a data command's ``main``: a ``DataError``, a
+    ``ValueError`` (a rejected option value) or a ``FileNotFoundError`` ends the command with one
+    ``error: <message>`` line on stderr and exit status 2, without a traceback."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, tb):
+        if kind is not None and issubclass(kind, (DataError, ValueError, FileNotFoundError)):
+            print(f"error: {error}", file=sys.stderr, flush=True)
+            raise SystemExit(2) from None
+        return False

@@ -34,7 +34,6 @@ from the options asked for is generated again (``data.ensure_manifest``).
 
     python -m data.recall --seq_len=256 --num_pairs=16 [--vocab_size=8192 --power_a=0.01 --seed=0]
 """
-import argparse
 import os
 
 import numpy as np
@@ -174,7 +173,7 @@ def load(directory, split):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = data.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seq_len", type=int, default=256)
     ap.add_argument("--num_pairs", type=int, default=16)
     ap.add_argument("--vocab_size", type=int, default=8192)
@@ -183,9 +182,15 @@ def main(argv=None):
     ap.add_argument("--filler", default="zero", choices=FILLERS)
     ap.add_argument("--sizes", default="20000,1000,1000", help="train,val,test examples")
     args = ap.parse_args(argv)
-    sizes = dict(zip(SPLITS, (int(x) for x in args.sizes.split(","))))
-    print(prepare(args.seq_len, args.num_pairs, args.vocab_size, args.power_a, args.seed, sizes,
-                  filler=args.filler))
+    try:
+        counts = [int(x) for x in args.sizes.split(",")]
+    except ValueError:
+        ap.error(f"--sizes must be three comma-separated integers (train,val,test); got {args.sizes!r}")
+    if len(counts) != len(SPLITS):
+        ap.error(f"--sizes must give {len(SPLITS)} counts (train,val,test); got {args.sizes!r}")
+    with data.command_errors():
+        print(prepare(args.seq_len, args.num_pairs, args.vocab_size, args.power_a, args.seed,
+                      dict(zip(SPLITS, counts)), filler=args.filler))
 
 
 if __name__ == "__main__":

@@ -49,7 +49,6 @@ import csv
 import math
 import os
 import random
-import sys
 import time
 from multiprocessing import Pool
 
@@ -428,7 +427,7 @@ def _parse_row(file, line, row, max_len):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = data.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--lra_dir", default=None, help="the LRA root, as train.py's --lra_dir: the files go to "
                    f"LRA_DIR/{FOLDER}/basic_{{train,val,test}}.tsv (default: $LRA_DIR, else data/lra/files)")
     p.add_argument("--num_train", type=int, default=96000)
@@ -444,11 +443,8 @@ def main(argv=None):
 
     lra_dir = a.lra_dir or default_lra_dir()
     t0 = time.time()
-    try:
+    with data.command_errors():
         m = ensure(lra_dir, a.num_train, a.num_val, a.num_test, a.seed, a.workers, replace=False)
-    except (data.DataError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
     n, dt = sum(m["sizes"].values()), time.time() - t0
     print(f"{os.path.join(lra_dir, FOLDER)}: {n:,} examples ({m['source']}, seed {m.get('seed', 'unknown')}), "
           f"{dt:.1f} s with {a.workers} worker(s)")

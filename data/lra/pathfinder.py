@@ -68,7 +68,6 @@ another ``num`` is a ``DataMismatch``).
 import argparse
 import math
 import os
-import sys
 import time
 from multiprocessing import Pool
 
@@ -643,7 +642,7 @@ def load(lra_dir, split, max_len=MAX_LEN, resolution=32, difficulty=DEFAULT_DIFF
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = data.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lra_dir", default=None, help="the LRA root, as train.py's --lra_dir: images go to "
                     "LRA_DIR/pathfinder<resolution>/<difficulty>/ (default: $LRA_DIR, else data/lra/files)")
     ap.add_argument("--resolution", type=int, default=32, choices=sorted(PARAMS))
@@ -660,11 +659,8 @@ def main(argv=None):
 
     lra_dir = a.lra_dir or default_lra_dir()
     t0 = time.time()
-    try:
+    with data.command_errors():
         m = ensure(lra_dir, a.resolution, a.difficulty, a.num, a.seed, a.workers, a.batch_size, replace=False)
-    except data.DataError as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
     dt = time.time() - t0
     print(f"{folder(lra_dir, a.resolution, a.difficulty)}: {m['sizes']['num']:,} images ({m['source']}, "
           f"seed {m.get('seed', 'unknown')}), {dt:.1f} s with {a.workers} worker(s)")

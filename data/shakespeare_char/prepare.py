@@ -49,7 +49,6 @@ import hashlib
 import json
 import os
 import pathlib
-import sys
 
 import numpy as np
 
@@ -361,14 +360,12 @@ def open_split(split, out_dir=None):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = data.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--source_file", default=None, help=f"the text file (default: ${ENV_VAR}, then the lookup above)")
     parser.add_argument("--out_dir", default=None, help=f"output directory (default {DEFAULT_OUT_DIR})")
     args = parser.parse_args(argv)
-    try:
+    with data.command_errors():
         prepare(args.source_file, args.out_dir)
-    except data.DataError as e:
-        sys.exit(f"error: {e}")
 
 
 if __name__ == "__main__":

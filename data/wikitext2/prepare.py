@@ -36,7 +36,6 @@ import argparse
 import hashlib
 import json
 import os
-import sys
 import time
 
 import numpy as np
@@ -358,15 +357,13 @@ def load_split(split, config="wikitext-2-v1", source_dir=None):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = data.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="wikitext-2-v1", choices=CONFIGS)
     parser.add_argument("--source_dir", default=None, help="directory with wiki.{train,valid,test}.tokens")
     parser.add_argument("--out_dir", default=None)
     args = parser.parse_args(argv)
-    try:
+    with data.command_errors():
         prepare(args.config, args.source_dir, args.out_dir)
-    except data.DataError as e:
-        sys.exit(f"error: {e}")
 
 
 if __name__ == "__main__":

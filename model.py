@@ -54,6 +54,19 @@ class ModelConfig:
             block; frequencies theta_i from ``relpe_freqs``; any T) or "none" (any T).
         embedding_init_std: standard deviation of the token embedding's N(0, std^2) initialisation
             (GPT-2: 0.02; the LRA transformers: 1.0, beside their sinusoidal positions of amplitude 1).
+        pos_embedding_init_std: standard deviation of the learned position embedding's N(0, std^2)
+            initialisation (GPT-2: 0.02; Zoology's MQAR models and PyTorch's ``nn.Embedding``: 1.0).
+        tie_lm_head: True (default, GPT-2): the GPT's LM head is the token embedding; False: a
+            separate (V, C) matrix initialised N(0, 0.02^2), as in Zoology's MQAR models. GPT only.
+        mlp: True (default): transformer blocks have the GPT-2 MLP; False: attention-only blocks
+            x + attn(ln_1(x)) (the 2-layer models of Zoology's Figure 2). Transformer blocks only.
+        scale_residual_init: True (default, GPT-2): the residual projections (``c_proj``) are
+            initialised N(0, (0.02 / sqrt(2 n_layer))^2); False: N(0, 0.02^2) like every Linear.
+        linear_init: "gpt2" (default): Linear weights N(0, 0.02^2), biases zero; "pytorch": the
+            Linear layers keep PyTorch's default initialisation (weights and biases uniform in
+            +-1 / sqrt(fan_in), about 0.072 at width 64), as in Zoology's MQAR models. The
+            embeddings follow ``embedding_init_std`` / ``pos_embedding_init_std`` either way;
+            DANet blocks keep the authors' initialisation.
         token_shift: False (default) or True: the embedding output e_t (token plus added position
             embedding) becomes e_t + W_s e_(t-1) before the first block (e_(-1) = 0; W_s a learned
             C x C matrix). A one-step mixing of neighbours like RWKV's token shift (Peng et al. 2023,
@@ -103,6 +116,11 @@ class ModelConfig:
     block: str = "transformer"
     pos_emb: str = "learned"
     embedding_init_std: float = 0.02
+    pos_embedding_init_std: float = 0.02
+    tie_lm_head: bool = True
+    mlp: bool = True
+    scale_residual_init: bool = True
+    linear_init: str = "gpt2"
     token_shift: bool = False
     layer_scheme: str = "G"
     window: int = 0
@@ -142,8 +160,16 @@ class ModelConfig:
                              f"got {self.n_embd}")
         if not self.embedding_init_std > 0:
             raise ValueError(f"embedding_init_std must be > 0; got {self.embedding_init_std}")
-        if not isinstance(self.token_shift, bool):
-            raise ValueError(f"token_shift must be True or False; got {self.token_shift!r}")
+        if not self.pos_embedding_init_std > 0:
+            raise ValueError(f"pos_embedding_init_std must be > 0; got {self.pos_embedding_init_std}")
+        for key in ("token_shift", "tie_lm_head", "mlp", "scale_residual_init"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"{key} must be True or False; got {getattr(self, key)!r}")
+        if self.linear_init not in LINEAR_INITS:
+            raise ValueError(f"linear_init must be one of {', '.join(LINEAR_INITS)}; got {self.linear_init!r}")
+        if not self.mlp and self.block != "transformer":
+            raise ValueError("mlp=False (attention-only blocks) applies to block='transformer'; DANet blocks keep "
+                             "their FFN")
         if not self.layer_scheme or set(self.layer_scheme) - set(LAYER_KINDS):
             raise ValueError(f"layer_scheme must be a non-empty string of the letters {', '.join(LAYER_KINDS)} "
                              f"(G global, L local, S shifted local); got {self.layer_scheme!r}")
@@ -174,14 +200,23 @@ class ModelConfig:
 
 
 # The architecture keys above GPT-2's, as config keys of the training tasks (defaults = ModelConfig's).
-ARCHITECTURE_DEFAULTS = dict(block="transformer", pos_emb="learned", embedding_init_std=0.02, token_shift=False,
-                             layer_scheme="G",
+ARCHITECTURE_DEFAULTS = dict(block="transformer", pos_emb="learned", embedding_init_std=0.02,
+                             pos_embedding_init_std=0.02, tie_lm_head=True, mlp=True, scale_residual_init=True,
+                             linear_init="gpt2",
+                             token_shift=False, layer_scheme="G",
                              window=0, maxnorm_eps=1e-3, ffn_linf_norm=0.0, relpe_freqs="paper",
                              relpe_local_positions=False, embedding_maxnorm=False)
 ARCHITECTURE_HELP = dict(
     block="transformer (GPT-2 pre-LN block) | danet (DenseAttention Network block; needs attention=dense)",
     pos_emb="learned (T <= block_size) | sinusoidal (fixed table, any T) | cosine_relpe (Cosine RelPE, any T) | none",
     embedding_init_std="std of the token embedding's initialisation (GPT-2 0.02; LRA 1.0)",
+    pos_embedding_init_std="std of the learned position embedding's initialisation (GPT-2 0.02; Zoology's MQAR "
+                           "models 1.0)",
+    tie_lm_head="GPT: the LM head is the token embedding (GPT-2) | False: a separate matrix (Zoology's MQAR models)",
+    mlp="transformer blocks with the MLP (GPT-2) | False: attention-only blocks (Zoology's Figure 2 models)",
+    scale_residual_init="residual projections c_proj initialised with std 0.02 / sqrt(2 n_layer) (GPT-2) | False: 0.02",
+    linear_init="gpt2 (Linear weights N(0, 0.02^2), zero biases) | pytorch (PyTorch's default uniform init, Zoology's "
+                "MQAR models)",
     token_shift="add W_s e_(t-1) to the embedding output e_t before the first block (RWKV's token shift)",
     layer_scheme="DANet layers cycled over the stack: G global, L local, S shifted local (e.g. LSG)",
     window="window of the DANet L and S layers (positions)",
@@ -217,6 +252,7 @@ def config_from_run(cfg, **sizes):
 
 
 BLOCKS = ("transformer", "danet")
+LINEAR_INITS = ("gpt2", "pytorch")
 POS_EMBS = ("learned", "sinusoidal", "cosine_relpe", "none")
 LAYER_KINDS = ("G", "L", "S")
 RELPE_BASE = 10000.0
@@ -390,14 +426,16 @@ class Block(nn.Module):
 
     def __init__(self, config, causal, layer_idx=0):
         super().__init__()
+        self.config_mlp = config.mlp
         self.ln_1 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon, bias=config.bias)
         self.attn = SelfAttention(config, causal, layer_idx)
-        self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon, bias=config.bias)
-        self.mlp = MLP(config)
+        if config.mlp:  # else attention-only (config.mlp False): no ln_2, no MLP
+            self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon, bias=config.bias)
+            self.mlp = MLP(config)
 
     def forward(self, x, attention_mask=None, relpe=None):
         x = x + self.attn(self.ln_1(x), attention_mask, relpe)
-        return x + self.mlp(self.ln_2(x))
+        return x + self.mlp(self.ln_2(x)) if self.config_mlp else x
 
 
 class DenseSelfAttention(AttentionLayer):
@@ -612,21 +650,23 @@ class Transformer(nn.Module):
 
 
 def _init_weights(model, config):
-    """GPT-2 initialisation: N(0, 0.02), zero biases, residual projections scaled by 1/sqrt(2 n_layer);
-    the token embedding N(0, ``config.embedding_init_std``^2) (0.02 by default, as GPT-2).
+    """GPT-2 initialisation: N(0, 0.02), zero biases, residual projections scaled by 1/sqrt(2 n_layer)
+    (``config.scale_residual_init``), or PyTorch's own for the Linear layers (``config.linear_init``
+    "pytorch"); the token embedding N(0, ``config.embedding_init_std``^2) and the position embedding
+    N(0, ``config.pos_embedding_init_std``^2) (0.02 by default, as GPT-2).
     DANet blocks as in the authors' code: W_Q ~ N(0, (0.02 / sqrt(2 n_layer C))^2), FFN weights
     ~ N(0, 1 / (2 * 4C))."""
-    n_layer = config.n_layer
+    n_layer, gpt2 = config.n_layer, config.linear_init == "gpt2"
     for module in model.modules():
-        if isinstance(module, nn.Linear):
+        if isinstance(module, nn.Linear) and gpt2:  # "pytorch": the constructors' own initialisation stays
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):  # in module order, so the default draws as GPT-2's
-            std = config.embedding_init_std if module is model.transformer.wte else 0.02
+            std = config.embedding_init_std if module is model.transformer.wte else config.pos_embedding_init_std
             nn.init.normal_(module.weight, mean=0.0, std=std)
     for name, p in model.named_parameters():
-        if name.endswith("c_proj.weight"):
+        if name.endswith("c_proj.weight") and config.scale_residual_init and gpt2:
             nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * n_layer))
     for module in model.modules():  # DANet: the authors' initialisation
         if isinstance(module, DenseSelfAttention):
@@ -723,7 +763,8 @@ class GPT(AttentionSwapMixin, nn.Module):
         self.transformer = Transformer(config, causal=True)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         _init_weights(self, config)
-        self.lm_head.weight = self.transformer.wte.weight  # tied, as in GPT-2
+        if config.tie_lm_head:
+            self.lm_head.weight = self.transformer.wte.weight  # tied, as in GPT-2
         self.rescale_ffn()  # DANet FFN scales from the start (appendix G)
 
     def forward(self, idx, targets=None, attention_mask=None, only_targets=False):
@@ -788,6 +829,9 @@ class BertEncoder(AttentionSwapMixin, nn.Module):
 
     def __init__(self, config):
         super().__init__()
+        if not config.tie_lm_head:
+            raise ValueError("tie_lm_head=False applies to the GPT's LM head; the encoder's MLM decoder is always "
+                             "tied to the token embedding")
         self.config = config
         self.transformer = Transformer(config, causal=False)
         self.mlm_dense = nn.Linear(config.n_embd, config.n_embd)

@@ -4,7 +4,8 @@
 #   zoology_*  the shape of Zoology's Figure 2 models (attention only, untied head, embeddings and
 #              positions N(0, 1), PyTorch's Linear init, AdamW betas (0.9, 0.999), constant rate, no
 #              clipping), with one ingredient put back to the GPT's value;
-#   gpt_*      the recall GPT of configs/recall/mqar.py, with one ingredient of that shape added.
+#   gpt_*      the recall GPT of configs/recall/mqar.py, with one ingredient of that shape added, then
+#              the three that the zoology_* rows single out, together.
 # Then the table: python -m scripts.analysis.recall_ablation_table OUT_ROOT --out=TABLE_OUT
 #
 #   scripts/sweeps/recall_ablation.sh                 # every row below
@@ -20,9 +21,11 @@ set -u
 cd "$(dirname "$0")/../.."
 ZOOLOGY="--mlp=False --tie_lm_head=False --embedding_init_std=1.0 --pos_embedding_init_std=1.0 --linear_init=pytorch
  --beta2=0.999 --lr_schedule=constant --warmup_iters=0 --grad_clip=0.0"
+INITS="--linear_init=pytorch --tie_lm_head=False --embedding_init_std=1.0"  # the three that matter (the table)
 ALL_ROWS="zoology zoology_gpt2_linear_init zoology_embeddings_0.02 zoology_positions_0.02 zoology_tied_head
  zoology_mlp zoology_beta2_0.99 zoology_cosine_warmup zoology_clip_1 gpt gpt_pytorch_linear_init gpt_embeddings_1
- gpt_untied_head gpt_no_mlp gpt_unscaled_residual_init gpt_zoology_optimizer gpt_pytorch_linear_init_untied_head"
+ gpt_untied_head gpt_no_mlp gpt_unscaled_residual_init gpt_zoology_optimizer gpt_pytorch_linear_init_untied_head
+ gpt_three_inits gpt_three_inits_constant_lr"
 ROWS=${ROWS:-$ALL_ROWS}
 OUT_ROOT=${OUT_ROOT:-out/recall_ablation}
 TABLE_OUT=${TABLE_OUT:-results/recall/ablation_64_4}
@@ -49,6 +52,8 @@ row_args() {  # the train.py arguments of a row, after configs/recall/mqar.py an
     gpt_unscaled_residual_init) echo "--scale_residual_init=False" ;;
     gpt_zoology_optimizer) echo "--beta2=0.999 --lr_schedule=constant --warmup_iters=0 --grad_clip=0.0" ;;
     gpt_pytorch_linear_init_untied_head) echo "--linear_init=pytorch --tie_lm_head=False" ;;
+    gpt_three_inits) echo "$INITS" ;;
+    gpt_three_inits_constant_lr) echo "$INITS --lr_schedule=constant --warmup_iters=0" ;;
     *) return 1 ;;
   esac
 }

@@ -41,3 +41,10 @@ def test_an_empty_root_is_one_error_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         table.main([str(tmp_path)])
     assert e.value.code == 2 and capsys.readouterr().err.startswith("error: no run")
+
+
+def test_one_base_for_every_row(tmp_path):
+    fake_run(tmp_path, "zoology_s0", [0.0, 0.01], 0.01)
+    fake_run(tmp_path, "gpt_s0", [0.0, 0.02], 0.02, mlp=True, tie_lm_head=True)
+    by = {r["row"]: r for r in table.main([str(tmp_path), "--base=zoology_s0"])}
+    assert by["gpt_s0"]["changes"] == "mlp=True tie_lm_head=True" and by["zoology_s0"]["changes"] == "(the base)"

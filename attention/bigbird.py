@@ -16,8 +16,9 @@ attends key block m when
   Face's BigBird); a global query block attends to every key;
 - m is one of the r = ``num_random_blocks`` random key blocks of n (per head): drawn without
   replacement from the blocks that are neither global nor in n's window (causal: m < n), fewer
-  when fewer exist; a torch.Generator seeded with ``seed`` draws them, so a (seed, T, H) gives
-  the same blocks in every call and every layer;
+  when fewer exist; a torch.Generator seeded with ``seed + 1_000_003 * layer_idx`` draws them
+  (``random_per_layer``, the default, as LRA seeds a draw per layer; else ``seed`` in every
+  layer), so a (seed, layer, T, H) gives the same blocks in every call;
 
 token pairs further need j <= i when causal and a real key j (``attention_mask``). Then softmax
 over the allowed keys; a row with no allowed key outputs zeros. There is no switch to full
@@ -153,6 +154,12 @@ class BigBird(SparseAttention):
         num_global_blocks (int): >= 0, global blocks g: the first ceil(g / 2) and the last
             floor(g / 2) (2: first and last).
         seed (int): >= 0, seed of the random blocks.
+        random_per_layer (bool): True (default, as LRA seeds its draw per layer): layer l draws
+            its random blocks from the seed ``seed + 1_000_003 l``, so the layers of a model see
+            different random blocks (layer 0 keeps ``seed``); False: every layer the same draw
+            (the runs archived before 2026-11-27 used this).
+        layer_idx (int): model context (``attention.MODEL_CONTEXT``), the block's layer; 0 when
+            built alone.
         implementation (str): "fast" (blockwise, default) or "reference" (the (T, T) mask).
 
     Raises:
@@ -162,7 +169,7 @@ class BigBird(SparseAttention):
     """
 
     def __init__(self, block_size_sparse=64, num_random_blocks=3, num_window_blocks=3, num_global_blocks=2, seed=0,
-                 implementation="fast"):
+                 random_per_layer=True, implementation="fast", layer_idx=0):
         check_int("block_size_sparse", block_size_sparse, 1, "positions per block")
         check_int("num_random_blocks", num_random_blocks, 0, "random key blocks per query block")
         check_int("num_window_blocks", num_window_blocks, 1, "blocks of the sliding window, odd")
@@ -171,8 +178,13 @@ class BigBird(SparseAttention):
                              f"got num_window_blocks={num_window_blocks}")
         check_int("num_global_blocks", num_global_blocks, 0, "global: the first ceil(g/2), the last floor(g/2) blocks")
         check_int("seed", seed, 0, "seed of the random blocks")
+        check_int("layer_idx", layer_idx, 0, "the block's layer (model context)")
+        if not isinstance(random_per_layer, bool):
+            raise ValueError(f"random_per_layer must be True or False; got {random_per_layer!r}")
+        layer_seed = seed + 1_000_003 * layer_idx if random_per_layer else seed
         super().__init__(implementation, block=block_size_sparse, num_random_blocks=num_random_blocks,
-                         num_window_blocks=num_window_blocks, num_global_blocks=num_global_blocks, seed=seed)
+                         num_window_blocks=num_window_blocks, num_global_blocks=num_global_blocks, seed=layer_seed)
+        self.random_per_layer, self.layer_idx = random_per_layer, layer_idx
 
     def compute(self, q, k, v, causal, real):
         return (reference if self.implementation == "reference" else blockwise)(q, k, v, causal, real, **self.params)

@@ -122,4 +122,25 @@ def test_bad_parameters(params, message):
 def test_registry_defaults():
     assert attention.accepted_params("bigbird") == {
         "block_size_sparse": 64, "num_random_blocks": 3, "num_window_blocks": 3, "num_global_blocks": 2, "seed": 0,
-        "implementation": "fast"}
+        "random_per_layer": True, "implementation": "fast"}
+
+
+def test_random_blocks_are_drawn_per_layer_as_lra_does():
+    """Each layer of a model draws its own random blocks (LRA seeds the draw per layer); layer 0 keeps
+    the seed itself, and random_per_layer=False gives every layer the same draw."""
+    import attention
+
+    context = lambda i: {"layer_idx": i, "block_size": 64, "n_head": 2, "head_dim": 4}  # noqa: E731
+    params = _params(block=4, r=2, w=1, g=0, seed=5)
+    layers = [attention.build("bigbird", context(i), **params) for i in range(3)]
+    seeds = [m.params["seed"] for m in layers]
+    assert seeds[0] == 5 and len(set(seeds)) == 3
+    assert bigbird.BigBird(**params).params["seed"] == 5  # built alone: layer 0
+    shared = [attention.build("bigbird", context(i), random_per_layer=False, **params) for i in range(3)]
+    assert {m.params["seed"] for m in shared} == {5}
+    q = torch.randn(1, 2, 32, 4, dtype=torch.float64)
+    outs = [m(q, q, q, causal=False) for m in layers]
+    assert not torch.allclose(outs[0], outs[1]) and not torch.allclose(outs[1], outs[2])
+    assert torch.equal(shared[0](q, q, q, causal=False), shared[2](q, q, q, causal=False))
+    with pytest.raises(ValueError, match="random_per_layer must be True or False"):
+        bigbird.BigBird(random_per_layer=1)

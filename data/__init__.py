@@ -67,7 +67,13 @@ class DataFormatError(DataError, ValueError):
 
 class DataMismatch(DataError):
     """Prepared data whose manifest differs from what the run asks for (and that cannot be
-    rebuilt here); the message names each differing field with both values."""
+    rebuilt here); the message names each differing field with both values. ``stored`` (the
+    prepared data's manifest, or None) and ``differences`` (``manifest_differences``) let a caller
+    say which options would use the data as they are (``tasks/classify.py``)."""
+
+    def __init__(self, message, stored=None, differences=None):
+        super().__init__(message)
+        self.stored, self.differences = stored, differences
 
 
 MANIFEST = "manifest.json"
@@ -245,7 +251,7 @@ def ensure_manifest(directory, expected, build, what="data", rebuild=True, stale
             ``rebuild``). The manifest is written after it, then ``tmp`` replaces ``directory``.
         what (str): the data set's name for messages.
         rebuild (bool): False: a differing manifest raises ``DataMismatch`` instead of rebuilding
-            (for data that is expensive or impossible to rebuild here).
+            (for data that is expensive or impossible to rebuild here; the folder is kept).
         stale (bool): True: build even when the manifest matches (the caller found its files
             changed since, e.g. a truncated token file).
 
@@ -262,8 +268,9 @@ def ensure_manifest(directory, expected, build, what="data", rebuild=True, stale
     if stored is not None and not differences and not stale:
         return stored
     if differences and not rebuild:
-        raise DataMismatch(f"{what} in {directory} was prepared with other options ({describe_differences(differences)}); "
-                           f"remove the folder or point the run at another one")
+        raise DataMismatch(f"{what} in {directory} were prepared with other options ({describe_differences(differences)}); "
+                           f"they are kept. To prepare the asked data, point the run at another folder or delete "
+                           f"{directory} (rm -r) and run again", stored, differences)
     if differences:
         print(f"{what}: rebuilding {directory} ({describe_differences(differences)})", flush=True)
     return build_folder(directory, build,

@@ -184,7 +184,9 @@ def prepare_data(cfg):
         ensure_kwargs["replace"] = False  # a run never regenerates over data made with other options
     try:
         return _lra_call(cfg, module.ensure, lra_dir(cfg), **ensure_kwargs)
-    except lra.PreparedMismatch as e:
+    except data_lib.DataMismatch as e:
+        if e.stored is None:
+            raise
         raise data_lib.DataMismatch(f"{e}{_use_as_is(cfg, module, e.stored)}") from None
 
 

@@ -102,16 +102,6 @@ def write_in_place_manifest(directory, manifest, what):
     return manifest
 
 
-class PreparedMismatch(data.DataMismatch):
-    """Prepared LRA data that differ from what is asked and are not replaced; ``directory``,
-    ``stored`` (their manifest) and ``differences`` (``data.manifest_differences``) let the
-    caller say which options would use them as they are (``tasks/classify.py``)."""
-
-    def __init__(self, message, directory, stored, differences):
-        super().__init__(message)
-        self.directory, self.stored, self.differences = directory, stored, differences
-
-
 def prepare(directory, expected, build, what, found=None, compared=("sizes",), rebuild=True):
     """The manifest of ``directory``, after building or rebuilding it when it does not match.
 
@@ -128,7 +118,7 @@ def prepare(directory, expected, build, what, found=None, compared=("sizes",), r
             files found in place are not kept, a manifest saying so differs and is rebuilt.
         compared (tuple of str): the ``expected`` fields compared with files found in place.
         rebuild (bool): False: data prepared with other options are kept and refused
-            (``PreparedMismatch``) instead of being generated again.
+            (``data.ensure_manifest``'s ``DataMismatch``) instead of being generated again.
 
     The build writes into a temporary folder that replaces ``directory`` only when complete,
     manifest included (``data.build_folder``): a killed build never leaves files that could be
@@ -138,9 +128,9 @@ def prepare(directory, expected, build, what, found=None, compared=("sizes",), r
         dict: the manifest now describing ``directory``.
 
     Raises:
-        PreparedMismatch (a data.DataMismatch): files found in place differ from ``expected`` in
-            a compared field, or (``rebuild`` False) prepared data differ from ``expected``; the
-            message names both values and how to generate the asked data.
+        data.DataMismatch: files found in place differ from ``expected`` in a compared field, or
+            (``rebuild`` False) prepared data differ from ``expected``; the message names both
+            values and how to generate the asked data; ``stored`` is the folder's manifest.
     """
     stored = data.read_manifest(directory)
     if stored is None and found is not None:
@@ -151,21 +141,14 @@ def prepare(directory, expected, build, what, found=None, compared=("sizes",), r
     if found is not None and stored is not None and stored.get("source") == FOUND_IN_PLACE:
         differences = data.manifest_differences(stored, {k: expected[k] for k in compared if k in expected})
         if differences:
-            raise PreparedMismatch(
+            raise data.DataMismatch(
                 f"{what} in {directory} are files found in place without a manifest of this repo (e.g. the LRA "
                 f"release), never overwritten, and they differ from what the run asks: "
                 f"{data.describe_differences(differences)}. To use them, ask for what they hold; to generate "
                 f"the asked data, point lra_dir at another folder or delete {directory} (rm -r) and run again",
-                directory, stored, differences)
+                stored, differences)
         return stored
-    if not rebuild and stored is not None:
-        differences = data.manifest_differences(stored, expected)
-        if differences:
-            raise PreparedMismatch(
-                f"{what} in {directory} were generated with other options ({data.describe_differences(differences)}); "
-                f"they are kept. To generate the asked data, point lra_dir at another folder or delete "
-                f"{directory} (rm -r) and run again", directory, stored, differences)
-    return data.ensure_manifest(directory, expected, build, what=what)
+    return data.ensure_manifest(directory, expected, build, what=what, rebuild=rebuild)
 
 
 def ensure_cache(directory, source, in_place, fallback, expected_manifest, convert, what):

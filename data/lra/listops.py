@@ -310,7 +310,7 @@ def ensure(lra_dir, num_train=96000, num_val=2000, num_test=2000, seed=0, worker
         workers (int or None): generator processes; None = ``os.cpu_count()`` (the output does
             not depend on it).
         replace (bool): False: data generated with other options are kept and refused
-            (``data.lra.PreparedMismatch``) instead of being generated again.
+            (``data.DataMismatch``) instead of being generated again.
 
     Returns:
         dict: the folder's manifest.

@@ -518,7 +518,7 @@ def ensure(lra_dir, resolution=32, difficulty=DEFAULT_DIFFICULTY, num=200000, se
         workers (int or None): processes; None = ``os.cpu_count()``. Neither it nor
             ``batch_size`` (images per metadata file) changes an image.
         replace (bool): False: images generated with other options are kept and refused
-            (``data.lra.PreparedMismatch``) instead of being generated again.
+            (``data.DataMismatch``) instead of being generated again.
 
     Returns:
         dict: the folder's manifest.

@@ -426,16 +426,15 @@ class Block(nn.Module):
 
     def __init__(self, config, causal, layer_idx=0):
         super().__init__()
-        self.config_mlp = config.mlp
         self.ln_1 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon, bias=config.bias)
         self.attn = SelfAttention(config, causal, layer_idx)
-        if config.mlp:  # else attention-only (config.mlp False): no ln_2, no MLP
-            self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon, bias=config.bias)
-            self.mlp = MLP(config)
+        # config.mlp False: attention-only, no ln_2 and no MLP
+        self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon, bias=config.bias) if config.mlp else None
+        self.mlp = MLP(config) if config.mlp else None
 
     def forward(self, x, attention_mask=None, relpe=None):
         x = x + self.attn(self.ln_1(x), attention_mask, relpe)
-        return x + self.mlp(self.ln_2(x)) if self.config_mlp else x
+        return x if self.mlp is None else x + self.mlp(self.ln_2(x))
 
 
 class DenseSelfAttention(AttentionLayer):

@@ -132,9 +132,7 @@ def load_model(cfg):
     name = cfg["attention"] or model.config.attention
     params = dict(cfg["attention_params"] if cfg["attention"] else model.config.attention_params)
     if cfg["attention"]:
-        c = model.config
-        configurator.check_attention_params(name, params, {"layer_idx": 0, "block_size": c.block_size,
-                                                           "n_head": c.n_head, "head_dim": c.n_embd // c.n_head})
+        configurator.check_attention_params(name, params, model.transformer.h[0].attn.context(model.config))
     if cfg["protocol"] == "casino":
         params = casino_params(name, params)
     if cfg["attention"] or cfg["protocol"] == "casino":

@@ -348,7 +348,7 @@ def prepare(dataset="wikitext2", dataset_config="wikitext-2-v1", tokenizer="bert
         for split in SPLITS:
             ids = encode_lines(lines[split], tokenizer, bert_vocab)
             if ids.size == 0:
-                raise data.DataFormatError(_source_file(source, split), f"split {split!r} has no tokens; MLM "
+                raise data.DataFormatError(wt2.source_name(source, split, dataset_config), f"split {split!r} has no tokens; MLM "
                                            f"needs text in each of {', '.join(SPLITS)}")
             data.atomic_write(os.path.join(directory, f"{split}.bin"), ids.tofile)
             counts[split] = int(ids.size)
@@ -358,13 +358,6 @@ def prepare(dataset="wikitext2", dataset_config="wikitext-2-v1", tokenizer="bert
                 "tokens": counts, "dtype": "uint16"}
 
     return data.ensure_manifest(out, expected, build, what=f"MLM tokens ({dataset}, {tokenizer})", stale=stale)
-
-
-def _source_file(source, split):
-    """The file (or data set id) a split came from, for messages."""
-    if source.startswith("local:"):
-        return os.path.join(source[len("local:"):], f"wiki.{wt2.SPLITS[split]}.tokens")
-    return f"{source} [{split}]"
 
 
 def _check_no_empty_split(manifest, dataset, directory):

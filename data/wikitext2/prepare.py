@@ -232,7 +232,7 @@ def prepare(config="wikitext-2-v1", source_dir=None, out_dir=None, verbose=True,
     texts, source = _read_texts(config, source_dir, source_key)
     for split, text in texts.items():  # before anything is written: a bad source never replaces good data
         if not text.strip():
-            raise data.DataFormatError(_source_name(source, split, config), f"the {split} split is empty; every "
+            raise data.DataFormatError(source_name(source, split, config), f"the {split} split is empty; every "
                                        f"split needs text (the prepared data in {out_dir} are left as they were)")
     digests = {s: text_sha256(t) for s, t in texts.items()}
     _adopt_legacy(out_dir, config, digests)
@@ -250,7 +250,7 @@ def prepare(config="wikitext-2-v1", source_dir=None, out_dir=None, verbose=True,
         for split, text in texts.items():  # every split is tokenized and checked before any is written
             ids[split] = encode(text, enc, desc=f"tokenizing {split}")
             if ids[split].size < min_tokens:
-                raise data.DataFormatError(_source_name(source, split, config), f"the {split} split has {ids[split].size:,} "
+                raise data.DataFormatError(source_name(source, split, config), f"the {split} split has {ids[split].size:,} "
                                            f"tokens; every split needs at least {min_tokens:,} (one window of "
                                            f"block_size + 1); the prepared data in {out_dir} are left as they were")
             if verbose:
@@ -267,8 +267,9 @@ def prepare(config="wikitext-2-v1", source_dir=None, out_dir=None, verbose=True,
     return manifest
 
 
-def _source_name(source, split, config):
-    """The file a split was read from (``source`` "local:<dir>"), or the data set id, for messages."""
+def source_name(source, split, config):
+    """The file a split of ``config`` was read from (``source`` "local:<dir>"), or the data set id
+    and the split (another source), for messages; data/mlm.py names its sources with it too."""
     if source.startswith("local:"):
         ext = "raw" if "raw" in config else "tokens"
         return os.path.join(source[len("local:"):], f"wiki.{SPLITS[split]}.{ext}")

@@ -19,6 +19,7 @@ Raises SystemExit (status 2) when the root holds no run.
 """
 import argparse
 import csv
+import io
 import json
 import os
 import sys
@@ -104,12 +105,11 @@ def main(argv=None):
     if a.out:
         from data import write_text
 
-        os.makedirs(a.out, exist_ok=True)
-        with open(os.path.join(a.out, "summary.csv.tmp"), "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=COLUMNS)
-            writer.writeheader()
-            writer.writerows(table)
-        os.replace(os.path.join(a.out, "summary.csv.tmp"), os.path.join(a.out, "summary.csv"))
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\r\n")
+        writer.writeheader()
+        writer.writerows(table)
+        write_text(os.path.join(a.out, "summary.csv"), buffer.getvalue())
         write_text(os.path.join(a.out, "table.md"), text)
         provenance.record(os.path.join(a.out, "table"), extra={"outputs": ["summary.csv", "table.md"]})
     print(text, end="")

@@ -27,140 +27,22 @@ Tables 1 and 2) and DenseAttention (Table 1). Our numbers come from CPUs with re
 and steps (see each run's config), the published ones from full-size GPU runs: compare them as
 reference points, not as a reproduction.
 
+Reading the runs, the choice rule, the chance marks and the published rows are
+``scripts/analysis/published.py``'s (docs/baselines.md and the README render from the same functions,
+``python -m scripts.analysis.publish``).
+
 Exit status 1 (SystemExit) when no final_metrics.json is found.
 """
 import argparse
 import csv
 import io
-import json
 import os
 import sys
 
 from data import write_text
 import provenance
-from scripts.analysis.runs import attention_label, find_runs, run_cpu
-
-TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
-TITLES = ("ListOps", "Text", "Retrieval", "Image", "Pathfinder", "Path-X")
-FAST_TASKS = TASKS[:5]
-PAPER_METHODS = ("softmax", "fastmax1", "fastmax2", "dense")  # their published rows always show
-BASELINES = ("linear", "performer", "linformer", "longformer", "bigbird", "reformer", "informer")
-ORDER = PAPER_METHODS + BASELINES  # a baseline's published rows show beside our runs of it
-
-# (attention, source): (accuracies in TASKS order, None = not reported, "fail" = at chance; avg)
-PUBLISHED_ACCURACY = [
-    ("softmax", "LRA paper, Tay et al. 2021", (36.37, 64.27, 57.46, 42.44, 71.40, "fail"), 54.39),
-    ("softmax", "FAST Table 1", (38.37, 61.95, 80.69, 40.57, 65.26, None), 57.37),
-    ("fastmax1", "FAST Table 1", (37.20, 63.25, 78.21, 42.76, 66.67, None), 57.62),
-    ("fastmax2", "FAST Table 1", (37.40, 64.30, 78.11, 43.18, 66.55, None), 57.90),
-    ("dense", "DenseAttention Table 1", (50.50, 81.19, 87.51, 72.55, 87.40, 88.82), 77.99),
-    # the baselines (docs/baselines.md): LRA Table 1 as quoted in DenseAttention Table 5 (and FAST
-    # Table 1 for Linear Trans.), then FAST Table 1's own runs and DenseAttention's Informer row
-    ("linear", "LRA paper, Tay et al. 2021", (16.13, 65.90, 53.09, 42.34, 75.30, "fail"), 50.55),
-    ("performer", "LRA paper, Tay et al. 2021", (18.01, 65.40, 53.82, 42.77, 77.05, "fail"), 51.41),
-    ("performer", "FAST Table 1", (37.80, 64.39, 79.05, 39.78, 67.41, None), 57.69),
-    ("linformer", "LRA paper, Tay et al. 2021", (35.70, 53.94, 52.27, 38.56, 76.34, "fail"), 51.36),
-    ("longformer", "LRA paper, Tay et al. 2021", (35.63, 62.85, 56.89, 42.22, 69.71, "fail"), 53.46),
-    ("bigbird", "LRA paper, Tay et al. 2021", (36.05, 64.02, 59.29, 40.83, 74.87, "fail"), 55.01),
-    ("reformer", "LRA paper, Tay et al. 2021", (37.27, 56.10, 53.40, 38.07, 68.50, "fail"), 50.67),
-    ("reformer", "FAST Table 1", (37.00, 64.75, 78.50, 43.72, 66.40, None), 58.07),
-    ("informer", "FAST Table 1", (36.95, 63.60, 75.25, 37.55, 50.33, None), 52.74),
-    ("informer", "DenseAttention Table 5 (from Chen et al. 2021)", (32.53, 62.64, 77.57, 38.10, 57.83, None), 53.73),
-]
-PUBLISHED_STEPS = [  # FAST Table 2: training steps per second on an RTX A5000, head dim 32
-    ("softmax", "FAST Table 2 (RTX A5000)", (6.4, 1.8, 1.7, 3.0, 6.1, None), 3.8),
-    ("fastmax1", "FAST Table 2 (RTX A5000)", (47.4, 26.7, 24.7, 12.8, 24.4, None), 27.2),
-    ("fastmax2", "FAST Table 2 (RTX A5000)", (11.6, 6.1, 6.9, 3.0, 6.8, None), 6.9),
-]
-
-
-def task_column(cfg):
-    """Column of a run's config (one of TASKS)."""
-    task = cfg.get("lra_task", "")
-    if task == "pathfinder" and (cfg.get("lra_options") or {}).get("resolution", 32) == 128:
-        return "pathx"
-    return task
-
-
-def read_runs(files):
-    """One record per file: path, label, column, test/val accuracy, steps_per_s, iters, cpu (of the
-    manifest.json beside the file, None without one)."""
-    runs = []
-    for f in files:
-        with open(f) as fh:
-            m = json.load(fh)
-        cfg = m.get("config", {})
-        if cfg.get("task", "classify") != "classify" or "test_accuracy" not in m:
-            print(f"skipping {f}: not an LRA classification run", file=sys.stderr)
-            continue
-        runs.append({"file": f, "label": attention_label(cfg), "task": task_column(cfg),
-                     "test_accuracy": m["test_accuracy"], "val_accuracy": m.get("val_accuracy"),
-                     "steps_per_s": m.get("steps_per_s"), "iters": m.get("iters"), "best_iter": m.get("best_iter"),
-                     "majority": m.get("test_majority"), "test_examples": m.get("test_examples"),
-                     "examples_seen": (m.get("iters") or 0) * cfg.get("batch_size", 0),
-                     "max_len": cfg.get("max_len"), "cpu": run_cpu(os.path.dirname(f))})
-    return runs
-
-
-def choose(runs):
-    """The run of one cell: the most training examples seen, then the higher val accuracy, then
-    the path (a rule, so the table does not depend on which file was written last)."""
-    return max(runs, key=lambda r: (r["examples_seen"], r["val_accuracy"] or 0.0, r["file"]))
-
-
-def at_chance(run):
-    """True when the run's test accuracy is within two binomial standard errors of (or below) the
-    majority-class rate of its test examples."""
-    m, n = run["majority"], run["test_examples"]
-    if m is None or not n:
-        return False
-    return run["test_accuracy"] <= m + 2 * (m * (1 - m) / n) ** 0.5
-
-
-def _cell(run):
-    """Our accuracy cell: the test accuracy in %, or "fail (majority m)" at chance (``at_chance``)."""
-    if run is None:
-        return None
-    if at_chance(run):
-        return f"fail ({100 * run['test_accuracy']:.2f}; majority {100 * run['majority']:.2f})"
-    return 100 * run["test_accuracy"]
-
-
-def _fmt(v):
-    if v is None:
-        return ""
-    return v if isinstance(v, str) else f"{v:.2f}"
-
-
-def build_tables(runs):
-    """(accuracy rows, steps rows, chosen runs, common tasks): rows are (attention, source, values
-    in TASKS order, avg) with accuracies in %; ``chosen`` maps (label, task) -> run; our accuracy
-    avg is over ``common``, the tasks (TASKS order) that every one of our rows has."""
-    cells = {}
-    for r in runs:
-        cells.setdefault((r["label"], r["task"]), []).append(r)
-    chosen = {cell: choose(rs) for cell, rs in cells.items()}
-    ours = {k[0] for k in chosen}
-    common = [t for t in TASKS if all((label, t) in chosen for label in ours)]
-    every = ours | set(PAPER_METHODS)
-    acc_rows, steps_rows = [], []
-    for label in [a for a in ORDER if a in every] + sorted(every - set(ORDER)):
-        if label in ours:
-            vals = [_cell(chosen.get((label, t))) for t in TASKS]
-            complete = all((label, t) in chosen for t in FAST_TASKS)
-            avg = sum(100 * chosen[(label, t)]["test_accuracy"] for t in FAST_TASKS) / 5 if complete else None
-            acc_rows.append((label, "ours", vals, avg))
-            steps = [chosen[(label, t)]["steps_per_s"] if (label, t) in chosen else None for t in TASKS]
-            five = steps[:5]
-            avg = sum(five) / 5 if all(s is not None for s in five) else None
-            steps_rows.append((label, "ours", steps, avg))
-        for a, source, vals, avg in PUBLISHED_ACCURACY:
-            if a == label:
-                acc_rows.append((a, f"published: {source}", list(vals), avg))
-        for a, source, vals, avg in PUBLISHED_STEPS:
-            if a == label:
-                steps_rows.append((a, f"published: {source}", list(vals), avg))
-    return acc_rows, steps_rows, chosen, common
+from scripts.analysis.published import TASKS, TITLES, build_tables, fmt_cell, read_lra_runs
+from scripts.analysis.runs import find_runs
 
 
 def markdown(rows, title):
@@ -168,7 +50,7 @@ def markdown(rows, title):
     lines = [f"| {title} | " + " | ".join(TITLES) + " | Avg |", "|---" * (len(TITLES) + 2) + "|"]
     for label, source, vals, avg in rows:
         name = f"{label} (ours)" if source == "ours" else f"{label} ({source})"
-        cells = [_fmt(v) or "-" for v in vals] + [_fmt(avg) or "-"]
+        cells = [fmt_cell(v) or "-" for v in vals] + [fmt_cell(avg) or "-"]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -178,7 +60,7 @@ def to_csv(rows):
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["attention", "source", *TASKS, "avg"])
     for label, source, vals, avg in rows:
-        w.writerow([label, source, *[_fmt(v) for v in vals], _fmt(avg)])
+        w.writerow([label, source, *[fmt_cell(v) for v in vals], fmt_cell(avg)])
     return buf.getvalue()
 
 
@@ -202,7 +84,10 @@ def main(argv=None):
     p.add_argument("paths", nargs="+", help="run directories (searched recursively) or final_metrics.json files")
     p.add_argument("--out", default="results/lra", help="output directory")
     args = p.parse_args(argv)
-    runs = read_runs(find_runs(args.paths))
+    skipped = []
+    runs = read_lra_runs(find_runs(args.paths), skipped)
+    for f in skipped:
+        print(f"skipping {f}: not an LRA classification run", file=sys.stderr)
     if not runs:
         raise SystemExit(f"error: no final_metrics.json of an LRA run under {', '.join(args.paths)}")
     acc_rows, steps_rows, chosen, _ = build_tables(runs)

@@ -1,19 +1,22 @@
-"""Copy rendered tables from ``results/`` into the README and the docs, so that no published number
-is typed by hand (issue 42, item 5).
+"""Render the published tables and numbers of README.md and docs/*.md from the files under
+``results/``, so that no published number is typed by hand (issue 42, item 5).
 
     python -m scripts.analysis.publish            # refresh every block
-    python -m scripts.analysis.publish --check    # exit 1, naming each stale block, if any differs
+    python -m scripts.analysis.publish --check    # change nothing; exit 1, naming each stale block
 
 A block in ``README.md`` or ``docs/*.md`` is
 
-    <!-- rendered from results/<path> -->
-    ...the file's text, verbatim...
+    <!-- rendered: <renderer> [arg ...] [key=value ...] -->
+    ...the renderer's output...
     <!-- end rendered -->
 
-where ``results/<path>`` is a file a table tool wrote (e.g. ``results/recall/ablation_64_4/table.md``
-by ``scripts.analysis.recall_ablation_table``). The command replaces what is between the two
-markers by the file's text; ``--check`` (and ``tests/scripts/test_publish.py``) fails when they
-differ. Paths are relative to the repository root.
+where ``<renderer>`` names a function of ``scripts.analysis.published.RENDERERS`` (the list, their
+arguments and the files each reads are in that module's docstring); paths in the arguments are
+relative to the repository root, e.g.
+``<!-- rendered: recall_ablation results/recall/ablation_64_4 link_root=../results/recall/ablation_64_4/ -->``.
+The command replaces what is between the two markers by the renderer's output; ``--check`` (and
+``tests/scripts/test_publish.py``) fails when they differ. A missing results file or an unknown
+renderer is one error line naming it, exit status 2.
 """
 import argparse
 import glob
@@ -21,44 +24,46 @@ import os
 import re
 import sys
 
+from scripts.analysis import published
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BLOCK = re.compile(r"(<!-- rendered from (?P<path>\S+) -->\n)(?P<body>.*?)(<!-- end rendered -->)", re.S)
+BLOCK = re.compile(r"(<!-- rendered: (?P<spec>[^\n]*?) -->\n)(?P<body>.*?)(<!-- end rendered -->)", re.S)
 
 
-def documents(root=ROOT):
-    """The files that may hold blocks: README.md and docs/*.md."""
+def documents(root=None):
+    """The files that may hold blocks: README.md and docs/*.md of ``root`` (default ROOT; absolute paths)."""
+    root = root or ROOT
     return [os.path.join(root, "README.md"), *sorted(glob.glob(os.path.join(root, "docs", "*.md")))]
 
 
-def render(text, root=ROOT):
-    """(new text, [(source path, whether it changed)]) of a document's text with every block refreshed.
+def render(text, root=None):
+    """(new text, [(block spec, whether it changed)]) of a document's text with every block refreshed
+    by ``published.render(spec, root)``.
 
     Raises:
-        FileNotFoundError: a block names a file that does not exist (the message names it).
+        published.SourceMissing (a FileNotFoundError): a block needs a results file that does not exist.
+        published.RenderError (a ValueError): a block names an unknown renderer or wrong arguments.
     """
-    blocks = []
+    root, blocks = root or ROOT, []
 
     def refresh(match):
-        source = os.path.join(root, match.group("path"))
-        if not os.path.isfile(source):
-            raise FileNotFoundError(f"a rendered block names {match.group('path')}, which does not exist")
-        with open(source) as f:
-            body = f.read()
+        body = published.render(match.group("spec"), root)
         body = body if body.endswith("\n") else body + "\n"
-        blocks.append((match.group("path"), body != match.group("body")))
+        blocks.append((match.group("spec"), body != match.group("body")))
         return match.group(1) + body + match.group(4)
 
     return BLOCK.sub(refresh, text), blocks
 
 
-def stale(root=ROOT):
-    """[(document, source path)] of every block whose text differs from its source file."""
-    out = []
+def stale(root=None):
+    """[(document relative to ``root`` (default ROOT), block spec)] of every block whose text differs
+    from what its renderer returns now. Raises what ``render`` raises."""
+    root, out = root or ROOT, []
     for doc in documents(root):
         if os.path.exists(doc):
             with open(doc) as f:
                 _, blocks = render(f.read(), root)
-            out += [(os.path.relpath(doc, root), path) for path, changed in blocks if changed]
+            out += [(os.path.relpath(doc, root), spec) for spec, changed in blocks if changed]
     return out
 
 
@@ -69,8 +74,8 @@ def main(argv=None):
     try:
         if a.check:
             found = stale()
-            for doc, path in found:
-                print(f"{doc}: the block rendered from {path} differs from it (python -m scripts.analysis.publish)")
+            for doc, spec in found:
+                print(f"{doc}: the block '{spec}' differs from what it renders (python -m scripts.analysis.publish)")
             raise SystemExit(1 if found else 0)
         from data import write_text
 
@@ -82,8 +87,8 @@ def main(argv=None):
             new, blocks = render(text)
             if new != text:
                 write_text(doc, new)
-                print(f"{os.path.relpath(doc, ROOT)}: refreshed {', '.join(p for p, changed in blocks if changed)}")
-    except FileNotFoundError as e:
+                print(f"{os.path.relpath(doc, ROOT)}: refreshed {', '.join(s for s, changed in blocks if changed)}")
+    except (FileNotFoundError, published.RenderError) as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
 

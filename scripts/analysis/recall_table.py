@@ -13,7 +13,9 @@ and training tokens per second (issue 25; tasks/recall.py, scripts/sweeps/recall
 Reads every ``final_metrics.json`` under the paths (train.py's final metrics of task "recall").
 Picking: among the seed-0 runs of one attention and cell, the highest validation accuracy of the
 selected checkpoint (``best_metric``; test accuracy never decides), ties to the smaller rate. The
-cell's entry is then every seed's run at that rate.
+cell's entry is then every seed's run at that rate. Reading, picking and the spread are
+``scripts/analysis/published.py``'s (docs/recall.md's table at a glance is rendered from summary.csv
+by the same functions, ``python -m scripts.analysis.publish``).
 
 Writes to ``--out``:
 - ``summary.csv``: one row per run, columns ``attention, seq_len, num_pairs, d_model, seed,
@@ -31,88 +33,31 @@ Exit status 1 (SystemExit) when no recall run is found, or (pick) no seed-0 run 
 import argparse
 import csv
 import io
-import json
 import os
 import statistics
 import sys
 
 import provenance
 from data import write_text
-from scripts.analysis.runs import attention_label, find_runs
+from scripts.analysis.published import (RECALL_COLUMNS, cell_key, cell_label, mark_picked, pick_rate, picked_runs,
+                                        read_recall_runs, recall_order, spread)
+from scripts.analysis.runs import find_runs
 
-COLUMNS = ("attention", "seq_len", "num_pairs", "d_model", "seed", "test_accuracy", "tokens_per_s",
-           "learning_rate", "val_accuracy", "picked", "num_threads")
 ZOOLOGY_NOTE = ("Zoology (Arora et al. 2023, Figure 2; 2 layers, one head, no MLP, 100k examples, best of 4 "
                 "learning rates in 1e-4..1e-2, 64 epochs): attention about 1.0 in every cell; at 256/16 "
                 "BaseConv, H3, RWKV and Hyena 0.05-0.14 at width 64 and 0.54-0.82 at width 256.")
 
 
-def read_runs(files, label_params=()):
-    """One dict per recall run (the COLUMNS but ``picked``), from final_metrics.json files; the
-    attention column is ``runs.attention_label(config, label_params)``."""
-    runs = []
-    for path in files:
-        with open(path) as f:
-            metrics = json.load(f)
-        cfg = metrics.get("config", {})
-        if cfg.get("task") != "recall" or "test_accuracy" not in metrics:
-            continue
-        tokens = metrics["iters"] * cfg["batch_size"] * cfg["block_size"]
-        runs.append({"attention": attention_label(cfg, label_params), "seq_len": cfg["block_size"], "num_pairs": cfg["recall_pairs"],
-                     "d_model": cfg["n_embd"], "seed": cfg["seed"], "test_accuracy": metrics["test_accuracy"],
-                     "tokens_per_s": tokens / metrics["train_time_s"] if metrics.get("train_time_s") else None,
-                     "learning_rate": cfg["learning_rate"], "val_accuracy": metrics["best_metric"]["value"],
-                     "num_threads": cfg.get("num_threads"), "path": path})
-    return runs
-
-
-def cell_key(run):
-    return run["attention"], run["seq_len"], run["num_pairs"], run["d_model"]
-
-
-def pick_rate(runs, key):
-    """The learning rate picked for one (attention, seq_len, num_pairs, d_model): the seed-0 run with
-    the highest validation accuracy, ties to the smaller rate; None without a seed-0 run."""
-    candidates = [r for r in runs if cell_key(r) == key and r["seed"] == 0]
-    if not candidates:
-        return None
-    return min(candidates, key=lambda r: (-r["val_accuracy"], r["learning_rate"]))["learning_rate"]
-
-
-def mark_picked(runs):
-    """Set ``picked`` on every run: its learning rate is the one picked for its cell."""
-    rates = {key: pick_rate(runs, key) for key in {cell_key(r) for r in runs}}
-    for r in runs:
-        r["picked"] = r["learning_rate"] == rates[cell_key(r)]
-    return runs
-
-
-def _cell_label(seq_len, num_pairs, d_model):
-    return f"{seq_len}/{num_pairs} w{d_model}"
-
-
-def _order(attentions):
-    first = ["softmax", "fastmax1", "fastmax2", "dense"]
-    return [a for a in first if a in attentions] + sorted(a for a in attentions if a not in first)
-
-
 def tables(runs):
     """(accuracy rows, tokens/s rows, cell labels) for the markdown: rows per attention, a column per cell."""
     cells = sorted({k[1:] for k in map(cell_key, runs)})
-    labels = [_cell_label(*c) for c in cells]
+    labels = [cell_label(*c) for c in cells]
     accuracy, speed = [], []
-    for attention in _order({r["attention"] for r in runs}):
+    for attention in recall_order({r["attention"] for r in runs}):
         acc_row, speed_row = [attention], [attention]
         for cell in cells:
-            chosen = [r for r in runs if cell_key(r) == (attention, *cell) and r["picked"]]
-            values = [r["test_accuracy"] for r in chosen]
-            if not values:
-                acc_row.append("-")
-            elif len(values) == 1:
-                acc_row.append(f"{values[0]:.3f} (1 seed)")
-            else:
-                acc_row.append(f"{statistics.mean(values):.3f} +- {statistics.stdev(values):.3f} "
-                               f"({min(values):.3f}-{max(values):.3f}, {len(values)} seeds)")
+            values = [r["test_accuracy"] for r in picked_runs(runs, attention, cell)]
+            acc_row.append(spread(values, ".3f") if values else "-")
             speed_row.append(_speed(r for r in runs if cell_key(r) == (attention, *cell) and r["tokens_per_s"]))
         accuracy.append(acc_row)
         speed.append(speed_row)
@@ -152,7 +97,7 @@ def markdown(runs, note=""):
 
 def summary_csv(runs):
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=RECALL_COLUMNS, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for r in sorted(runs, key=lambda r: (*cell_key(r), r["learning_rate"], r["seed"])):
         writer.writerow(r)
@@ -175,7 +120,7 @@ def main(argv=None):
                                                "(e.g. which defaults the runs used)")
     args = ap.parse_args(argv)
     label_params = tuple(p for p in args.label_params.split(",") if p)
-    runs = read_runs(find_runs(args.paths), label_params)
+    runs = read_recall_runs(find_runs(args.paths), label_params)
     if not runs:
         sys.exit(f"no recall run (final_metrics.json of task recall) under {', '.join(args.paths)}")
     if args.command == "pick":

@@ -1,30 +1,266 @@
-"""scripts/analysis/publish.py: blocks of README.md and docs/*.md rendered from results/ files, and
-the repository's own docs equal what the command renders (a stale table fails here)."""
+"""scripts/analysis/publish.py and the renderers of scripts/analysis/published.py: blocks of README.md
+and docs/*.md rendered from files under results/, the repository's own README and docs equal what the
+command renders (a stale table fails here), and each renderer on tiny fixture files (a number changed
+in a results file changes the rendered text)."""
+import csv
+import io
+import json
 import os
 
 import pytest
 
-from scripts.analysis import publish
+from scripts.analysis import gpt_mini_table, publish, published, recall_ablation_table
+from scripts.analysis.published import RECALL_COLUMNS, RenderError, SourceMissing
 
 
 def test_the_committed_readme_and_docs_equal_their_rendered_tables():
     assert publish.stale() == [], "run python -m scripts.analysis.publish"
 
 
-def test_a_block_is_refreshed_from_its_file_and_a_stale_one_is_reported(tmp_path):
+# ----------------------------------------------------------------------------- the command
+
+
+def write_summary(root, rows):
+    """A recall_table summary.csv under root/results/recall from (attention, T, N, width, seed, test, lr, picked)."""
+    path = root / "results" / "recall" / "summary.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=RECALL_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for attention, T, N, W, seed, test, lr, picked in rows:
+        writer.writerow({"attention": attention, "seq_len": T, "num_pairs": N, "d_model": W, "seed": seed,
+                         "test_accuracy": test, "tokens_per_s": 1000.0, "learning_rate": lr,
+                         "val_accuracy": test, "picked": picked, "num_threads": 2})
+    path.write_text(buffer.getvalue())
+    return path
+
+
+SUMMARY = [("softmax", 64, 4, 64, 0, 0.5, 1e-3, False), ("softmax", 64, 4, 64, 0, 0.9, 3e-3, True),
+           ("softmax", 64, 4, 64, 1, 0.8, 3e-3, True), ("fastmax", 256, 16, 64, 0, 0.25, 3e-3, True),
+           ("fastmax", 256, 16, 64, 1, 0.75, 3e-3, True)]
+GLANCE = "recall_glance results/recall/summary.csv cells=64/4/64,256/16/64"
+
+
+def test_a_block_is_refreshed_from_results_and_a_stale_one_is_reported(tmp_path, monkeypatch, capsys):
+    write_summary(tmp_path, SUMMARY)
     (tmp_path / "docs").mkdir()
-    (tmp_path / "results").mkdir()
-    (tmp_path / "results" / "t.md").write_text("| a |\n|---|\n| 2 |\n")
     doc = tmp_path / "docs" / "x.md"
-    doc.write_text("before\n<!-- rendered from results/t.md -->\n| a |\n|---|\n| 1 |\n<!-- end rendered -->\nafter\n")
-    assert publish.stale(str(tmp_path)) == [(os.path.join("docs", "x.md"), "results/t.md")]
-    new, blocks = publish.render(doc.read_text(), str(tmp_path))
-    assert new == "before\n<!-- rendered from results/t.md -->\n| a |\n|---|\n| 2 |\n<!-- end rendered -->\nafter\n"
-    assert blocks == [("results/t.md", True)]
-    doc.write_text(new)
+    doc.write_text(f"before\n<!-- rendered: {GLANCE} -->\n| old |\n<!-- end rendered -->\nafter\n")
+    assert publish.stale(str(tmp_path)) == [(os.path.join("docs", "x.md"), GLANCE)]
+    monkeypatch.setattr(publish, "ROOT", str(tmp_path))
+    with pytest.raises(SystemExit) as e:
+        publish.main(["--check"])
+    assert e.value.code == 1 and "docs/x.md: the block 'recall_glance" in capsys.readouterr().out
+    publish.main([])
+    text = doc.read_text()
+    assert text.startswith(f"before\n<!-- rendered: {GLANCE} -->\n| attention | 64/4 w64 | 256/16 w64 |\n")
+    assert text.endswith("<!-- end rendered -->\nafter\n")
     assert publish.stale(str(tmp_path)) == []
+    with pytest.raises(SystemExit) as e:
+        publish.main(["--check"])
+    assert e.value.code == 0
+    # a number changed in the results file makes the committed block stale
+    write_summary(tmp_path, SUMMARY[:-1] + [("fastmax", 256, 16, 64, 1, 0.70, 3e-3, True)])
+    assert publish.stale(str(tmp_path)) == [(os.path.join("docs", "x.md"), GLANCE)]
 
 
-def test_a_block_naming_a_missing_file_is_an_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="results/none.md"):
-        publish.render("<!-- rendered from results/none.md -->\nx\n<!-- end rendered -->\n", str(tmp_path))
+def test_a_missing_source_or_an_unknown_renderer_is_one_error_line(tmp_path, monkeypatch, capsys):
+    with pytest.raises(SourceMissing, match="results/none.csv"):
+        publish.render("<!-- rendered: recall_glance results/none.csv cells=64/4/64 -->\nx\n<!-- end rendered -->\n",
+                       str(tmp_path))
+    with pytest.raises(RenderError, match="unknown renderer 'nothing'"):
+        published.render("nothing", str(tmp_path))
+    with pytest.raises(RenderError, match="recall_glance"):
+        published.render("recall_glance results/recall/summary.csv color=red", str(tmp_path))
+    (tmp_path / "README.md").write_text("<!-- rendered: readme_results -->\n<!-- end rendered -->\n")
+    monkeypatch.setattr(publish, "ROOT", str(tmp_path))
+    for argv in (["--check"], []):
+        with pytest.raises(SystemExit) as e:
+            publish.main(argv)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err.count("\n") == 1 and err.startswith("error: a rendered block needs results/")
+        assert "Traceback" not in err
+
+
+# ----------------------------------------------------------------------------- the renderers
+
+
+def test_recall_glance_mean_sd_at_the_picked_rate_and_one_rate_cells(tmp_path):
+    write_summary(tmp_path, SUMMARY)
+    text = published.render(GLANCE, str(tmp_path))
+    assert text == ("| attention | 64/4 w64 | 256/16 w64 |\n|---|---|---|\n"
+                    "| softmax | 0.850 ± 0.071 | - |\n"
+                    "| fastmax | - | 0.500 ± 0.354 (one rate, 3e-3) |\n")
+    write_summary(tmp_path, SUMMARY[:1] + [("softmax", 64, 4, 64, 0, 0.95, 3e-3, True)] + SUMMARY[2:])
+    assert "| softmax | 0.875 ± 0.106 | - |" in published.render(GLANCE, str(tmp_path))
+
+
+def fake_recall_run(root, name, accs, test, **cfg):
+    d = root / name
+    d.mkdir(parents=True)
+    config = {"mlp": False, "tie_lm_head": False, "beta2": 0.999, "learning_rate": 3e-3, **cfg}
+    (d / "final_metrics.json").write_text(json.dumps({"test_accuracy": test, "config": config}))
+    lines = [{"iter": 100 * i, "eval": {"val_accuracy": acc}} for i, acc in enumerate(accs, 1)]
+    (d / "log.jsonl").write_text("\n".join(json.dumps(x) for x in lines + [{"iter": 300, "loss": 1.5}]) + "\n")
+
+
+def test_recall_ablation_is_the_tools_table(tmp_path):
+    runs = tmp_path / "results" / "ablation"
+    fake_recall_run(runs, "zoology", [0.2, 0.6, 0.99], 0.995)
+    fake_recall_run(runs, "zoology_mlp", [0.0, 0.1, 0.2], 0.21, mlp=True)
+    spec = "recall_ablation results/ablation link_root=../results/ablation/"
+    text = published.render(spec, str(tmp_path))
+    recall_ablation_table.main([str(runs), f"--out={tmp_path / 'out'}", "--link_root=../results/ablation/"])
+    assert text == (tmp_path / "out" / "table.md").read_text()
+    assert "| zoology_mlp | mlp=True | 0.2100 | 0.2000 (300) | - | 1.500 |" in text
+    fake_recall_run(runs, "zoology_clip", [0.1], 0.33, grad_clip=1.0)
+    assert "| zoology_clip | grad_clip=1 | 0.3300 |" in published.render(spec, str(tmp_path))
+    with pytest.raises(SourceMissing, match="results/none"):
+        published.render("recall_ablation results/none", str(tmp_path))
+
+
+def fake_lm_run(root, name, seed, ppl, cpu="AMD EPYC"):
+    d = root / name
+    d.mkdir(parents=True)
+    cfg = {"task": "lm", "seed": seed, "batch_size": 4, "block_size": 8, "num_threads": 2}
+    (d / "final_metrics.json").write_text(json.dumps({"config": cfg, "iters": 10, "train_time_s": 60.0,
+                                                      "best_metric": {"value": 5.0}, "best_iter": 10}))
+    (d / "eval_test.json").write_text(json.dumps({"value": ppl, "tokens_scored": 100, "protocol": "blocks"}))
+    (d / "manifest.json").write_text(json.dumps({"train": {"machine": {"cpu": cpu}}}))
+
+
+def test_gpt_mini_table_is_the_tools_table(tmp_path):
+    runs = tmp_path / "results" / "gpt"
+    fake_lm_run(runs, "softmax_s1", 1, 126.0)
+    fake_lm_run(runs, "softmax_s2", 2, 128.0)
+    fake_lm_run(runs, "linear_s1", 1, 125.5)
+    text = published.render("gpt_mini_table results/gpt", str(tmp_path))
+    gpt_mini_table.main([str(runs), f"--out={tmp_path / 'out'}"])
+    assert (tmp_path / "out" / "gpt_mini_table.md").read_text().endswith(text)
+    assert "| softmax | 127.00 +- 1.41 (126.00-128.00, 2 seeds) |" in text and "| linear | 125.50 (1 seed) |" in text
+    fake_lm_run(runs, "linear_s2", 2, 124.5)
+    assert "| linear | 125.00 +- 0.71 (124.50-125.50, 2 seeds) |" in published.render("gpt_mini_table results/gpt",
+                                                                                        str(tmp_path))
+
+
+def fake_lra_run(root, name, attention, acc, steps, params=None, cpu="Intel(R) Xeon(R) Processor"):
+    d = root / name
+    d.mkdir(parents=True)
+    cfg = {"task": "classify", "lra_task": "text", "attention": attention, "attention_params": params or {},
+           "batch_size": 16}
+    (d / "final_metrics.json").write_text(json.dumps({
+        "test_accuracy": acc, "val_accuracy": acc, "steps_per_s": steps, "iters": 8000, "test_majority": 0.5,
+        "test_examples": 4000, "config": cfg}))
+    (d / "manifest.json").write_text(json.dumps({"train": {"machine": {"cpu": cpu}}}))
+
+
+def test_lra_text_our_runs_beside_the_published_text_numbers(tmp_path):
+    runs = tmp_path / "results" / "lra"
+    fake_lra_run(runs, "text_performer_cpu", "performer", 0.6155, 6.864)
+    fake_lra_run(runs, "text_softmax_cpu", "softmax", 0.594, 2.808, cpu="AMD EPYC")
+    fake_lra_run(runs, "text_dense_cpu", "dense", 0.49, 5.0, cpu=None)
+    text = published.render("lra_text results/lra", str(tmp_path))
+    lines = text.splitlines()
+    assert lines[2] == "| softmax | 59.40 | 2.81 | AMD EPYC | 64.27 (LRA Table 1), 61.95 (FAST Table 1) |"
+    assert lines[3] == ("| dense (DANet) | fail (49.00; majority 50.00) | 5.00 | not recorded | "
+                        "81.19 (DenseAttention Table 1) |")
+    assert lines[4] == "| Performer | 61.55 | 6.86 | Intel Xeon | 65.40 (LRA Table 1), 64.39 (FAST Table 1) |"
+
+
+def bench_file(root, name, methods, seconds, dense, repeats=3, date="2026-11-27"):
+    """A scripts.bench.attention JSON: ``methods`` {label: params}, ``seconds`` {(label, mode): s} at
+    causal T = 16384, D = 64; ``dense`` the forward causal dense aim; and its manifest entry."""
+    folder = root / "results" / "bench_attention"
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [{"method": label, "mode": mode, "causal": True, "D": 64, "T": 16384, "seconds": s}
+            for (label, mode), s in seconds.items()]
+    aims = {"dense_linear_time_per_token_32768_over_1024": {
+        f"{mode} causal={causal} D=64": {"ratio": dense if (mode, causal) == ("forward", True) else 2.0,
+                                          "target": 1.2}
+        for mode in ("forward", "forward_backward") for causal in (True, False)},
+        "fastmax2_causal_D64_speedup_vs_sdpa_at_16384": {m: {"speedup": None, "target": 1.0}
+                                                         for m in ("forward", "forward_backward")}}
+    data = {"settings": {"T": "1024,16384", "repeats": repeats}, "rows": rows, "summary": {"aims": aims},
+            "methods": [{"label": label, "params": params} for label, params in methods.items()]}
+    (folder / f"{name}.json").write_text(json.dumps(data))
+    manifest = folder / "manifest.json"
+    entries = json.loads(manifest.read_text()) if manifest.exists() else {}
+    manifest.write_text(json.dumps({**entries, name: {"date": f"{date}T00:00:00+00:00"}}))
+
+
+def bench_fixture(root, full_forward=2.0):
+    def times(label, forward, backward):
+        return {("sdpa", "forward"): 1.0, ("sdpa", "forward_backward"): 4.0,
+                (label, "forward"): forward, (label, "forward_backward"): backward}
+
+    bench_file(root, "all", {"fastmax2": {"p": 2}}, times("fastmax2", full_forward, 2.0), 1.44)
+    rerun = times("fastmax:p=2,chunk_size=128", 0.5, 4.0)
+    rerun.update({("fastmax:p=2", "forward"): 1.25, ("fastmax:p=2", "forward_backward"): 5.0})
+    bench_file(root, "rerun_dense_fastmax_tree", {"fastmax:p=2": {"p": 2},
+                                                  "fastmax:p=2,chunk_size=128": {"p": 2, "chunk_size": 128}},
+               rerun, 1.47, date="2026-11-26")
+    bench_file(root, "rerun_malloc_no_mmap", {}, {}, 1.31)
+    check = times("fastmax:p=2", 1.0, 3.2)
+    check.update({("fastmax:p=2,normalization=max_norm", "forward"): 1.25,
+                  ("fastmax:p=2,normalization=max_norm", "forward_backward"): 4.0})
+    bench_file(root, "fastmax2_causal_check", {"fastmax:p=2": {"p": 2}, "fastmax:p=2,normalization=max_norm": {
+        "p": 2, "normalization": "max_norm"}}, check, None, repeats=5)
+    tree = root / "results" / "bench_tree"
+    tree.mkdir(parents=True, exist_ok=True)
+    for i, (one, two) in enumerate(((60.0, 90.0), (80.0, 130.0)), 1):
+        speedups = [{"L": 1024, "E": 0.5, "slow": "casinoformer", "slow_seconds": 0.5 + i / 10, "fast": "cpu",
+                     "fast_threads": t, "fast_dtype": "float32", "fast_seconds": 0.008 + i / 1000, "speedup": s}
+                    for t, s in ((1, one), (2, two))]
+        (tree / f"bench_tree_1024_run{i}.json").write_text(json.dumps({"config": {"H": 12, "D": 64},
+                                                                        "speedups": speedups}))
+
+
+def test_bench_aims_give_the_median_and_range_of_fastmax_runs_never_the_best(tmp_path):
+    bench_fixture(tmp_path)
+    rows = published.render("bench_aims", str(tmp_path)).splitlines()[2:]
+    dense, fastmax, tree = (row.split(" | ") for row in rows)
+    assert dense[1:] == ["<= 1.2", "1.44 in the full run of 2026-11-27 (non-causal 2.00; forward + backward 2.00 "
+                         "causal, 2.00 non-causal); 1.47 in the re-run of 2026-11-26 after fb0ec13 (1.31 with "
+                         "glibc's mmap off)",
+                         "no: see the re-run (the output's fresh pages and the memory bandwidth) |"]
+    # forward speed-ups 2.0 (re-run), 1.0 (check), 0.5 (full run): the median and the range, then each run
+    assert fastmax[2].startswith("chunks of 128 (the default since ce5898c), three runs: forward 1.00 (median; "
+                                 "range 0.50-2.00), forward + backward 1.25 (range 1.00-2.00);")
+    assert "the check of 2026-11-27: 1.00 / 1.25 (medians of 5 calls, alone; `normalization=max_norm` beside it " \
+           "0.80 / 1.00: the normalization is not the cost)" in fastmax[2]
+    assert fastmax[2].endswith("The old default chunk (the re-run's `fastmax:p=2`): 0.80 / 0.80")
+    assert fastmax[3].startswith("not reliably: faster forward in 1 of 3 runs, forward + backward in 2 of 3")
+    assert tree[2] == "60.0x, 80.0x in two runs of `scripts/bench/tree.py` (9.0-10.0 ms against 0.60-0.70 s); " \
+                      "90-130x on 2 threads"
+    bench_fixture(tmp_path, full_forward=0.8)  # the full run's forward now 1.25x: the median moves
+    assert "forward 1.25 (median; range 1.00-2.00)" in published.render("bench_aims", str(tmp_path))
+
+
+def test_readme_rows_are_templates_filled_from_results(tmp_path):
+    folder = tmp_path / "results" / "gpt_mini_wikitext2"
+    folder.mkdir(parents=True)
+    (folder / "train_stdout.log").write_text("model: 7.23M parameters (non-embedding)\n")
+    (folder / "train_log.jsonl").write_text('{"iter": 10, "elapsed_s": 100.0}\n{"iter": 20, "elapsed_s": 2733.5}\n')
+    per_position = {"context_length": list(range(1, 200)), "count": [1] * 199,
+                    "mean_nll": [5.0 if c < 2 else 4.5 if c < 8 else 4.0 if c < 32 else 4.1 for c in range(1, 200)]}
+    test = {"value": 126.08113, "protocol": "blocks", "per_position": per_position}
+    (folder / "test_blocks.json").write_text(json.dumps(test))
+    row = published.readme_row(str(tmp_path), published.README_ROWS[0])
+    assert row[:2] == ["GPT mini on WikiText-2 (7.23M parameters, 45 min)",
+                       "test perplexity 126.08 (`blocks`); uses about 30 tokens of context"]
+    (folder / "test_blocks.json").write_text(json.dumps(dict(test, value=130.0)))
+    assert published.readme_row(str(tmp_path), published.README_ROWS[0])[1].startswith("test perplexity 130.00")
+    (folder / "test_blocks.json").unlink()
+    with pytest.raises(SourceMissing, match="results/gpt_mini_wikitext2/test_blocks.json"):
+        published.readme_row(str(tmp_path), published.README_ROWS[0])
+
+
+def test_number_formats():
+    assert published.sci(5.385193995753368e-15) == "5.4e-15" and published.sci(8.683927613095132e-07) == "8.7e-7"
+    assert published.rate(0.003) == "3e-3" and published.rate(0.00025) == "2.5e-4"
+    assert published.about(32) == "30" and published.about(7) == "7" and published.about(150) == "200"
+    assert published.short_cpu("Intel(R) Xeon(R) Processor") == "Intel Xeon" and published.short_cpu(None) == \
+        "not recorded"
+    assert published.display_name("longformer", {"window": 32, "num_global": 1}) == \
+        "Longformer (window 32 + first token)"
+    assert published.mean_sd([0.9, 0.8], ".1f", scale=100) == "85.0 ± 7.1"

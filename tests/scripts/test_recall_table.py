@@ -6,6 +6,8 @@ import json
 import pytest
 
 from scripts.analysis import recall_table
+from scripts.analysis.published import pick_rate, read_recall_runs
+from scripts.analysis.runs import find_runs
 
 
 def write_run(root, attention, lr, seed, val, test, seq_len=64, pairs=4, width=64, params=None, threads=None,
@@ -39,11 +41,11 @@ def runs_dir(tmp_path):
 
 
 def test_pick_by_validation_accuracy_ties_to_smaller_rate(runs_dir, capsys):
-    runs = recall_table.read_runs(recall_table.find_runs([str(runs_dir)]))
+    runs = read_recall_runs(find_runs([str(runs_dir)]))
     assert len(runs) == 7
-    assert recall_table.pick_rate(runs, ("softmax", 64, 4, 64)) == 3e-3
-    assert recall_table.pick_rate(runs, ("fastmax2", 64, 4, 64)) == 1e-3
-    assert recall_table.pick_rate(runs, ("softmax", 64, 4, 128)) is None
+    assert pick_rate(runs, ("softmax", 64, 4, 64)) == 3e-3
+    assert pick_rate(runs, ("fastmax2", 64, 4, 64)) == 1e-3
+    assert pick_rate(runs, ("softmax", 64, 4, 128)) is None
     recall_table.main(["pick", str(runs_dir), "--attention=softmax", "--seq_len=64", "--num_pairs=4", "--d_model=64"])
     assert capsys.readouterr().out.strip() == "0.003"
     with pytest.raises(SystemExit, match="no seed-0 run"):
@@ -89,10 +91,10 @@ def test_label_params_split_rows_by_option_setting(tmp_path):
               params={"p": 1, "normalization": "paper", "temperature": 11.313708498984761})
     write_run(root / "max_norm", "fastmax", 3e-3, 0, val=0.9, test=0.90, params={"p": 1, "lim": 2})
     params = ("normalization", "temperature", "lim")
-    labels = {r["attention"] for r in recall_table.read_runs(recall_table.find_runs([str(root)]), params)}
+    labels = {r["attention"] for r in read_recall_runs(find_runs([str(root)]), params)}
     assert labels == {"fastmax1 normalization=paper temperature=11.3137", "fastmax1 lim=2"}
     # without label_params the settings collapse into one row (the plain sweep's behaviour)
-    assert {r["attention"] for r in recall_table.read_runs(recall_table.find_runs([str(root)]))} == {"fastmax1"}
+    assert {r["attention"] for r in read_recall_runs(find_runs([str(root)]))} == {"fastmax1"}
     out = tmp_path / "table"
     recall_table.main(["table", str(root), f"--out={out}", "--label_params=normalization,temperature,lim"])
     text = (out / "recall_table.md").read_text()

@@ -1,0 +1,1182 @@
+"""The published numbers: what the table tools aggregate from finished runs, and the renderers that
+turn the files under ``results/`` into the tables and sentences of README.md and docs/*.md
+(issue 42, item 5: no number typed by hand; ``python -m scripts.analysis.publish`` writes them,
+its ``--check`` and ``tests/scripts/test_publish.py`` fail when a committed block differs).
+
+A library of ``scripts/analysis`` (like ``runs.py``): the table tools (``recall_table``,
+``recall_ablation_table``, ``gpt_mini_table``, ``lra_table``) and the publishing command
+(``publish.py``) import it; tools never import tools.
+
+Renderers (``RENDERERS``, the names a block's marker uses): each is ``fn(root, *args, **kwargs)``
+returning the block's markdown (ending in a newline); ``root`` is the repository root and every
+path argument is relative to it. Each reads only files under ``results/`` (a run's
+``final_metrics.json``, ``log.jsonl``, ``train.log``, ``manifest.json``; a tool's ``summary.csv``;
+a benchmark's ``.json``), and raises ``SourceMissing`` (a FileNotFoundError naming the file)
+when one is absent. Output is byte-stable: fixed row orders and fixed formats.
+
+- ``recall_ablation <folder> [base=<row>] [link_root=<prefix>]``: the ablation table of
+  ``recall_ablation_table`` from the run folders under ``<folder>``.
+- ``recall_glance <summary.csv> cells=<T/N/width>,... [params=<folder>]``: test accuracy mean ± sd
+  over the seeds at the picked learning rate per attention x cell; a cell whose runs are all at one
+  learning rate says so (nothing was picked there); ``params`` names a folder of runs whose
+  configurations describe the attentions' settings (BigBird's blocks, Longformer's window).
+- ``gpt_mini_table <folder>``: the WikiText-2 table of ``gpt_mini_table``.
+- ``lra_text <folder>``: our LRA Text runs under ``<folder>`` beside the published Text numbers.
+- ``bench_aims``: issue 27's performance aims (``BENCH`` and ``TREE_BENCH`` name the files).
+- ``readme_results``: README.md's Results table (``README_ROWS``: a template per row, its fields
+  computed from the files each row function names).
+"""
+import csv
+import glob
+import inspect
+import json
+import math
+import os
+import re
+import statistics
+
+from scripts.analysis.runs import attention_label, find_runs, run_cpu
+
+
+class SourceMissing(FileNotFoundError):
+    """A results file a renderer needs does not exist (the message names it)."""
+
+
+class RenderError(ValueError):
+    """A block names an unknown renderer, or arguments the renderer does not take."""
+
+
+# ----------------------------------------------------------------------------- reading and formatting
+
+
+def source(root, rel):
+    """The absolute path of ``rel`` (relative to ``root``). Raises SourceMissing when it does not exist."""
+    path = os.path.join(root, rel)
+    if not os.path.exists(path):
+        raise SourceMissing(f"a rendered block needs {rel}, which does not exist")
+    return path
+
+
+def load_json(root, rel):
+    """The parsed JSON file ``root/rel``. Raises SourceMissing when it does not exist."""
+    with open(source(root, rel)) as f:
+        return json.load(f)
+
+
+def load_csv(root, rel):
+    """The rows (dicts of strings) of the CSV file ``root/rel``. Raises SourceMissing when it does not exist."""
+    with open(source(root, rel), newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def sources(root, pattern):
+    """The files matching the glob ``pattern`` (relative to ``root``), sorted, as paths relative to
+    ``root``. Raises SourceMissing when none matches."""
+    found = sorted(os.path.relpath(p, root) for p in glob.glob(os.path.join(root, pattern)))
+    if not found:
+        raise SourceMissing(f"a rendered block needs {pattern}, which matches no file")
+    return found
+
+
+def spread(values, fmt):
+    """"mean +- sd (min-max, n seeds)" of ``values`` in format ``fmt`` (e.g. ".3f"), or "v (1 seed)"."""
+    if len(values) == 1:
+        return f"{values[0]:{fmt}} (1 seed)"
+    return (f"{statistics.mean(values):{fmt}} +- {statistics.stdev(values):{fmt}} "
+            f"({min(values):{fmt}}-{max(values):{fmt}}, {len(values)} seeds)")
+
+
+def mean_sd(values, fmt, scale=1.0, sep=" ± "):
+    """"mean ± sd" of ``values`` times ``scale`` in format ``fmt``; one value alone when there is one."""
+    values = [scale * v for v in values]
+    if len(values) == 1:
+        return f"{values[0]:{fmt}}"
+    return f"{statistics.mean(values):{fmt}}{sep}{statistics.stdev(values):{fmt}}"
+
+
+def sci(x):
+    """``x`` with two significant digits in scientific notation, exponent without padding: 5.4e-15."""
+    mantissa, exponent = f"{x:.1e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def rate(x):
+    """A learning rate as the docs write it: 3e-3, 1e-2, 2.5e-4."""
+    mantissa, exponent = f"{x:.6e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def about(x):
+    """``x`` rounded to one significant digit, as an integer string ("about 30" for 32)."""
+    if x == 0:
+        return "0"
+    digits = 10 ** int(math.floor(math.log10(abs(x))))
+    return f"{round(x / digits) * digits:.0f}"
+
+
+def short_cpu(name):
+    """A CPU model name without trademarks and the trailing "Processor"/"CPU": "Intel(R) Xeon(R)
+    Processor" -> "Intel Xeon"; "not recorded" for None."""
+    if not name:
+        return "not recorded"
+    name = re.sub(r"\((R|TM)\)", "", name)
+    name = re.sub(r"\s+(Processor|CPU)$", "", name.strip())
+    return re.sub(r"\s+", " ", name).strip()
+
+
+NUMBER_WORDS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten"}
+
+
+def number_word(n):
+    """The English word of a small count ("three"), the digits beyond ten."""
+    return NUMBER_WORDS.get(n, str(n))
+
+
+def join_words(words):
+    """"a", "a and b", "a, b and c"."""
+    words = list(words)
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+NAMES = {"softmax": "softmax", "fastmax1": "fastmax p = 1", "fastmax2": "fastmax p = 2", "dense": "dense (DANet)",
+         "linear": "linear", "performer": "Performer", "linformer": "Linformer", "longformer": "Longformer",
+         "bigbird": "BigBird", "reformer": "Reformer", "informer": "Informer", "danet": "DANet mini"}
+
+
+def display_name(label, params=None):
+    """The published name of an attention label (``NAMES``; else the label), with BigBird's block size
+    and Longformer's window and global tokens when ``params`` (its attention_params) gives them."""
+    name = NAMES.get(label, label)
+    params = params or {}
+    if label == "bigbird" and "block_size_sparse" in params:
+        name += f" (blocks of {params['block_size_sparse']})"
+    elif label == "longformer" and "window" in params:
+        g = params.get("num_global", 0)
+        extra = "" if not g else " + first token" if g == 1 else f" + {g} global tokens"
+        name += f" (window {params['window']}{extra})"
+    return name
+
+
+def _markdown(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows]) + "\n"
+
+
+# ----------------------------------------------------------------------------- recall (MQAR)
+
+RECALL_COLUMNS = ("attention", "seq_len", "num_pairs", "d_model", "seed", "test_accuracy", "tokens_per_s",
+                  "learning_rate", "val_accuracy", "picked", "num_threads")
+
+
+def read_recall_runs(files, label_params=()):
+    """One dict per recall run (the RECALL_COLUMNS but ``picked``, plus ``path``, ``train_time_s``
+    and ``attention_params``) from train.py's final_metrics.json files; runs of other tasks are
+    skipped. The attention column is ``runs.attention_label(config, label_params)``."""
+    runs = []
+    for path in files:
+        with open(path) as f:
+            metrics = json.load(f)
+        cfg = metrics.get("config", {})
+        if cfg.get("task") != "recall" or "test_accuracy" not in metrics:
+            continue
+        tokens = metrics["iters"] * cfg["batch_size"] * cfg["block_size"]
+        runs.append({"attention": attention_label(cfg, label_params), "seq_len": cfg["block_size"],
+                     "num_pairs": cfg["recall_pairs"], "d_model": cfg["n_embd"], "seed": cfg["seed"],
+                     "test_accuracy": metrics["test_accuracy"],
+                     "tokens_per_s": tokens / metrics["train_time_s"] if metrics.get("train_time_s") else None,
+                     "learning_rate": cfg["learning_rate"], "val_accuracy": metrics["best_metric"]["value"],
+                     "num_threads": cfg.get("num_threads"), "path": path, "train_time_s": metrics.get("train_time_s"),
+                     "attention_params": cfg.get("attention_params", {})})
+    return runs
+
+
+def read_recall_summary(root, rel):
+    """The runs of a ``summary.csv`` written by ``recall_table`` (RECALL_COLUMNS, typed: ints, floats,
+    ``picked`` a bool; an empty cell None). Raises SourceMissing when the file does not exist."""
+    ints, floats = ("seq_len", "num_pairs", "d_model", "seed", "num_threads"), \
+        ("test_accuracy", "tokens_per_s", "learning_rate", "val_accuracy")
+    runs = []
+    for row in load_csv(root, rel):
+        run = {"attention": row["attention"], "picked": row["picked"] == "True"}
+        run.update({k: int(row[k]) if row[k] else None for k in ints})
+        run.update({k: float(row[k]) if row[k] else None for k in floats})
+        runs.append(run)
+    return runs
+
+
+def cell_key(run):
+    """(attention, seq_len, num_pairs, d_model) of a recall run."""
+    return run["attention"], run["seq_len"], run["num_pairs"], run["d_model"]
+
+
+def pick_rate(runs, key):
+    """The learning rate picked for one (attention, seq_len, num_pairs, d_model): the seed-0 run with
+    the highest validation accuracy, ties to the smaller rate; None without a seed-0 run."""
+    candidates = [r for r in runs if cell_key(r) == key and r["seed"] == 0]
+    if not candidates:
+        return None
+    return min(candidates, key=lambda r: (-r["val_accuracy"], r["learning_rate"]))["learning_rate"]
+
+
+def mark_picked(runs):
+    """Set ``picked`` on every run: its learning rate is the one picked for its cell. Returns ``runs``."""
+    rates = {key: pick_rate(runs, key) for key in {cell_key(r) for r in runs}}
+    for r in runs:
+        r["picked"] = r["learning_rate"] == rates[cell_key(r)]
+    return runs
+
+
+def cell_label(seq_len, num_pairs, d_model):
+    """"256/16 w64"."""
+    return f"{seq_len}/{num_pairs} w{d_model}"
+
+
+def recall_order(attentions):
+    """softmax, fastmax1, fastmax2, dense first (those present), then the others sorted."""
+    first = ["softmax", "fastmax1", "fastmax2", "dense"]
+    return [a for a in first if a in attentions] + sorted(a for a in attentions if a not in first)
+
+
+def picked_runs(runs, attention, cell):
+    """The runs of ``attention`` in ``cell`` (seq_len, num_pairs, d_model) at the picked rate, by seed."""
+    return sorted((r for r in runs if cell_key(r) == (attention, *cell) and r["picked"]), key=lambda r: r["seed"])
+
+
+def one_rate(runs, attention, cell):
+    """The learning rate when every run of ``attention`` in ``cell`` used the same one (nothing was
+    picked between rates), else None."""
+    rates = {r["learning_rate"] for r in runs if cell_key(r) == (attention, *cell)}
+    return rates.pop() if len(rates) == 1 else None
+
+
+def _cells_arg(cells):
+    try:
+        return [tuple(int(x) for x in c.split("/")) for c in cells.split(",")]
+    except ValueError:
+        raise RenderError(f"cells={cells}: expected T/N/width,... (e.g. 64/4/64,256/16/64)") from None
+
+
+def _recall_params(root, folder):
+    """{attention label: attention_params} of the recall runs under ``folder`` (the first run of each)."""
+    params = {}
+    for run in read_recall_runs(find_runs([source(root, folder)])):
+        params.setdefault(run["attention"], run["attention_params"])
+    return params
+
+
+def render_recall_glance(root, summary, cells, params=""):
+    """The "sweep at a glance" table of docs/recall.md from ``summary`` (a recall_table summary.csv):
+    a row per attention (``recall_order``), a column per cell of ``cells`` ("T/N/width,..."): test
+    accuracy mean ± sd over the seeds at the picked rate (3 decimals; "(1 seed)" for one run, "-"
+    for none), "(one rate, <lr>)" when every run of the cell used one learning rate. ``params``:
+    a folder of runs whose configurations name BigBird's and Longformer's settings in the row label.
+    Raises SourceMissing (a file is absent), RenderError (malformed ``cells``)."""
+    runs = read_recall_summary(root, summary)
+    cells = _cells_arg(cells)
+    described = _recall_params(root, params) if params else {}
+    rows = []
+    for attention in recall_order({r["attention"] for r in runs}):
+        row = [display_name(attention, described.get(attention))]
+        for cell in cells:
+            values = [r["test_accuracy"] for r in picked_runs(runs, attention, cell)]
+            if not values:
+                row.append("-")
+                continue
+            text = mean_sd(values, ".3f") + (" (1 seed)" if len(values) == 1 else "")
+            lr = one_rate(runs, attention, cell)
+            row.append(text + (f" (one rate, {rate(lr)})" if lr is not None else ""))
+        rows.append(row)
+    return _markdown(["attention", *(cell_label(*c) for c in cells)], rows)
+
+
+# ----------------------------------------------------------------------------- recall ablation
+
+ABLATION_COMPARED = ("mlp", "tie_lm_head", "embedding_init_std", "pos_embedding_init_std", "linear_init",
+                     "scale_residual_init", "token_shift", "beta2", "lr_schedule", "warmup_iters", "grad_clip",
+                     "learning_rate", "weight_decay", "max_iters", "recall_sizes", "seed")
+ABLATION_COLUMNS = ("row", "base", "changes", "test_accuracy", "best_val_accuracy", "best_iter",
+                    "first_iter_val_acc_0.5", "last_train_loss", "cpu", "run")
+
+
+def read_log(path):
+    """(evaluations [(iter, val_accuracy)], last logged training loss or None) of a train.py log.jsonl."""
+    evals, last = [], None
+    with open(path) as f:
+        for line in f:
+            record = json.loads(line)
+            if "eval" in record and "val_accuracy" in record["eval"]:
+                evals.append((record["iter"], record["eval"]["val_accuracy"]))
+            elif "loss" in record:
+                last = record["loss"]
+    return evals, last
+
+
+def describe(value):
+    """A configuration value as the ablation table writes it: floats %g, dicts k=v,k=v."""
+    if isinstance(value, dict):  # recall_sizes: {'train': 100000, ...} -> train=100000,val=1000,test=1000
+        return ",".join(f"{k}={v}" for k, v in value.items())
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def ablation_rows(root, base_row=""):
+    """The ablation table's rows (dicts of ``ABLATION_COLUMNS``) of the run folders under ``root``
+    (each with final_metrics.json and log.jsonl), base rows first, then by name. A row's base is the
+    row named by its name's part before the first "_", or ``base_row`` for every row; "changes" lists
+    the ``ABLATION_COMPARED`` configuration keys whose values differ from the base's."""
+    runs = {}
+    for path in find_runs([root]):
+        run_dir = os.path.dirname(path)
+        with open(path) as f:
+            runs[os.path.basename(run_dir)] = (run_dir, json.load(f))
+    out = []
+    for name, (run_dir, final) in runs.items():
+        base = base_row or name.split("_", 1)[0]
+        cfg, base_cfg = final["config"], runs.get(base, (None, {"config": {}}))[1]["config"]
+        changes = [f"{k}={describe(cfg.get(k))}" for k in ABLATION_COMPARED if base != name and base_cfg
+                   and cfg.get(k) != base_cfg.get(k)]
+        evals, last = read_log(os.path.join(run_dir, "log.jsonl"))
+        best_iter, best = max(evals, key=lambda e: (e[1], -e[0])) if evals else (None, None)
+        first = next((it for it, acc in evals if acc >= 0.5), None)
+        out.append({"row": name, "base": base if base in runs else "", "changes": " ".join(changes) or
+                    ("(the base)" if base == name else "(none)"), "test_accuracy": final.get("test_accuracy"),
+                    "best_val_accuracy": best, "best_iter": best_iter,
+                    "first_iter_val_acc_0.5": first if first is not None else "-", "last_train_loss": last,
+                    "cpu": run_cpu(run_dir) or "", "run": run_dir})
+    return sorted(out, key=lambda r: (r["base"], r["row"] != r["base"], r["row"]))
+
+
+def ablation_markdown(table, link_root=""):
+    """The ablation table (rows of ``ablation_rows``) as markdown; each row links its run folder
+    (``link_root`` + folder name)."""
+    head = ("| row | changes from its base | test acc. | best val acc. (step) | val acc. >= 0.5 from step "
+            "| last train loss | run |")
+    lines = [head, "|---|---|---:|---:|---:|---:|---|"]
+    for r in table:
+        link = f"[{os.path.basename(r['run'])}]({link_root}{os.path.basename(r['run'])}/)"
+        lines.append(f"| {r['row']} | {r['changes']} | {r['test_accuracy']:.4f} | {r['best_val_accuracy']:.4f} "
+                     f"({r['best_iter']}) | {r['first_iter_val_acc_0.5']} | {r['last_train_loss']:.3f} | {link} |")
+    return "\n".join(lines) + "\n"
+
+
+def render_recall_ablation(root, folder, base="", link_root=""):
+    """The ablation table of the run folders under ``folder`` (``ablation_rows`` with ``base``,
+    ``ablation_markdown`` with ``link_root``). Raises SourceMissing when ``folder`` is absent or holds no run."""
+    rows = ablation_rows(source(root, folder), base)
+    if not rows:
+        raise SourceMissing(f"a rendered block needs runs (final_metrics.json) under {folder}; there are none")
+    return ablation_markdown(rows, link_root)
+
+
+# ----------------------------------------------------------------------------- mini GPT on WikiText-2
+
+GPT_MINI_COLUMNS = ("attention", "seed", "test_ppl", "test_tokens", "protocol", "best_val_loss", "best_iter", "iters",
+                    "tokens", "train_time_s", "tokens_per_s", "num_threads", "cpu", "attention_params")
+GPT_MINI_FIRST = ("softmax", "fastmax1", "fastmax2", "dense", "danet")
+
+
+def attention_name(run_dir, seed):
+    """The sweep's attention name of a run folder ``<attention>_s<seed>`` (the folder name otherwise)."""
+    name = os.path.basename(os.path.normpath(run_dir))
+    suffix = f"_s{seed}"
+    return name[: -len(suffix)] if name.endswith(suffix) else name
+
+
+def read_gpt_mini_runs(files):
+    """One dict per lm run (the GPT_MINI_COLUMNS and ``path``) from final_metrics.json files and the
+    eval_ppl.py result ``eval_test.json`` beside each (test_ppl None without it); other tasks skipped."""
+    runs = []
+    for path in files:
+        with open(path) as f:
+            metrics = json.load(f)
+        cfg = metrics.get("config", {})
+        if cfg.get("task") != "lm":
+            continue
+        run_dir = os.path.dirname(path)
+        tokens = metrics["iters"] * cfg["batch_size"] * cfg["block_size"] * cfg.get("gradient_accumulation_steps", 1)
+        best = metrics.get("best_metric") or {}
+        row = {"attention": attention_name(run_dir, cfg["seed"]), "seed": cfg["seed"], "test_ppl": None,
+               "test_tokens": None, "protocol": None, "best_val_loss": best.get("value"),
+               "best_iter": metrics.get("best_iter"), "iters": metrics["iters"], "tokens": tokens,
+               "train_time_s": metrics.get("train_time_s"),
+               "tokens_per_s": tokens / metrics["train_time_s"] if metrics.get("train_time_s") else None,
+               "num_threads": cfg.get("num_threads"), "cpu": run_cpu(run_dir),
+               "attention_params": json.dumps(cfg.get("attention_params", {}), sort_keys=True), "path": run_dir}
+        evaluation = os.path.join(run_dir, "eval_test.json")
+        if os.path.exists(evaluation):
+            with open(evaluation) as f:
+                result = json.load(f)
+            row.update(test_ppl=result["value"], test_tokens=result["tokens_scored"], protocol=result["protocol"])
+        runs.append(row)
+    return runs
+
+
+def gpt_mini_order(names):
+    """GPT_MINI_FIRST (those present), then the other names sorted."""
+    return [n for n in GPT_MINI_FIRST if n in names] + sorted(n for n in names if n not in GPT_MINI_FIRST)
+
+
+def median_per_cpu(runs, value, fmt):
+    """The median of ``value(run)`` over ``runs`` (None values left out), formatted with ``fmt``; one median
+    per CPU model when the runs ran on more than one (speeds and times of different CPUs do not compare)."""
+    by_cpu = {}
+    for r in runs:
+        v = value(r)
+        if v is not None:
+            by_cpu.setdefault(r["cpu"] or "CPU not recorded", []).append(v)
+    if len(by_cpu) <= 1:
+        values = next(iter(by_cpu.values()), [])
+        return f"{statistics.median(values):{fmt}}" if values else "-"
+    return ", ".join(f"{statistics.median(values):{fmt}} ({cpu})" for cpu, values in sorted(by_cpu.items()))
+
+
+def gpt_mini_rows(runs):
+    """Rows per attention: name, test perplexity, best val loss, tokens/s, wall time, tokens, note."""
+    softmax_tokens = {r["tokens"] for r in runs if r["attention"] == "softmax"}
+    rows = []
+    for name in gpt_mini_order({r["attention"] for r in runs}):
+        mine = [r for r in runs if r["attention"] == name]
+        ppl = [r["test_ppl"] for r in mine if r["test_ppl"] is not None]
+        val = [r["best_val_loss"] for r in mine if r["best_val_loss"] is not None]
+        tokens = sorted({r["tokens"] for r in mine})
+        note = "" if not softmax_tokens or set(tokens) <= softmax_tokens else "other budget than softmax"
+        rows.append([name, spread(ppl, ".2f") if ppl else "not evaluated", spread(val, ".4f") if val else "-",
+                     median_per_cpu(mine, lambda r: r["tokens_per_s"] or None, ",.0f"),
+                     median_per_cpu(mine, lambda r: r["train_time_s"] / 60 if r["train_time_s"] else None, ".1f"),
+                     "/".join(f"{t:,}" for t in tokens), note])
+    return rows
+
+
+def gpt_mini_table(runs):
+    """The markdown table of ``gpt_mini_rows`` (header included, ending in a newline)."""
+    header = ["attention", "test perplexity", "best val loss (nats)", "tokens/s (median)", "training min (median)",
+              "training tokens", "note"]
+    return _markdown(header, gpt_mini_rows(runs))
+
+
+def render_gpt_mini_table(root, folder):
+    """The WikiText-2 table of ``gpt_mini_table`` from the runs under ``folder``. Raises SourceMissing
+    when ``folder`` is absent or holds no lm run."""
+    runs = read_gpt_mini_runs(find_runs([source(root, folder)]))
+    if not runs:
+        raise SourceMissing(f"a rendered block needs lm runs (final_metrics.json) under {folder}; there are none")
+    return gpt_mini_table(runs)
+
+
+# ----------------------------------------------------------------------------- Long Range Arena
+
+TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
+TITLES = ("ListOps", "Text", "Retrieval", "Image", "Pathfinder", "Path-X")
+FAST_TASKS = TASKS[:5]
+PAPER_METHODS = ("softmax", "fastmax1", "fastmax2", "dense")  # their published rows always show
+BASELINES = ("linear", "performer", "linformer", "longformer", "bigbird", "reformer", "informer")
+ORDER = PAPER_METHODS + BASELINES  # a baseline's published rows show beside our runs of it
+
+# (attention, source): (accuracies in TASKS order, None = not reported, "fail" = at chance; avg)
+PUBLISHED_ACCURACY = [
+    ("softmax", "LRA paper, Tay et al. 2021", (36.37, 64.27, 57.46, 42.44, 71.40, "fail"), 54.39),
+    ("softmax", "FAST Table 1", (38.37, 61.95, 80.69, 40.57, 65.26, None), 57.37),
+    ("fastmax1", "FAST Table 1", (37.20, 63.25, 78.21, 42.76, 66.67, None), 57.62),
+    ("fastmax2", "FAST Table 1", (37.40, 64.30, 78.11, 43.18, 66.55, None), 57.90),
+    ("dense", "DenseAttention Table 1", (50.50, 81.19, 87.51, 72.55, 87.40, 88.82), 77.99),
+    # the baselines (docs/baselines.md): LRA Table 1 as quoted in DenseAttention Table 5 (and FAST
+    # Table 1 for Linear Trans.), then FAST Table 1's own runs and DenseAttention's Informer row
+    ("linear", "LRA paper, Tay et al. 2021", (16.13, 65.90, 53.09, 42.34, 75.30, "fail"), 50.55),
+    ("performer", "LRA paper, Tay et al. 2021", (18.01, 65.40, 53.82, 42.77, 77.05, "fail"), 51.41),
+    ("performer", "FAST Table 1", (37.80, 64.39, 79.05, 39.78, 67.41, None), 57.69),
+    ("linformer", "LRA paper, Tay et al. 2021", (35.70, 53.94, 52.27, 38.56, 76.34, "fail"), 51.36),
+    ("longformer", "LRA paper, Tay et al. 2021", (35.63, 62.85, 56.89, 42.22, 69.71, "fail"), 53.46),
+    ("bigbird", "LRA paper, Tay et al. 2021", (36.05, 64.02, 59.29, 40.83, 74.87, "fail"), 55.01),
+    ("reformer", "LRA paper, Tay et al. 2021", (37.27, 56.10, 53.40, 38.07, 68.50, "fail"), 50.67),
+    ("reformer", "FAST Table 1", (37.00, 64.75, 78.50, 43.72, 66.40, None), 58.07),
+    ("informer", "FAST Table 1", (36.95, 63.60, 75.25, 37.55, 50.33, None), 52.74),
+    ("informer", "DenseAttention Table 5 (from Chen et al. 2021)", (32.53, 62.64, 77.57, 38.10, 57.83, None), 53.73),
+]
+PUBLISHED_STEPS = [  # FAST Table 2: training steps per second on an RTX A5000, head dim 32
+    ("softmax", "FAST Table 2 (RTX A5000)", (6.4, 1.8, 1.7, 3.0, 6.1, None), 3.8),
+    ("fastmax1", "FAST Table 2 (RTX A5000)", (47.4, 26.7, 24.7, 12.8, 24.4, None), 27.2),
+    ("fastmax2", "FAST Table 2 (RTX A5000)", (11.6, 6.1, 6.9, 3.0, 6.8, None), 6.9),
+]
+SHORT_SOURCES = {"LRA paper, Tay et al. 2021": "LRA Table 1",
+                 "DenseAttention Table 5 (from Chen et al. 2021)": "DenseAttention Table 5"}
+
+
+def task_column(cfg):
+    """Column of a run's config (one of TASKS): its ``lra_task``, Pathfinder at resolution 128 is Path-X."""
+    task = cfg.get("lra_task", "")
+    if task == "pathfinder" and (cfg.get("lra_options") or {}).get("resolution", 32) == 128:
+        return "pathx"
+    return task
+
+
+def read_lra_runs(files, skipped=None):
+    """One record per LRA classification run: file, label, task, test/val accuracy, steps_per_s, iters,
+    best_iter, majority, test_examples, examples_seen, max_len, cpu (of the manifest.json beside the
+    file, None without one). Files of other runs are left out, and appended to ``skipped`` if given."""
+    runs = []
+    for f in files:
+        with open(f) as fh:
+            m = json.load(fh)
+        cfg = m.get("config", {})
+        if cfg.get("task", "classify") != "classify" or "test_accuracy" not in m:
+            if skipped is not None:
+                skipped.append(f)
+            continue
+        runs.append({"file": f, "label": attention_label(cfg), "task": task_column(cfg),
+                     "test_accuracy": m["test_accuracy"], "val_accuracy": m.get("val_accuracy"),
+                     "steps_per_s": m.get("steps_per_s"), "iters": m.get("iters"), "best_iter": m.get("best_iter"),
+                     "majority": m.get("test_majority"), "test_examples": m.get("test_examples"),
+                     "examples_seen": (m.get("iters") or 0) * cfg.get("batch_size", 0),
+                     "max_len": cfg.get("max_len"), "cpu": run_cpu(os.path.dirname(f))})
+    return runs
+
+
+def choose(runs):
+    """The run of one cell: the most training examples seen, then the higher val accuracy, then
+    the path (a rule, so the table does not depend on which file was written last)."""
+    return max(runs, key=lambda r: (r["examples_seen"], r["val_accuracy"] or 0.0, r["file"]))
+
+
+def at_chance(run):
+    """True when the run's test accuracy is within two binomial standard errors of (or below) the
+    majority-class rate of its test examples."""
+    m, n = run["majority"], run["test_examples"]
+    if m is None or not n:
+        return False
+    return run["test_accuracy"] <= m + 2 * (m * (1 - m) / n) ** 0.5
+
+
+def lra_cell(run):
+    """Our accuracy cell: the test accuracy in %, or "fail (acc; majority m)" at chance (``at_chance``)."""
+    if run is None:
+        return None
+    if at_chance(run):
+        return f"fail ({100 * run['test_accuracy']:.2f}; majority {100 * run['majority']:.2f})"
+    return 100 * run["test_accuracy"]
+
+
+def fmt_cell(v):
+    """A table value: "" for None, a string as is, a number with 2 decimals."""
+    if v is None:
+        return ""
+    return v if isinstance(v, str) else f"{v:.2f}"
+
+
+def build_tables(runs):
+    """(accuracy rows, steps rows, chosen runs, common tasks): rows are (attention, source, values
+    in TASKS order, avg) with accuracies in %; ``chosen`` maps (label, task) -> run (``choose``); our
+    accuracy avg is over FAST_TASKS when a row has all five; ``common`` lists the tasks (TASKS order)
+    that every one of our rows has."""
+    cells = {}
+    for r in runs:
+        cells.setdefault((r["label"], r["task"]), []).append(r)
+    chosen = {cell: choose(rs) for cell, rs in cells.items()}
+    ours = {k[0] for k in chosen}
+    common = [t for t in TASKS if all((label, t) in chosen for label in ours)]
+    every = ours | set(PAPER_METHODS)
+    acc_rows, steps_rows = [], []
+    for label in [a for a in ORDER if a in every] + sorted(every - set(ORDER)):
+        if label in ours:
+            vals = [lra_cell(chosen.get((label, t))) for t in TASKS]
+            complete = all((label, t) in chosen for t in FAST_TASKS)
+            avg = sum(100 * chosen[(label, t)]["test_accuracy"] for t in FAST_TASKS) / 5 if complete else None
+            acc_rows.append((label, "ours", vals, avg))
+            steps = [chosen[(label, t)]["steps_per_s"] if (label, t) in chosen else None for t in TASKS]
+            five = steps[:5]
+            avg = sum(five) / 5 if all(s is not None for s in five) else None
+            steps_rows.append((label, "ours", steps, avg))
+        for a, src, vals, avg in PUBLISHED_ACCURACY:
+            if a == label:
+                acc_rows.append((a, f"published: {src}", list(vals), avg))
+        for a, src, vals, avg in PUBLISHED_STEPS:
+            if a == label:
+                steps_rows.append((a, f"published: {src}", list(vals), avg))
+    return acc_rows, steps_rows, chosen, common
+
+
+def lra_chosen(root, pattern):
+    """``build_tables``'s chosen runs {(label, task): run} of the LRA runs in the folders matching the
+    glob ``pattern`` (searched recursively). Raises SourceMissing when none holds an LRA run."""
+    runs = read_lra_runs(find_runs([os.path.join(root, p) for p in sources(root, pattern)]))
+    if not runs:
+        raise SourceMissing(f"a rendered block needs LRA runs (final_metrics.json) under {pattern}; there are none")
+    return build_tables(runs)[2]
+
+
+def render_lra_text(root, folder):
+    """Our LRA Text runs under ``folder`` (one row per attention, ``ORDER``): test accuracy %, steps/s,
+    the CPU (``short_cpu``), and the published Text accuracies of the attention (PUBLISHED_ACCURACY,
+    sources shortened by SHORT_SOURCES). Raises SourceMissing when ``folder`` holds no LRA run."""
+    chosen = lra_chosen(root, folder)
+    labels = [a for a in ORDER if (a, "text") in chosen] + sorted(
+        a for a, t in chosen if t == "text" and a not in ORDER)
+    rows = []
+    for label in labels:
+        run = chosen[(label, "text")]
+        published = ", ".join(f"{fmt_cell(vals[1])} ({SHORT_SOURCES.get(src, src)})"
+                              for a, src, vals, _ in PUBLISHED_ACCURACY if a == label and vals[1] is not None)
+        rows.append([display_name(label), fmt_cell(lra_cell(run)), f"{run['steps_per_s']:.2f}",
+                     short_cpu(run["cpu"]), published or "-"])
+    return _markdown(["attention", "test acc % (ours, one seed)", "steps/s (ours)", "CPU",
+                      "published Text accuracy %"], rows)
+
+
+# ----------------------------------------------------------------------------- benchmarks (issue 27's aims)
+
+# the benchmark runs the aims table and the README read: (name in the table, file, method label of
+# fastmax p = 2 with chunks of 128 in it, a note on the run)
+BENCH = {
+    "full": ("the full run", "results/bench_attention/all.json", "fastmax2", "while the machine slowed"),
+    "rerun": ("the re-run", "results/bench_attention/rerun_dense_fastmax_tree.json", "fastmax:p=2,chunk_size=128",
+              "alone"),
+    "no_mmap": ("the re-run with glibc's mmap off", "results/bench_attention/rerun_malloc_no_mmap.json",
+                "fastmax:p=2,chunk_size=128", "alone"),
+    "check": ("the check", "results/bench_attention/fastmax2_causal_check.json", "fastmax:p=2", "alone"),
+}
+FASTMAX2_RUNS = ("rerun", "check", "full")  # the measurements of fastmax p = 2 with the default allocator
+OLD_CHUNK_LABEL = "fastmax:p=2"  # in the re-run: fastmax p = 2 at the chunk default before ce5898c
+BENCH_MANIFEST = "results/bench_attention/manifest.json"
+TREE_BENCH = "results/bench_tree/bench_tree_1024_run*.json"
+TREE_AIM_SPEEDUP = 100  # issue 27: the CPU kernel 100x the authors' np_attention.py (L 1024, E 0.5, one thread)
+DENSE_AIM = "dense_linear_time_per_token_(\\d+)_over_(\\d+)"
+FASTMAX_AIM = "fastmax2_causal_D(\\d+)_speedup_vs_sdpa_at_(\\d+)"
+
+
+def _bench(root, key):
+    """(data, date) of a BENCH run: its JSON and the day of its manifest entry."""
+    path = BENCH[key][1]
+    data = load_json(root, path)
+    entry = load_json(root, BENCH_MANIFEST).get(os.path.basename(path)[: -len(".json")], {})
+    return data, (entry.get("date") or "")[:10]
+
+
+def _aim(summary, pattern):
+    """(key, numbers in the key, value) of the aim whose name matches ``pattern`` in a bench summary."""
+    for key, value in summary["aims"].items():
+        m = re.fullmatch(pattern, key)
+        if m:
+            return key, [int(x) for x in m.groups()], value
+    raise SourceMissing(f"a rendered block needs the aim {pattern} in a benchmark summary; it has none")
+
+
+def dense_ratio(data, mode="forward", causal=True):
+    """(ratio, target) of the dense aim (time per token at the long T over the short one) of a bench
+    JSON in ``mode`` and ``causal`` (the D its summary measured)."""
+    _, _, aims = _aim(data["summary"], DENSE_AIM)
+    for key, value in aims.items():
+        m = re.fullmatch(r"(\w+) causal=(True|False) D=(\d+)", key)
+        if m and m.group(1) == mode and m.group(2) == str(causal):
+            return value["ratio"], value["target"]
+    raise SourceMissing(f"a rendered block needs the dense aim in {mode} causal={causal}; the summary has none")
+
+
+def bench_seconds(data, label, mode, T, D, causal=True):
+    """The median seconds of ``label`` in one configuration of a bench JSON (None when not measured)."""
+    for r in data["rows"]:
+        if (r["method"], r["mode"], r["causal"], r["D"], r["T"]) == (label, mode, causal, D, T):
+            return r["seconds"]
+    return None
+
+
+def sdpa_speedup(data, label, mode, T, D, causal=True):
+    """SDPA's seconds over ``label``'s at T (None when either is missing)."""
+    ours, ref = bench_seconds(data, label, mode, T, D, causal), bench_seconds(data, "sdpa", mode, T, D, causal)
+    return ref / ours if ours and ref else None
+
+
+def fastmax2_runs(root):
+    """[(run key, date, forward speedup, forward + backward speedup, data)] of causal fastmax p = 2
+    against SDPA in the FASTMAX2_RUNS (D and T those of the bench summary's aim)."""
+    out = []
+    for key in FASTMAX2_RUNS:
+        data, date = _bench(root, key)
+        _, (D, T), _ = _aim(data["summary"], FASTMAX_AIM)
+        label = BENCH[key][2]
+        out.append((key, date, sdpa_speedup(data, label, "forward", T, D),
+                    sdpa_speedup(data, label, "forward_backward", T, D), data))
+    return out, D, T
+
+
+def median_range(values, fmt=".2f"):
+    """(median, "lo-hi") of ``values`` formatted with ``fmt``."""
+    return f"{statistics.median(values):{fmt}}", f"{min(values):{fmt}}-{max(values):{fmt}}"
+
+
+def tree_speedups(root):
+    """[(threads, speedup, our seconds, their seconds)] of the tree attention CPU kernel (float32)
+    against the authors' code (the bench's ``casinoformer`` rows) in the TREE_BENCH runs, and the
+    (L, E, H, D) of those rows."""
+    out, setting = [], None
+    for rel in sources(root, TREE_BENCH):
+        data = load_json(root, rel)
+        for s in data["speedups"]:
+            if s["slow"] == "casinoformer" and s["fast"] == "cpu" and s["fast_dtype"] == "float32":
+                out.append((s["fast_threads"], s["speedup"], s["fast_seconds"], s["slow_seconds"]))
+                setting = (s["L"], s["E"], data["config"]["H"], data["config"]["D"])
+    return out, setting
+
+
+def _met(values, ok):
+    """"yes" when ``ok`` holds for every value, "no" for none, else "in k of n runs"."""
+    hits = sum(1 for v in values if ok(v))
+    return "yes" if hits == len(values) else "no" if hits == 0 else f"in {hits} of {len(values)} runs"
+
+
+def method_params(data, label):
+    """The attention parameters of the method ``label`` in a bench JSON ({} when it has none)."""
+    for m in data["methods"]:
+        if m["label"] == label:
+            return m["params"]
+    raise SourceMissing(f"a rendered block needs the method {label} in a benchmark file; it has none")
+
+
+def _dense_aim_row(root):
+    full, full_date = _bench(root, "full")
+    rerun, rerun_date = _bench(root, "rerun")
+    no_mmap, _ = _bench(root, "no_mmap")
+    _, (t1, t0), _ = _aim(full["summary"], DENSE_AIM)
+
+    def dense(data, mode="forward", causal=True):
+        return dense_ratio(data, mode, causal)[0]
+
+    target = dense_ratio(full)[1]
+    met = _met([dense(full), dense(rerun), dense(no_mmap)], lambda v: v <= target)
+    return [
+        f"dense, linear regime: time per token at T = {t1} over that at {t0} (forward, causal)", f"<= {target:g}",
+        f"{dense(full):.2f} in the full run of {full_date} (non-causal {dense(full, causal=False):.2f}; forward + "
+        f"backward {dense(full, 'forward_backward'):.2f} causal, {dense(full, 'forward_backward', False):.2f} "
+        f"non-causal); {dense(rerun):.2f} in the re-run of {rerun_date} after fb0ec13 ({dense(no_mmap):.2f} with "
+        "glibc's mmap off)",
+        "no: see the re-run (the output's fresh pages and the memory bandwidth)" if met == "no" else met]
+
+
+def _fastmax_aim_row(root):
+    runs, D, T = fastmax2_runs(root)
+    by = {key: data for key, _, _, _, data in runs}
+    full, check, rerun = by["full"], by["check"], by["rerun"]
+    target = _aim(full["summary"], FASTMAX_AIM)[2]["forward"]["target"]
+    fwd, bwd = [r[2] for r in runs], [r[3] for r in runs]
+    (fmed, frange), (bmed, brange) = median_range(fwd), median_range(bwd)
+    chunk = method_params(rerun, BENCH["rerun"][2])["chunk_size"]
+    per_run = []
+    for key, date, f, b, _ in runs:
+        text = f"{BENCH[key][0]} of {date}: {f:.2f} / {b:.2f}"
+        if key == "check":
+            text += f" (medians of {check['settings']['repeats']} calls, {BENCH[key][3]}"
+            for m in check["methods"]:
+                if "normalization" in m["params"]:
+                    text += (f"; `normalization={m['params']['normalization']}` beside it "
+                             f"{sdpa_speedup(check, m['label'], 'forward', T, D):.2f} / "
+                             f"{sdpa_speedup(check, m['label'], 'forward_backward', T, D):.2f}: the normalization "
+                             "is not the cost")
+            text += ")"
+        elif key == "full":
+            text += (f" {BENCH[key][3]} (fastmax's forward took "
+                     f"{bench_seconds(full, BENCH['full'][2], 'forward', T, D):.2f} s there, "
+                     f"{bench_seconds(check, BENCH['check'][2], 'forward', T, D):.2f} s in the check; SDPA's "
+                     f"{bench_seconds(full, 'sdpa', 'forward', T, D):.2f} s and "
+                     f"{bench_seconds(check, 'sdpa', 'forward', T, D):.2f} s)")
+        else:
+            text += f" ({BENCH[key][3]})"
+        per_run.append(text)
+    old = OLD_CHUNK_LABEL
+    return [
+        f"causal fastmax p = 2, D = {D}: SDPA time / fastmax time at T = {T}", f"> {target:g}",
+        f"chunks of {chunk} (the default since ce5898c), {number_word(len(runs))} runs: forward {fmed} (median; "
+        f"range {frange}), forward + backward {bmed} (range {brange}); forward / forward + backward per run: "
+        + "; ".join(per_run) + f". The old default chunk (the re-run's `{old}`): "
+        f"{sdpa_speedup(rerun, old, 'forward', T, D):.2f} / {sdpa_speedup(rerun, old, 'forward_backward', T, D):.2f}",
+        _fastmax_verdict(fwd, bwd, target)]
+
+
+def _tree_aim_row(root):
+    speedups, (L, E, H, D) = tree_speedups(root)
+    one = sorted(s for s in speedups if s[0] == 1)
+    two = sorted(s[1] for s in speedups if s[0] == 2)
+    met = _met([s[1] for s in one], lambda v: v >= TREE_AIM_SPEEDUP)
+    return [
+        f"tree attention CPU kernel vs the authors' `np_attention.py`, L = {L}, E = {E:g}, H = {H}, D = {D}, one "
+        "thread, float32", f">= {TREE_AIM_SPEEDUP}x",
+        ", ".join(f"{s[1]:.1f}x" for s in one) + f" in {number_word(len(one))} runs of `scripts/bench/tree.py` "
+        f"({1e3 * min(s[2] for s in one):.1f}-{1e3 * max(s[2] for s in one):.1f} ms against "
+        f"{min(s[3] for s in one):.2f}-{max(s[3] for s in one):.2f} s); {min(two):.0f}-{max(two):.0f}x on 2 threads",
+        "no, see `docs/tree_attention.md`" if met == "no" else met]
+
+
+def render_bench_aims(root):
+    """Issue 27's performance aims (docs/benchmark.md) from the BENCH runs and TREE_BENCH: the dense
+    time per token ratio (target from the bench summary), fastmax p = 2 against SDPA (median and range
+    over FASTMAX2_RUNS, then each run; never the best alone), the tree attention kernel against the
+    authors' code (TREE_AIM_SPEEDUP). Raises SourceMissing when a file or an entry is absent."""
+    return _markdown(["aim", "target", "measured", "met"], [_dense_aim_row(root), _fastmax_aim_row(root),
+                                                             _tree_aim_row(root)])
+
+
+def _fastmax_verdict(fwd, bwd, target):
+    f, b = sum(v > target for v in fwd), sum(v > target for v in bwd)
+    if f == len(fwd) and b == len(bwd):
+        return "**yes** in every run"
+    return (f"not reliably: faster forward in {f} of {len(fwd)} runs, forward + backward in {b} of {len(bwd)} "
+            f"(median {statistics.median(fwd):.2f} / {statistics.median(bwd):.2f})")
+
+
+# ----------------------------------------------------------------------------- README.md's Results table
+
+
+def read_text(root, rel):
+    """The text of the file ``root/rel``. Raises SourceMissing when it does not exist."""
+    with open(source(root, rel)) as f:
+        return f.read()
+
+
+def _gpt_mini_fields(root):
+    """results/gpt_mini_wikitext2: the parameter count (train_stdout.log), the training time (the last
+    elapsed_s of train_log.jsonl), the test perplexity and the context used (test_blocks.json)."""
+    log = read_text(root, "results/gpt_mini_wikitext2/train_stdout.log")
+    params = re.search(r"model: (\S+) parameters", log)
+    if not params:
+        raise SourceMissing("a rendered block needs the parameter count (model: ... parameters) in "
+                            "results/gpt_mini_wikitext2/train_stdout.log; it has none")
+    with open(source(root, "results/gpt_mini_wikitext2/train_log.jsonl")) as f:
+        seconds = max(json.loads(line).get("elapsed_s", 0) for line in f if line.strip())
+    test = load_json(root, "results/gpt_mini_wikitext2/test_blocks.json")
+    return {"params": params.group(1), "minutes": int(seconds // 60), "ppl": f"{test['value']:.2f}",
+            "protocol": test["protocol"], "context": about(context_used(test["per_position"]))}
+
+
+def context_used(per_position):
+    """The number of context tokens a model gains from: mean NLL per token in bins of context length
+    [1], [2, 8), [8, 32), ... (factors of 4); the lower edge of the first bin whose mean NLL is not
+    below the previous bin's (``per_position``: eval_ppl.py's context_length, count, mean_nll)."""
+    edges = [1, 2]
+    while edges[-1] <= max(per_position["context_length"]):
+        edges.append(edges[-1] * 4)
+    means = []
+    for lo, hi in zip(edges, edges[1:]):
+        pairs = [(c, m) for length, c, m in zip(*(per_position[k] for k in ("context_length", "count", "mean_nll")))
+                 if lo <= length < hi]
+        if pairs:
+            means.append((lo, sum(c * m for c, m in pairs) / sum(c for c, _ in pairs)))
+    for (_, before), (lo, mean) in zip(means, means[1:]):
+        if mean >= before:
+            return lo
+    return means[-1][0]
+
+
+def _tree_fields(root):
+    """The perplexity change and cost at the smallest E of the default sampler (edh, bud_mean) in
+    results/tree_sweep/tree_sweep_table.csv; the kernel's speed-ups in TREE_BENCH."""
+    rows = [r for r in load_csv(root, "results/tree_sweep/tree_sweep_table.csv")
+            if r["row"] == "config" and r["attention"] == "tree" and r["sampler"] == "edh"
+            and r["normalization"] == "bud_mean"]
+    if not rows:
+        raise SourceMissing("a rendered block needs the edh rows of results/tree_sweep/tree_sweep_table.csv")
+    row = min(rows, key=lambda r: float(r["E"]))
+    one = [s[1] for s in tree_speedups(root)[0] if s[0] == 1]
+    return {"change": f"{float(row['change_pct']):+.2f}", "E": f"{float(row['E']):g}",
+            "cost": f"{100 * float(row['cost_fraction']):.1f}%", "lo": f"{min(one):.0f}", "hi": f"{max(one):.0f}",
+            "aim": TREE_AIM_SPEEDUP, "met": "met" if min(one) >= TREE_AIM_SPEEDUP else "not met"}
+
+
+def _fastmax_fields(root):
+    """Fastmax p = 1 against SDPA in the full benchmark run (BENCH["full"], its summary), and the
+    worst float64 difference from the authors' code (results/authors_fastmax/authors_fastmax_compare.json)."""
+    full, _ = _bench(root, "full")
+    T = int(next(k for k in full["summary"] if k.startswith("speedup_vs_sdpa_at_")).rsplit("_", 1)[1])
+    entry = next(e for e in full["summary"][f"speedup_vs_sdpa_at_{T}"]
+                 if e["method"] == "fastmax1" and e["mode"] == "forward" and e["causal"])
+    authors = load_json(root, "results/authors_fastmax/authors_fastmax_compare.json")
+    return {"T": T, "D": entry["D"], "p1": f"{entry['speedup']:.1f}",
+            "rel": sci(authors["summary"]["worst_same_function_rel"]["float64"])}
+
+
+def _mlm_row(rows, model, eval_len):
+    for r in rows:
+        if r["model"] == model and int(r["eval_len"]) == eval_len and r["positions"] == "mask_input":
+            return r
+    raise SourceMissing(f"a rendered block needs the {model} row at length {eval_len} of "
+                        "results/mlm_wikitext2/summary_mean.csv; it has none")
+
+
+def _danet_fields(root):
+    """results/authors_dense (the op's worst difference), the DANet mini and GPT mini test perplexities
+    (test_blocks.json), results/mlm_wikitext2 (summary_mean.csv margins, summary.json's split, the
+    softmax BERT mini's window in its seed-0 train.log)."""
+    dense = load_json(root, "results/authors_dense/authors_dense_compare.json")
+    danet = load_json(root, "results/danet_gpt_mini_wikitext2/test_blocks.json")
+    gpt = load_json(root, "results/gpt_mini_wikitext2/test_blocks.json")
+    mlm = load_csv(root, "results/mlm_wikitext2/summary_mean.csv")
+    split = load_json(root, "results/mlm_wikitext2/summary.json")["settings"]["split"]
+    lengths = sorted({int(r["eval_len"]) for r in mlm})
+    short, long_ = lengths[0], lengths[-1]
+    bert, danet_mlm = _mlm_row(mlm, "bert_mini", short), _mlm_row(mlm, "danet_mini", short)
+    local, local_long = _mlm_row(mlm, "danet_mini_localpos", short), _mlm_row(mlm, "danet_mini_localpos", long_)
+    log = open(source(root, "results/mlm_wikitext2/runs/bert_mini_seed0/train.log")).read()
+    window = re.search(r"attention=softmax \{'window': (\d+)\}", log)
+    if not window:
+        raise SourceMissing("a rendered block needs the softmax window in "
+                            "results/mlm_wikitext2/runs/bert_mini_seed0/train.log; it has none")
+    return {"dense_rel": sci(dense["summary"]["op_max_rel"]), "danet_ppl": f"{danet['value']:.2f}",
+            "gpt_ppl": f"{gpt['value']:.2f}", "seeds": danet_mlm["seeds"], "split": split, "L": short,
+            "danet_margin": f"{float(danet_mlm['margin_mean']):.2f}",
+            "bert_margin": f"{float(bert['margin_mean']):.2f}",
+            "window": int(window.group(1)) - 1,  # |i - j| < window: +-(window - 1) keys (attention/softmax.py)
+            "local": f"{float(local['margin_mean']):.2f} ± {float(local['margin_std']):.2f}",
+            "local_seeds": local["seeds"], "local_long": f"{float(local_long['margin_mean']):.2f}", "L_long": long_}
+
+
+def _lra_fields(root):
+    """The LRA runs results/lra/*_cpu (``lra_chosen``): Text accuracies and the standard errors of
+    the DANet - softmax difference, ListOps and Pathfinder against chance (``at_chance``)."""
+    chosen = lra_chosen(root, "results/lra/*_cpu")
+    text = {label: run for (label, task), run in chosen.items() if task == "text"}
+
+    def pct(label, task="text"):
+        return f"{100 * chosen[(label, task)]['test_accuracy']:.1f}"
+
+    a, b = text["dense"], text["softmax"]
+    se = math.sqrt(sum(r["test_accuracy"] * (1 - r["test_accuracy"]) / r["test_examples"] for r in (a, b)))
+    listops = [label for label in ORDER if (label, "listops") in chosen]
+    learned = [label for label in listops if not at_chance(chosen[(label, "listops")])]
+    chance = [label for label in listops if at_chance(chosen[(label, "listops")])]
+    names = {"dense": "DANet", "fastmax1": "fastmax p = 1", "fastmax2": "fastmax p = 2"}
+    listops_text = ", ".join(f"{names.get(label, label)} {pct(label, 'listops')}%" for label in learned)
+    majority = f"{100 * chosen[(listops[0], 'listops')]['majority']:.1f}"
+    listops_text = (f"{listops_text} against a {majority}% majority" if learned else f"a {majority}% majority") + (
+        f", {join_words(names.get(label, label) for label in chance)} at chance" if chance else "")
+    pathfinder = [label for label in ORDER if (label, "pathfinder") in chosen]
+    at = [label for label in pathfinder if at_chance(chosen[(label, "pathfinder")])]
+    pathfinder_text = (f"at chance for all {number_word(len(pathfinder))}" if len(at) == len(pathfinder) else
+                       f"{join_words(names.get(label, label) for label in at)} at chance" if at else "above chance")
+    return {"dense": pct("dense"), "f1": pct("fastmax1"), "f2": pct("fastmax2"), "softmax": pct("softmax"),
+            "n_se": f"{(a['test_accuracy'] - b['test_accuracy']) / se:.0f}", "reviews": f"{int(a['test_examples']):,}",
+            "listops": listops_text, "pathfinder": pathfinder_text}
+
+
+def _baselines_fields(root):
+    """Test perplexities of the runs in results/gpt_mini_baselines (spreads in softmax's seed sd) and
+    the LRA Text accuracies of the runs in results/lra/text_8k."""
+    runs = read_gpt_mini_runs(find_runs([source(root, "results/gpt_mini_baselines")]))
+    ppl = {}
+    for r in runs:
+        if r["test_ppl"] is not None:
+            ppl.setdefault(r["attention"], []).append(r["test_ppl"])
+    softmax = ppl["softmax"]
+    mean, sd = statistics.mean(softmax), statistics.stdev(softmax)
+    single = ("linear", "performer", "bigbird", "fastmax1")
+    within = max(abs(ppl[a][0] - min(softmax)) for a in single)
+    fields = {a: f"{ppl[a][0]:.2f}" for a in (*single, "dense", "danet")}
+    fields.update({
+        "softmax": f"{mean:.2f} +- {sd:.2f}", "softmax_n": len(softmax),
+        "longformer": f"{statistics.mean(ppl['longformer']):.2f} +- {statistics.stdev(ppl['longformer']):.2f}",
+        "longformer_n": len(ppl["longformer"]),
+        "lf_spreads": f"{(mean - statistics.mean(ppl['longformer'])) / sd:.0f}",
+        "within": f"{math.ceil(within * 10) / 10:.1f}",
+        "dense_spreads": f"{(ppl['dense'][0] - mean) / sd:.0f}",
+        "danet_spreads": f"{(ppl['danet'][0] - mean) / sd:.0f}"})
+    chosen = lra_chosen(root, "results/lra/text_8k")
+    text = {label: run for (label, task), run in chosen.items() if task == "text"}
+    fields.update({f"lra_{a}": f"{100 * text[a]['test_accuracy']:.2f}" for a in (*BASELINES, "softmax")})
+    papers = [100 * text[a]["test_accuracy"] for a in ("fastmax1", "fastmax2", "dense")]
+    fields.update({"papers": f"{min(papers):.1f}-{max(papers):.1f}",
+                   "lra_steps": f"{max(r['iters'] for r in text.values()):,}"})
+    return fields
+
+
+def _pct(values):
+    return mean_sd(values, ".1f", scale=100)
+
+
+def _recall_fields(root):
+    """results/recall/summary.csv (picked runs of each attention x cell), the reference cell and its
+    training times (the runs in results/recall/sweep_256_16), the ablations (ablation_64_4: the solved
+    row gpt_three_inits_constant_lr; ablation_256_16)."""
+    runs = read_recall_summary(root, "results/recall/summary.csv")
+    reference = read_recall_runs(find_runs([source(root, "results/recall/sweep_256_16")]))
+    ref = {cell_key(r)[1:] for r in reference}
+    if len(ref) != 1:
+        raise SourceMissing("a rendered block needs the runs of one cell under results/recall/sweep_256_16")
+    cell = ref.pop()
+    picked = {a: picked_runs(runs, a, cell) for a in recall_order({r["attention"] for r in runs})}
+    acc = {a: [r["test_accuracy"] for r in rs] for a, rs in picked.items() if rs}
+
+    def note(a):
+        lr = one_rate(runs, a, cell)
+        return f" (one rate, {rate(lr)})" if lr is not None else ""
+
+    softmax_rate = one_rate(runs, "softmax", cell)
+    times = [r["train_time_s"] for r in reference if r["attention"] == "softmax"
+             and (softmax_rate is None or r["learning_rate"] == softmax_rate)]
+    ablation = {r["row"]: r for r in ablation_rows(source(root, "results/recall/ablation_64_4"))}
+    solved = ablation["gpt_three_inits_constant_lr"]
+    with open(os.path.join(solved["run"], "final_metrics.json")) as f:
+        solved_cfg = json.load(f)["config"]
+    hard = ablation_rows(source(root, "results/recall/ablation_256_16"), "zoology_s0")
+    with open(os.path.join(hard[0]["run"], "final_metrics.json")) as f:
+        hard_cfg = json.load(f)["config"]
+    best_hard = max(hard, key=lambda r: r["test_accuracy"])
+    hard_text = ("no setting without the shift has learned yet" if best_hard["test_accuracy"] < 0.5 else
+                 f"{best_hard['row']} reaches {best_hard['test_accuracy']:.3f} test without the shift")
+    small = sorted({k[1:] for k in map(cell_key, runs) if k[1:3] == (solved_cfg["block_size"],
+                                                                      solved_cfg["recall_pairs"])})
+    small_means = [statistics.mean(r["test_accuracy"] for r in picked_runs(runs, a, c))
+                   for a in recall_order({r["attention"] for r in runs}) for c in small if picked_runs(runs, a, c)]
+    longest = max({k[1:] for k in map(cell_key, runs)})
+    seeds = {len(v) for v in acc.values()}
+    return {
+        "T": cell[0], "N": cell[1], "W": cell[2], "softmax": f"{100 * statistics.mean(acc['softmax']):.1f}",
+        "minutes": f"{min(times) / 60:.0f}-{max(times) / 60:.0f}" if len(times) > 1 else f"{times[0] / 60:.0f}",
+        "aT": solved_cfg["block_size"], "aN": solved_cfg["recall_pairs"],
+        "emb": f"{solved_cfg['embedding_init_std']:g}", "solved": f"{solved['test_accuracy']:.3f}",
+        "bT": hard_cfg["block_size"], "bN": hard_cfg["recall_pairs"], "hard": hard_text,
+        "seeds": f"{min(seeds)} seeds each" if len(seeds) == 1 else f"{min(seeds)}-{max(seeds)} seeds",
+        **{f"acc_{a}": f"{_pct(v)}%{note(a)}" for a, v in acc.items()},
+        **{f"seeds_{a}": " / ".join(f"{100 * x:.1f}" for x in v) + f"%{note(a)}" for a, v in acc.items()},
+        **{f"mean_{a}": f"{100 * statistics.mean(v):.1f}%{note(a)}" for a, v in acc.items()},
+        "window": next(r["attention_params"]["window"] for r in reference if r["attention"] == "longformer"),
+        "sT": small[0][0], "sN": small[0][1],
+        "lo": f"{100 * min(small_means):.0f}", "hi": f"{100 * max(small_means):.0f}",
+        "widths": join_words(str(c[2]) for c in small), "lT": f"{longest[0]:,}", "lN": longest[1]}
+
+
+def _fastmax_norm_fields(root):
+    """The runs of results/recall/fastmax_norm/<setting> (paper_D, paper_sqrtD, max_norm_1: the old
+    default), test accuracy at the picked rate."""
+    folder = "results/recall/fastmax_norm"
+
+    def setting(name, attention):
+        runs = mark_picked(read_recall_runs(find_runs([source(root, f"{folder}/{name}")])))
+        rs = [r for r in runs if r["attention"].split()[0] == attention and r["picked"]]
+        if not rs:
+            raise SourceMissing(f"a rendered block needs {attention} runs under {folder}/{name}; there are none")
+        return rs
+
+    p1_paper = setting("paper_D", "fastmax1")
+    T, N, W = cell_key(p1_paper[0])[1:]
+    return {"T": T, "N": N, "W": W, "seeds": len(p1_paper), "p1_paper": _pct([r["test_accuracy"] for r in p1_paper]),
+            "p1_max": _pct([r["test_accuracy"] for r in setting("max_norm_1", "fastmax1")]),
+            "p2_paper": _pct([r["test_accuracy"] for r in setting("paper_sqrtD", "fastmax2")]),
+            "p2_max": _pct([r["test_accuracy"] for r in setting("max_norm_1", "fastmax2")])}
+
+
+def _bench_fields(root):
+    """The T range of the full benchmark run, fastmax p = 2 against SDPA over FASTMAX2_RUNS (median
+    and range) and the dense aim in the re-run (BENCH)."""
+    full, _ = _bench(root, "full")
+    rerun, _ = _bench(root, "rerun")
+    runs, D, T = fastmax2_runs(root)
+    fwd, bwd = [r[2] for r in runs], [r[3] for r in runs]
+    (fmed, frange), (bmed, brange) = median_range(fwd), median_range(bwd)
+    _, (t1, t0), _ = _aim(rerun["summary"], DENSE_AIM)
+    dense, target = dense_ratio(rerun)
+    Ts = [int(t) for t in str(full["settings"]["T"]).split(",")]
+    fast_target = _aim(full["summary"], FASTMAX_AIM)[2]["forward"]["target"]
+    return {"tmin": min(Ts), "tmax": max(Ts), "T": T, "n": len(runs), "fmed": fmed, "frange": frange,
+            "bmed": bmed, "brange": brange,
+            "verdict": "so not reliably faster" if min(fwd + bwd) <= fast_target else "faster in every run",
+            "dense": f"{dense:.2f}", "t0": t0, "t1": t1, "target": f"{target:g}",
+            "met": "met" if dense <= target else "not met"}
+
+
+# (experiment template, result template, page, fields function): every {field} of a row is computed
+# by its function from files under results/ (the function names them)
+README_ROWS = [
+    ("GPT mini on WikiText-2 ({params} parameters, {minutes} min)",
+     "test perplexity {ppl} (`{protocol}`); uses about {context} tokens of context",
+     "[gpt_mini_wikitext2](docs/gpt_mini_wikitext2.md)", _gpt_mini_fields),
+    ("Tree attention swapped into the GPT mini",
+     "{change}% perplexity at E = {E} ({cost} of the inner products); CPU kernel {lo}-{hi}x the authors' NumPy "
+     "code on one thread (aim {aim}x {met})",
+     "[tree_attention](docs/tree_attention.md)", _tree_fields),
+    ("Fastmax vs SDPA and the authors' code",
+     "causal T = {T}, D = {D}: p = 1 {p1}x faster than SDPA (forward, the latest full benchmark run; earlier runs "
+     "on this shared machine gave more); matches the authors' code to {rel}; same perplexity as softmax within one "
+     "seed", "[fastmax](docs/fastmax.md)", _fastmax_fields),
+    ("DANet / DenseAttention",
+     "matches the authors' code ({dense_rel}); causal DANet mini GPT {danet_ppl} vs {gpt_ppl}; MLM from context "
+     "({seeds} seeds, {split}, L = {L}): [MASK]-input margin over the context-free predictor {danet_margin} nats "
+     "(DANet mini) vs {bert_margin} (softmax BERT mini, ±{window} window); window-local RelPE positions (the "
+     "authors' choice), now the config's: {local} ({local_seeds} seeds; {local_long} at L = {L_long}, longer than "
+     "the training sequences)",
+     "[dense_attention](docs/dense_attention.md), [mlm](docs/mlm.md)", _danet_fields),
+    ("Long Range Arena, CPU sizes",
+     "Text: DANet {dense}%, fastmax {f1} / {f2}%, softmax {softmax}% ({dense} vs {softmax} is about {n_se} "
+     "standard errors on {reviews} reviews; not ranked: one seed each); ListOps: {listops}; Pathfinder "
+     "{pathfinder}", "[lra](docs/lra.md)", _lra_fields),
+    ("Baselines of the survey",
+     "implemented and tested; mini GPT on WikiText-2 at one budget: softmax {softmax} ({softmax_n} seeds), "
+     "Longformer {longformer} ({longformer_n} seeds: below softmax by about {lf_spreads} of its seed spreads), "
+     "linear {linear}, Performer {performer}, BigBird {bigbird}, fastmax p = 1 {fastmax1} test perplexity (one "
+     "seed each; within {within} of softmax's best seed: no ranking); dense {dense} and the DANet mini {danet} "
+     "(one seed each, {dense_spreads} and {danet_spreads} spreads above); attention maps of every method; LRA Text "
+     "at {lra_steps} CPU steps: linear {lra_linear}%, Performer {lra_performer}%, Linformer {lra_linformer}%, "
+     "Informer {lra_informer}%, Longformer {lra_longformer}%, BigBird {lra_bigbird}%, Reformer {lra_reformer}% "
+     "beside softmax {lra_softmax}% and fastmax / dense {papers}% (one seed each, not ranked)",
+     "[baselines](docs/baselines.md)", _baselines_fields),
+    ("Associative recall (MQAR), {T} tokens, {N} pairs, width {W}",
+     "softmax {softmax}% test in {minutes} min of training, with a token shift (without it our GPT-2-initialised "
+     "GPT stays at 1/N: at {aT} tokens / {aN} pairs PyTorch's Linear initialisation, token embeddings of scale "
+     "{emb} and an untied head remove the plateau, {solved} test; at {bT}/{bN} {hard}, ablation in the doc); "
+     "{seeds}, all with the shift: fastmax p = 2 {acc_fastmax2}, softmax {acc_softmax}, BigBird {acc_bigbird}, "
+     "DANet {seeds_dense} and linear {seeds_linear} (bimodal: some seeds stay on the plateau), fastmax p = 1 "
+     "{acc_fastmax1}, Performer {acc_performer}, a {window}-key Longformer {mean_longformer}; at {sT} tokens / "
+     "{sN} pairs every method {lo}-{hi}% at widths {widths}; at {lT} tokens / {lN} pairs softmax stays at chance "
+     "in this budget", "[recall](docs/recall.md)", _recall_fields),
+    ("Fastmax normalization on recall ({T}/{N}, width {W}, {seeds} seeds)",
+     "p = 1: `paper` at temperature D {p1_paper}% vs the old default `max_norm` {p1_max}%, every setting allowing "
+     "\\|s\\| > 1 at chance; p = 2: `paper` at sqrt(D) {p2_paper}% vs {p2_max}%: the new default",
+     "[recall](docs/recall.md#fastmax-normalization-with-the-score-scale-controlled-2026-11-26)",
+     _fastmax_norm_fields),
+    ("Benchmark of every attention",
+     "every method, T = {tmin} ... {tmax}, against SDPA and this CPU's matmul peak; causal fastmax p = 2 against "
+     "SDPA at T = {T}: forward {fmed}x (median of {n} runs, {frange}x), with backward {bmed}x ({brange}x), "
+     "{verdict}; dense causal time per token {dense}x from T = {t0} to {t1} (aim {target}x {met}: fresh pages and "
+     "memory bandwidth)", "[benchmark](docs/benchmark.md)", _bench_fields),
+]
+
+
+def readme_row(root, row):
+    """[experiment, result, page] of one README_ROWS entry: its templates filled with the fields its
+    function computes from files under results/. Raises SourceMissing when a file is absent."""
+    experiment, result, page, fields = row
+    try:
+        values = fields(root)
+    except (KeyError, IndexError, StopIteration) as e:
+        raise SourceMissing(f"a rendered block (README row {experiment.split(' (')[0]!r}) needs an entry its "
+                            f"results files lack: {e!r}") from None
+    return [experiment.format(**values), result.format(**values), page]
+
+
+def render_readme_results(root):
+    """README.md's Results table: a row per README_ROWS entry (``readme_row``). Raises SourceMissing
+    when a file is absent."""
+    return _markdown(["experiment", "result", "page"], [readme_row(root, row) for row in README_ROWS])
+
+
+RENDERERS = {
+    "recall_ablation": render_recall_ablation,
+    "recall_glance": render_recall_glance,
+    "gpt_mini_table": render_gpt_mini_table,
+    "lra_text": render_lra_text,
+    "bench_aims": render_bench_aims,
+    "readme_results": render_readme_results,
+}
+
+
+def render(spec, root):
+    """The text of a block whose marker says ``spec`` ("<renderer> [arg ...] [key=value ...]"):
+    the renderer of RENDERERS called with ``root``, the positional args and the key=value args.
+
+    Raises:
+        RenderError: an unknown renderer, or arguments it does not take.
+        SourceMissing: a results file it needs does not exist.
+    """
+    name, *tokens = spec.split()
+    if name not in RENDERERS:
+        raise RenderError(f"unknown renderer {name!r} (known: {', '.join(sorted(RENDERERS))})")
+    args = [t for t in tokens if "=" not in t]
+    kwargs = dict(t.split("=", 1) for t in tokens if "=" in t)
+    try:
+        inspect.signature(RENDERERS[name]).bind(root, *args, **kwargs)
+    except TypeError as e:
+        raise RenderError(f"renderer {name}: {e}") from None
+    return RENDERERS[name](root, *args, **kwargs)

@@ -164,8 +164,8 @@ def _markdown(header, rows):
 
 # ----------------------------------------------------------------------------- recall (MQAR)
 
-RECALL_COLUMNS = ("attention", "seq_len", "num_pairs", "d_model", "seed", "test_accuracy", "tokens_per_s",
-                  "learning_rate", "val_accuracy", "picked", "num_threads")
+RECALL_COLUMNS = ("attention", "seq_len", "num_pairs", "d_model", "token_shift", "seed", "test_accuracy",
+                  "tokens_per_s", "learning_rate", "val_accuracy", "picked", "num_threads")
 
 
 def read_recall_runs(files, label_params=()):
@@ -181,7 +181,8 @@ def read_recall_runs(files, label_params=()):
             continue
         tokens = metrics["iters"] * cfg["batch_size"] * cfg["block_size"]
         runs.append({"attention": attention_label(cfg, label_params), "seq_len": cfg["block_size"],
-                     "num_pairs": cfg["recall_pairs"], "d_model": cfg["n_embd"], "seed": cfg["seed"],
+                     "num_pairs": cfg["recall_pairs"], "d_model": cfg["n_embd"],
+                     "token_shift": bool(cfg.get("token_shift", False)), "seed": cfg["seed"],
                      "test_accuracy": metrics["test_accuracy"],
                      "tokens_per_s": tokens / metrics["train_time_s"] if metrics.get("train_time_s") else None,
                      "learning_rate": cfg["learning_rate"], "val_accuracy": metrics["best_metric"]["value"],
@@ -197,7 +198,8 @@ def read_recall_summary(root, rel):
         ("test_accuracy", "tokens_per_s", "learning_rate", "val_accuracy")
     runs = []
     for row in load_csv(root, rel):
-        run = {"attention": row["attention"], "picked": row["picked"] == "True"}
+        run = {"attention": row["attention"], "picked": row["picked"] == "True",
+               "token_shift": row["token_shift"] == "True"}
         run.update({k: int(row[k]) if row[k] else None for k in ints})
         run.update({k: float(row[k]) if row[k] else None for k in floats})
         runs.append(run)
@@ -205,8 +207,9 @@ def read_recall_summary(root, rel):
 
 
 def cell_key(run):
-    """(attention, seq_len, num_pairs, d_model) of a recall run."""
-    return run["attention"], run["seq_len"], run["num_pairs"], run["d_model"]
+    """(attention, seq_len, num_pairs, d_model, token_shift) of a recall run: runs with and without a
+    token shift are different cells (a rate is picked, and a table row is formed, within one)."""
+    return run["attention"], run["seq_len"], run["num_pairs"], run["d_model"], run["token_shift"]
 
 
 def pick_rate(runs, key):
@@ -226,9 +229,9 @@ def mark_picked(runs):
     return runs
 
 
-def cell_label(seq_len, num_pairs, d_model):
-    """"256/16 w64"."""
-    return f"{seq_len}/{num_pairs} w{d_model}"
+def cell_label(seq_len, num_pairs, d_model, token_shift=False):
+    """"256/16 w64", or "256/16 w64 shift" for runs with a token shift."""
+    return f"{seq_len}/{num_pairs} w{d_model}" + (" shift" if token_shift else "")
 
 
 def recall_order(attentions):
@@ -249,9 +252,11 @@ def one_rate(runs, attention, cell):
     return rates.pop() if len(rates) == 1 else None
 
 
-def _cells_arg(cells):
+def _cells_arg(cells, token_shift):
+    if token_shift not in ("True", "False"):
+        raise RenderError(f"token_shift={token_shift}: expected True or False")
     try:
-        return [tuple(int(x) for x in c.split("/")) for c in cells.split(",")]
+        return [(*(int(x) for x in c.split("/")), token_shift == "True") for c in cells.split(",")]
     except ValueError:
         raise RenderError(f"cells={cells}: expected T/N/width,... (e.g. 64/4/64,256/16/64)") from None
 
@@ -264,18 +269,19 @@ def _recall_params(root, folder):
     return params
 
 
-def render_recall_glance(root, summary, cells, params=""):
+def render_recall_glance(root, summary, cells, token_shift="False", params=""):
     """The "sweep at a glance" table of docs/recall.md from ``summary`` (a recall_table summary.csv):
-    a row per attention (``recall_order``), a column per cell of ``cells`` ("T/N/width,..."): test
+    a row per attention (``recall_order``) that has runs in one of the cells, a column per cell of
+    ``cells`` ("T/N/width,..."; the runs with ``token_shift`` True or False, default False): test
     accuracy mean ± sd over the seeds at the picked rate (3 decimals; "(1 seed)" for one run, "-"
     for none), "(one rate, <lr>)" when every run of the cell used one learning rate. ``params``:
     a folder of runs whose configurations name BigBird's and Longformer's settings in the row label.
     Raises SourceMissing (a file is absent), RenderError (malformed ``cells``)."""
     runs = read_recall_summary(root, summary)
-    cells = _cells_arg(cells)
+    cells = _cells_arg(cells, token_shift)
     described = _recall_params(root, params) if params else {}
     rows = []
-    for attention in recall_order({r["attention"] for r in runs}):
+    for attention in recall_order({r["attention"] for r in runs if cell_key(r)[1:] in cells}):
         row = [display_name(attention, described.get(attention))]
         for cell in cells:
             values = [r["test_accuracy"] for r in picked_runs(runs, attention, cell)]
@@ -286,12 +292,12 @@ def render_recall_glance(root, summary, cells, params=""):
             lr = one_rate(runs, attention, cell)
             row.append(text + (f" (one rate, {rate(lr)})" if lr is not None else ""))
         rows.append(row)
-    return _markdown(["attention", *(cell_label(*c) for c in cells)], rows)
+    return _markdown(["attention", *(cell_label(*c[:3]) for c in cells)], rows)
 
 
 # ----------------------------------------------------------------------------- recall ablation
 
-ABLATION_COMPARED = ("mlp", "tie_lm_head", "embedding_init_std", "pos_embedding_init_std", "linear_init",
+ABLATION_COMPARED = ("mlp", "tie_lm_head", "embedding_init_std", "pos_emb", "pos_embedding_init_std", "linear_init",
                      "scale_residual_init", "token_shift", "beta2", "lr_schedule", "warmup_iters", "grad_clip",
                      "learning_rate", "weight_decay", "max_iters", "recall_sizes", "seed")
 ABLATION_COLUMNS = ("row", "base", "changes", "test_accuracy", "best_val_accuracy", "best_iter",
@@ -318,11 +324,18 @@ def describe(value):
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+def _unused(key, cfg):
+    """Whether ``key`` has no effect in a run of configuration ``cfg`` (the position embedding's init
+    without learned positions), so a difference in it is not a change."""
+    return key == "pos_embedding_init_std" and cfg.get("pos_emb", "learned") != "learned"
+
+
 def ablation_rows(root, base_row=""):
     """The ablation table's rows (dicts of ``ABLATION_COLUMNS``) of the run folders under ``root``
     (each with final_metrics.json and log.jsonl), base rows first, then by name. A row's base is the
     row named by its name's part before the first "_", or ``base_row`` for every row; "changes" lists
-    the ``ABLATION_COMPARED`` configuration keys whose values differ from the base's."""
+    the ``ABLATION_COMPARED`` configuration keys whose values differ from the base's (but for keys
+    the row's configuration does not use, ``_unused``)."""
     runs = {}
     for path in find_runs([root]):
         run_dir = os.path.dirname(path)
@@ -333,7 +346,7 @@ def ablation_rows(root, base_row=""):
         base = base_row or name.split("_", 1)[0]
         cfg, base_cfg = final["config"], runs.get(base, (None, {"config": {}}))[1]["config"]
         changes = [f"{k}={describe(cfg.get(k))}" for k in ABLATION_COMPARED if base != name and base_cfg
-                   and cfg.get(k) != base_cfg.get(k)]
+                   and cfg.get(k) != base_cfg.get(k) and not _unused(k, cfg)]
         evals, last = read_log(os.path.join(run_dir, "log.jsonl"))
         best_iter, best = max(evals, key=lambda e: (e[1], -e[0])) if evals else (None, None)
         first = next((it for it, acc in evals if acc >= 0.5), None)
@@ -1051,7 +1064,7 @@ def _fastmax_norm_fields(root):
         return rs
 
     p1_paper = setting("paper_D", "fastmax1")
-    T, N, W = cell_key(p1_paper[0])[1:]
+    T, N, W = cell_key(p1_paper[0])[1:4]
     return {"T": T, "N": N, "W": W, "seeds": len(p1_paper), "p1_paper": _pct([r["test_accuracy"] for r in p1_paper]),
             "p1_max": _pct([r["test_accuracy"] for r in setting("max_norm_1", "fastmax1")]),
             "p2_paper": _pct([r["test_accuracy"] for r in setting("paper_sqrtD", "fastmax2")]),

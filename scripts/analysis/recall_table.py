@@ -11,6 +11,7 @@ and training tokens per second (issue 25; tasks/recall.py, scripts/sweeps/recall
         --out=results/recall/old              # --note: a paragraph under the first heading
 
 Reads every ``final_metrics.json`` under the paths (train.py's final metrics of task "recall").
+A cell is (length, pairs, width, token shift or not): runs with a token shift form cells of their own.
 Picking: among the seed-0 runs of one attention and cell, the highest validation accuracy of the
 selected checkpoint (``best_metric``; test accuracy never decides), ties to the smaller rate. The
 cell's entry is then every seed's run at that rate. Reading, picking and the spread are
@@ -18,7 +19,7 @@ cell's entry is then every seed's run at that rate. Reading, picking and the spr
 by the same functions, ``python -m scripts.analysis.publish``).
 
 Writes to ``--out``:
-- ``summary.csv``: one row per run, columns ``attention, seq_len, num_pairs, d_model, seed,
+- ``summary.csv``: one row per run, columns ``attention, seq_len, num_pairs, d_model, token_shift, seed,
   test_accuracy, tokens_per_s`` (accuracy a fraction over query positions; tokens/s = training
   tokens (iters x batch x length) per second of training, evaluation excluded), then
   ``learning_rate, val_accuracy, picked`` (whether the run is at its cell's picked rate), ``num_threads``;
@@ -113,6 +114,8 @@ def main(argv=None):
     ap.add_argument("--seq_len", type=int)
     ap.add_argument("--num_pairs", type=int)
     ap.add_argument("--d_model", type=int)
+    ap.add_argument("--token_shift", choices=("True", "False"),
+                    help="pick: the runs with or without a token shift (needed only when PATHS hold both)")
     ap.add_argument("--label_params", default="",
                     help="comma list of attention parameters appended to the attention label when a run sets them "
                          "(a study of one method's options: normalization,temperature,lim)")
@@ -127,6 +130,13 @@ def main(argv=None):
         key = (args.attention, args.seq_len, args.num_pairs, args.d_model)
         if None in key:
             sys.exit("pick needs --attention, --seq_len, --num_pairs and --d_model")
+        shifts = {r["token_shift"] for r in runs if cell_key(r)[:4] == key}
+        if args.token_shift is not None:
+            shifts = {args.token_shift == "True"}
+        elif len(shifts) > 1:
+            sys.exit(f"runs of {key} with and without a token shift under {', '.join(args.paths)}: "
+                     "pass --token_shift=True or False")
+        key = (*key, shifts.pop() if shifts else False)
         rate = pick_rate(runs, key)
         if rate is None:
             sys.exit(f"no seed-0 run of {key} under {', '.join(args.paths)}")

@@ -30,7 +30,7 @@ reads the value token, so the position to find is the value position j+1, writte
 ``matched_key_fraction`` (the "matching key" of that attention). Without a token shift a two-layer
 model does it in its last layer (an induction circuit: layer 0 copies the key token at j into the
 value position j+1, whose key the query then matches); with the token shift of
-configs/recall/mqar.py the value position holds its key from the start, and layer 0 does the
+configs/recall/gpt_token_shift.py the value position holds its key from the start, and layer 0 does the
 lookup (docs/recall.md, attention maps). ``--record_layer=auto`` (default) records the layer
 whose exact softmax puts the most weight on j+1 at the queries; the manifest holds those weights
 for every layer (mean weight and argmax rate on j+1, on j, on the other pairs' positions). The

@@ -22,8 +22,9 @@
 #   FORCE       [0]                1 = rerun a run whose final_metrics.json exists (else skipped)
 #   TABLE_OUT   [results/recall]   where recall_table.py writes summary.csv and the table
 #   PYTHON      [python]           interpreter
-# Extra arguments go to every train.py run. A failed run is reported and the sweep goes on; the
-# exit status is 1 if any run failed.
+# Extra arguments go to every train.py run (config files too: configs/recall/gpt_token_shift.py gives
+# the setting with a token shift of the sweeps before 2026-11-27; use another OUT_ROOT for it, the run
+# names do not say). A failed run is reported and the sweep goes on; the exit status is 1 if any run failed.
 set -u
 cd "$(dirname "$0")/../.."
 ATTENTIONS=${ATTENTIONS:-"softmax fastmax1 fastmax2 dense linear performer longformer bigbird"}

@@ -4,8 +4,11 @@
 #   zoology_*  the shape of Zoology's Figure 2 models (attention only, untied head, embeddings and
 #              positions N(0, 1), PyTorch's Linear init, AdamW betas (0.9, 0.999), constant rate, no
 #              clipping), with one ingredient put back to the GPT's value;
-#   gpt_*      the recall GPT of configs/recall/mqar.py, with one ingredient of that shape added, then
-#              the three that the zoology_* rows single out, together.
+#   gpt_*      the recall GPT of the earlier sweeps (configs/recall/gpt_token_shift.py, its shift off),
+#              with one ingredient of that shape added, then the three that the zoology_* rows single
+#              out, together.
+# Every row starts from configs/recall/mqar.py + configs/recall/gpt_token_shift.py + --token_shift=False
+# (the reference config before 2026-11-27, which these rows were run with).
 # Then the table: python -m scripts.analysis.recall_ablation_table OUT_ROOT --out=TABLE_OUT
 #
 #   scripts/sweeps/recall_ablation.sh                 # every row below
@@ -33,7 +36,7 @@ THREADS=${THREADS:-2}
 FORCE=${FORCE:-0}
 PYTHON=${PYTHON:-python}
 
-row_args() {  # the train.py arguments of a row, after configs/recall/mqar.py and the cell
+row_args() {  # the train.py arguments of a row, after the two configs and the cell
   case $1 in
     zoology) echo "$ZOOLOGY" ;;
     zoology_gpt2_linear_init) echo "$ZOOLOGY --linear_init=gpt2" ;;
@@ -66,7 +69,7 @@ for row in $ROWS; do
   mkdir -p "$out"
   echo "== $row: $(date '+%F %T')"
   # shellcheck disable=SC2086  # the row's arguments are words
-  if OMP_NUM_THREADS=$THREADS $PYTHON train.py configs/recall/mqar.py --block_size=64 --recall_pairs=4 --n_embd=64 \
+  if OMP_NUM_THREADS=$THREADS $PYTHON train.py configs/recall/mqar.py configs/recall/gpt_token_shift.py --block_size=64 --recall_pairs=4 --n_embd=64 \
       --token_shift=False $args --out_dir="$out" --num_threads="$THREADS" "$@" > "$out/train.log" 2>&1; then
     echo "== $row: $(grep -o '"test_accuracy": [0-9.]*' "$out/final_metrics.json")"
   else

@@ -28,6 +28,8 @@
 # Extra arguments go to every train.py run. The study of docs/recall.md passed
 # --attention.implementation=reference (the explicit (T, T) weights, the same function; ~20x faster than the
 # chunked path for p = 2 at T = 64 here), which "auto" has picked for p = 2 at T <= 8 D since 2026-11-27.
+# It ran with the recall setting of that time (a token shift): today that is the extra argument
+# configs/recall/gpt_token_shift.py (scripts/sweeps/recall_fastmax_norm.sh configs/recall/gpt_token_shift.py).
 set -u
 cd "$(dirname "$0")/../.."
 VARIANTS=${VARIANTS:-"paper_D paper_sqrtD none_8sqrtD max_norm_0.5 max_norm_1 max_norm_2"}

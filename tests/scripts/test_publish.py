@@ -21,14 +21,16 @@ def test_the_committed_readme_and_docs_equal_their_rendered_tables():
 
 
 def write_summary(root, rows):
-    """A recall_table summary.csv under root/results/recall from (attention, T, N, width, seed, test, lr, picked)."""
+    """A recall_table summary.csv under root/results/recall from (attention, T, N, width, seed, test, lr, picked
+    [, token_shift])."""
     path = root / "results" / "recall" / "summary.csv"
     path.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=RECALL_COLUMNS, lineterminator="\n")
     writer.writeheader()
-    for attention, T, N, W, seed, test, lr, picked in rows:
-        writer.writerow({"attention": attention, "seq_len": T, "num_pairs": N, "d_model": W, "seed": seed,
+    for attention, T, N, W, seed, test, lr, picked, *shift in rows:
+        writer.writerow({"attention": attention, "seq_len": T, "num_pairs": N, "d_model": W,
+                         "token_shift": bool(shift and shift[0]), "seed": seed,
                          "test_accuracy": test, "tokens_per_s": 1000.0, "learning_rate": lr,
                          "val_accuracy": test, "picked": picked, "num_threads": 2})
     path.write_text(buffer.getvalue())
@@ -93,6 +95,13 @@ def test_recall_glance_mean_sd_at_the_picked_rate_and_one_rate_cells(tmp_path):
                     "| fastmax | - | 0.500 ± 0.354 (one rate, 3e-3) |\n")
     write_summary(tmp_path, SUMMARY[:1] + [("softmax", 64, 4, 64, 0, 0.95, 3e-3, True)] + SUMMARY[2:])
     assert "| softmax | 0.875 ± 0.106 | - |" in published.render(GLANCE, str(tmp_path))
+    # runs with a token shift are their own table (token_shift=True), never mixed into the default one
+    write_summary(tmp_path, SUMMARY + [("softmax", 64, 4, 64, 0, 0.10, 3e-3, True, True),
+                                       ("linear", 64, 4, 64, 0, 0.20, 3e-3, True, True)])
+    assert published.render(GLANCE, str(tmp_path)) == text
+    assert published.render(GLANCE + " token_shift=True", str(tmp_path)) == (
+        "| attention | 64/4 w64 | 256/16 w64 |\n|---|---|---|\n"
+        "| softmax | 0.100 (1 seed) (one rate, 3e-3) | - |\n| linear | 0.200 (1 seed) (one rate, 3e-3) | - |\n")
 
 
 def fake_recall_run(root, name, accs, test, **cfg):

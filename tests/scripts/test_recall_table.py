@@ -11,13 +11,15 @@ from scripts.analysis.runs import find_runs
 
 
 def write_run(root, attention, lr, seed, val, test, seq_len=64, pairs=4, width=64, params=None, threads=None,
-              seconds=10.0):
-    folder = root / f"{attention}_lr{lr:g}_s{seed}_T{seq_len}_w{width}"
+              seconds=10.0, token_shift=None):
+    folder = root / f"{attention}_lr{lr:g}_s{seed}_T{seq_len}_w{width}{'_shift' if token_shift else ''}"
     folder.mkdir(parents=True)
     cfg = {"task": "recall", "attention": attention, "attention_params": params or {}, "block_size": seq_len,
            "recall_pairs": pairs, "n_embd": width, "seed": seed, "learning_rate": lr, "batch_size": 64}
     if threads is not None:
         cfg["num_threads"] = threads
+    if token_shift is not None:
+        cfg["token_shift"] = token_shift
     metrics = {"test_accuracy": test, "iters": 100, "train_time_s": seconds,
                "best_metric": {"name": "val_accuracy", "value": val}, "config": cfg}
     (folder / "final_metrics.json").write_text(json.dumps(metrics))
@@ -43,9 +45,10 @@ def runs_dir(tmp_path):
 def test_pick_by_validation_accuracy_ties_to_smaller_rate(runs_dir, capsys):
     runs = read_recall_runs(find_runs([str(runs_dir)]))
     assert len(runs) == 7
-    assert pick_rate(runs, ("softmax", 64, 4, 64)) == 3e-3
-    assert pick_rate(runs, ("fastmax2", 64, 4, 64)) == 1e-3
-    assert pick_rate(runs, ("softmax", 64, 4, 128)) is None
+    assert pick_rate(runs, ("softmax", 64, 4, 64, False)) == 3e-3
+    assert pick_rate(runs, ("fastmax2", 64, 4, 64, False)) == 1e-3
+    assert pick_rate(runs, ("softmax", 64, 4, 128, False)) is None
+    assert pick_rate(runs, ("softmax", 64, 4, 64, True)) is None
     recall_table.main(["pick", str(runs_dir), "--attention=softmax", "--seq_len=64", "--num_pairs=4", "--d_model=64"])
     assert capsys.readouterr().out.strip() == "0.003"
     with pytest.raises(SystemExit, match="no seed-0 run"):
@@ -57,8 +60,9 @@ def test_table_writes_summary_and_markdown(runs_dir, tmp_path):
     out = tmp_path / "out"
     recall_table.main(["table", str(runs_dir), f"--out={out}"])
     rows = list(csv.DictReader(open(out / "summary.csv")))
-    assert list(rows[0])[:7] == ["attention", "seq_len", "num_pairs", "d_model", "seed", "test_accuracy",
-                                 "tokens_per_s"]
+    assert list(rows[0])[:8] == ["attention", "seq_len", "num_pairs", "d_model", "token_shift", "seed",
+                                 "test_accuracy", "tokens_per_s"]
+    assert {r["token_shift"] for r in rows} == {"False"}  # a run without the key had no shift
     assert len(rows) == 7
     assert float(rows[0]["tokens_per_s"]) == pytest.approx(100 * 64 * 64 / 10.0)
     picked = [r for r in rows if r["attention"] == "softmax" and r["seq_len"] == "64" and r["picked"] == "True"]
@@ -112,3 +116,21 @@ def test_speed_uses_the_runs_with_the_most_threads(tmp_path):
     assert "| softmax | 30,720 (2 threads) |" in (out / "recall_table.md").read_text()
     rows = list(csv.DictReader(open(out / "summary.csv")))
     assert sorted(r["num_threads"] for r in rows) == ["1", "2", "2"]
+
+
+def test_runs_with_a_token_shift_are_cells_of_their_own(runs_dir, tmp_path, capsys):
+    # with the shift, 1e-2 is best on seed 0; without it 3e-3 stays picked
+    write_run(runs_dir, "softmax", 1e-2, 0, val=0.99, test=0.99, token_shift=True)
+    write_run(runs_dir, "softmax", 3e-3, 0, val=0.50, test=0.50, token_shift=True)
+    runs = read_recall_runs(find_runs([str(runs_dir)]))
+    assert pick_rate(runs, ("softmax", 64, 4, 64, True)) == 1e-2
+    assert pick_rate(runs, ("softmax", 64, 4, 64, False)) == 3e-3
+    args = ["pick", str(runs_dir), "--attention=softmax", "--seq_len=64", "--num_pairs=4", "--d_model=64"]
+    with pytest.raises(SystemExit, match="with and without a token shift"):
+        recall_table.main(args)
+    recall_table.main([*args, "--token_shift=True"])
+    assert capsys.readouterr().out.strip() == "0.01"
+    recall_table.main(["table", str(runs_dir), f"--out={tmp_path / 'out'}"])
+    table = (tmp_path / "out" / "recall_table.md").read_text()
+    assert "| attention | 64/4 w64 | 64/4 w64 shift | 256/16 w64 |" in table
+    assert "| softmax | 0.920 +- 0.106 (0.800-1.000, 3 seeds) | 0.990 (1 seed) | 0.200 (1 seed) |" in table

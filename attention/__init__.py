@@ -9,8 +9,10 @@ dtype; out has the dtype of v. ``attention_mask`` is an optional bool tensor of 
 is True for real tokens and False for padding (the Hugging Face / flash-linear-attention
 convention, the opposite of PyTorch's ``key_padding_mask``); padded keys receive no attention.
 
-Construction: ``build(name, context=None, **params)``; ``registered()`` lists the names and
-``accepted_params(name)`` the user parameters of one. ``params`` are the user's choices (from a
+Construction: ``build(name, context=None, **params)``; ``registered()`` lists the names,
+``accepted_params(name)`` the user parameters of one and ``attention_class(name)`` its class,
+whose metadata (``Attention``: causal support, example parameters for tests, reference
+implementation, FLOP count, ...) the benchmark and the tests read. ``params`` are the user's choices (from a
 config file or ``--attention.<param>=value``). ``context`` is what the model knows and supplies
 itself, a dict with the keys in ``MODEL_CONTEXT``:
 
@@ -39,10 +41,14 @@ Only training runs it, so evaluation and inference never see a change made there
 feature redraw uses it (counted in optimizer steps, never in forward calls).
 
 Layout. ``registry.py`` holds the contract's code (``register``, ``build``, ``check_params``,
-``Attention``, ``check_qkv``); this module only re-exports it and imports the families so that
-they register. A method is one file (``softmax.py``) or, when it has several implementations, a
-folder (``tree/``, ``fastmax/``, ``dense/``) whose ``__init__.py`` holds the registered module
-and the backend choice, with one file per implementation named by one rule:
+``Attention`` and its metadata, ``check_qkv``, ``allowed_keys``, the parameter checkers
+``check_int`` / ``check_choice``); this module only re-exports it and imports the families so that
+they register. The shared modules register nothing: ``blockwise.py`` (what the sparse methods
+share), ``kernelized.py`` (kernelized, i.e. feature-map, attention), ``feature_maps.py`` (random
+features), ``testing.py`` (test inputs). A method (a family) is one file (``softmax.py``) or, when
+it has several implementations, a folder (``tree/``, ``fastmax/``, ``dense/``) whose
+``__init__.py`` holds the registered module and the backend choice, with one file per
+implementation named by one rule:
 
 - ``reference.py``: the readable implementation that follows the paper's equations (tests
   compare every other implementation with it);
@@ -50,14 +56,16 @@ and the backend choice, with one file per implementation named by one rule:
   ``triton_kernels.py`` / ``*.cpp`` for kernels, each with its reference beside it;
 - ``authors_baseline.py`` / ``numpy_baseline.py``: the authors' own algorithm, kept to compare with.
 
-Families import ``attention.registry``, never this package. A new method adds its file or folder,
-decorates its class with ``@register("name")`` and is imported at the bottom of this module.
+Families import ``attention.registry`` and the shared modules, never this package or another
+family (tests/attention/test_family_imports.py). A new method adds its file or folder, decorates
+its class with ``@register("name")``, declares ``causal`` (and the other metadata that differ from
+``Attention``'s defaults) on the class, and is imported at the bottom of this module.
 """
 from attention.registry import (  # noqa: F401  (the public interface)
-    MODEL_CONTEXT, Attention, InferenceOnlyError, accepted_params, build, causal_refusal, causal_support, check_params,
-    check_qkv, is_trainable, register, registered,
+    CAUSAL_KINDS, MODEL_CONTEXT, Attention, InferenceOnlyError, accepted_params, attention_class, build, causal_refusal,
+    causal_support, check_params, check_qkv, is_trainable, register, registered,
 )
-from attention.registry import _REGISTRY, _lookup  # noqa: F401  (tests register probes; configurator)
+from attention.registry import _REGISTRY  # noqa: F401  (tests register probes)
 
 from attention import softmax  # noqa: E402,F401  (registers softmax, softmax_reference)
 from attention import tree  # noqa: E402,F401

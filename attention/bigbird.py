@@ -34,8 +34,7 @@ import math
 import torch
 
 from attention.blockwise import SparseAttention, attend_rows, block_sparse, explicit_attention, pad_positions
-from attention.linear import check_int
-from attention.registry import register
+from attention.registry import check_int, matrix_flops, register
 
 def global_blocks(nb, num_global_blocks, device=None):
     """Bool (nb,): the first ceil(g / 2) and the last floor(g / 2) blocks are global."""
@@ -167,6 +166,27 @@ class BigBird(SparseAttention):
             unknown implementation (constructor); bad shapes or mask, or q and k of different
             lengths (forward).
     """
+
+    causal = "exact"
+    example_params = {"block_size_sparse": 4, "num_random_blocks": 1}
+    reference_params = {"implementation": "reference"}
+    flop_formula = ("H 4 D (Tp m b + n_g b Tp): m = window + random + global blocks per query block of b, "
+                    "n_g global blocks against all keys; implementation='reference': 4 D H T^2")
+
+    @classmethod
+    def flops(cls, params, T, D, causal, heads=1):
+        """``Attention.flops``: every query block against its window, random and global key
+        blocks, the global blocks' rows against all keys."""
+        if params["implementation"] == "reference":
+            return heads * matrix_flops(T, D)
+        b = params["block_size_sparse"]
+        Tp = math.ceil(T / b) * b
+        nb = Tp // b
+        half = (params["num_window_blocks"] - 1) // 2
+        g = params["num_global_blocks"]
+        n_global = len({i for i in range(math.ceil(g / 2)) if i < nb} | {nb - 1 - i for i in range(g // 2) if i < nb})
+        key_blocks = (half + 1 if causal else 2 * half + 1) + min(params["num_random_blocks"], nb) + n_global
+        return heads * 4 * D * (Tp * key_blocks * b + n_global * b * Tp)
 
     def __init__(self, block_size_sparse=64, num_random_blocks=3, num_window_blocks=3, num_global_blocks=2, seed=0,
                  random_per_layer=True, implementation="fast", layer_idx=0):

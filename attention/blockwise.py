@@ -19,8 +19,7 @@ import math
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from attention.linear import check_choice
-from attention.registry import Attention, check_qkv, needs_grad
+from attention.registry import Attention, check_choice, check_qkv, needs_grad
 
 # scores held at once by the loops over blocks (float32: 4 MB; larger groups run slower on a
 # CPU, their working set leaves the caches)

@@ -40,8 +40,7 @@ import math
 import torch
 
 from attention.blockwise import SCORE_BUDGET, SparseAttention, attend_rows, explicit_attention, pad_positions
-from attention.linear import check_int
-from attention.registry import register
+from attention.registry import check_int, matrix_flops, register
 
 GROUP = 64  # queries that share one draw of sampled keys
 
@@ -207,6 +206,19 @@ class Informer(SparseAttention):
     """
 
     causal = "leaky"
+    example_params = {"factor": 1.0}
+    reference_params = {"implementation": "reference"}
+    flop_formula = ("H (2 Tg D (64 + S) + 4 u T D): the measurement per group of 64 queries with S sampled keys, "
+                    "u active rows against all keys; implementation='reference': 4 D H T^2")
+
+    @classmethod
+    def flops(cls, params, T, D, causal, heads=1):
+        """``Attention.flops``: the measurement (per group of GROUP queries, the group's own
+        block and its S sampled keys) and the u active rows against all keys."""
+        if params["implementation"] == "reference":
+            return heads * matrix_flops(T, D)
+        measurement = 2 * math.ceil(T / GROUP) * GROUP * D * (GROUP + sample_count(T, params["factor"]))
+        return heads * (measurement + 4 * active_count(T, params["factor"]) * T * D)
 
     def __init__(self, factor=5.0, seed=0, implementation="fast"):
         if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor < math.inf:

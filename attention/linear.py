@@ -9,11 +9,9 @@ Section 3.2 replaces exp(q . k) by a kernel phi(q) . phi(k) with phi(x) = elu(x)
 costs O(T D Dv) instead of O(T^2 D). Section 3.3 (causal masking) keeps the sums over j <= i:
 S_i = sum_{j <= i} phi(k_j) v_j^T and Z_i = sum_{j <= i} phi(k_j).
 
-``kernel_attention`` is the efficient path that this method and ``performer`` share. It computes
-features chunk by chunk (C positions) and folds them into the running state (S, Z); causal, each
-chunk adds its masked (C, C) products to the state of the earlier chunks; no (T, T) matrix is
-built. Padding: padded keys get phi(k) = 0, so they add nothing to S or Z; a query with no real
-key up to it (a zero denominator) outputs zeros, as softmax does for a row without allowed keys.
+The efficient path is ``attention.kernelized.kernel_attention`` (shared with ``performer``): the
+running sums chunk by chunk, no (T, T) matrix; padded keys add nothing to S or Z, and a query
+with no real key up to it outputs zeros, as softmax does for a row without allowed keys.
 Accumulation in float32 or wider (half inputs are promoted, autocast is off inside); the output
 has v's dtype.
 
@@ -23,8 +21,8 @@ compare the two.
 import torch
 import torch.nn.functional as F
 
-from attention.registry import Attention, check_qkv, register
-from attention.softmax import allowed_keys
+from attention.kernelized import check_lengths, kernel_attention, kernel_attention_flops, kernel_reference
+from attention.registry import Attention, check_choice, check_int, check_qkv, matrix_flops, register
 
 IMPLEMENTATIONS = ("fast", "reference")
 
@@ -32,131 +30,6 @@ IMPLEMENTATIONS = ("fast", "reference")
 def elu_features(x):
     """phi(x) = elu(x) + 1 (Katharopoulos et al., section 3.2), elementwise; positive."""
     return F.elu(x) + 1
-
-
-def check_int(name, value, minimum, meaning):
-    """ValueError unless ``value`` is an int (not a bool) >= ``minimum``; the message says ``meaning``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum} ({meaning}); got {name}={value!r}")
-
-
-def check_choice(name, value, allowed):
-    """ValueError unless ``value`` is one of ``allowed``."""
-    if value not in allowed:
-        raise ValueError(f"{name} {value!r} unknown; allowed: {', '.join(map(repr, allowed))}")
-
-
-def _finite(m):
-    """-inf (no real key yet) -> 0, so that differences with it stay defined."""
-    return m.masked_fill(torch.isneginf(m), 0.0)
-
-
-def _divide(num, den):
-    """num / den with rows of zero denominator set to 0 (all their weights are 0, so is num)."""
-    return num / torch.where(den == 0, torch.ones_like(den), den)
-
-
-def _key_chunk(key_features, k, attention_mask):
-    """Features of a chunk of keys with padded keys removed: kf (B, H, n, R) with zero rows and
-    log scales s (B, H, n) at -inf for padded keys (s None: no scales)."""
-    kf, s = key_features(k)
-    if attention_mask is not None:
-        real = attention_mask[:, None, :]
-        kf = kf.masked_fill(~real[..., None], 0.0)
-        s = None if s is None else s.masked_fill(~real, float("-inf"))
-    return kf, s
-
-
-def _absorb(S, Z, m, kf, s, v):
-    """Add a chunk of keys to the running sums S = sum kf_j v_j^T (B, H, R, Dv) and Z = sum kf_j
-    (B, H, R), kept at log scale m (B, H), the largest s_j so far (-inf before any real key)."""
-    if s is None:
-        return S + kf.transpose(-1, -2) @ v, Z + kf.sum(-2), m
-    m_new = torch.maximum(m, s.amax(-1))
-    to_new = _finite(m_new)
-    k_scaled = kf * torch.exp(s - to_new[..., None])[..., None]
-    decay = torch.exp(m - to_new)
-    return (S * decay[..., None, None] + k_scaled.transpose(-1, -2) @ v, Z * decay[..., None] + k_scaled.sum(-2),
-            m_new)
-
-
-def kernel_attention(q, k, v, causal, query_features, key_features, attention_mask=None, chunk_size=64):
-    """out_i = sum_{j allowed} a_ij v_j / sum_{j allowed} a_ij with a_ij = phi_q(q_i) . phi_k(k_j),
-    allowed = real keys (and j <= i when ``causal``), 0 where the denominator is 0.
-
-    Chunks of ``chunk_size`` positions: features are computed chunk by chunk and folded into
-    running sums S = sum_j phi_k(k_j) v_j^T (R, Dv) and Z = sum_j phi_k(k_j) (R), so memory is
-    O(chunk R + R Dv) per head (plus what autograd keeps). Not causal: one pass over the keys, then
-    one over the queries. Causal: per chunk, the masked (C, C) products inside it plus the sums of
-    the earlier chunks.
-
-    Args:
-        q (torch.Tensor): (B, H, Tq, D) queries; k (B, H, T, D) keys; v (B, H, T, Dv) values, all of
-            one float dtype (the accumulation dtype).
-        causal (bool): sums over j <= i (needs Tq = T).
-        query_features: x (B, H, n, D) -> non-negative (B, H, n, R).
-        key_features: x (B, H, n, D) -> (kf, s): kf (B, H, n, R) non-negative and s (B, H, n)
-            or None. With s, key j's features are kf_j e^{s_j} (Performer stores exp(logit - s_j),
-            s_j key j's largest logit, so nothing overflows or underflows); the factors are taken
-            relative to the largest s_j a query may see, which cancels in the ratio. Causal, that
-            reference depends on keys j <= i only, so later keys change nothing, not even rounding.
-        attention_mask (torch.Tensor | None): (B, T) bool, True = real key.
-        chunk_size (int): positions per chunk.
-
-    Returns:
-        torch.Tensor (B, H, Tq, Dv).
-    """
-    B, H = k.shape[:2]
-    C = chunk_size
-    S, m = None, k.new_full((B, H), float("-inf"))
-    lower = torch.ones(C, C, dtype=torch.bool, device=k.device).tril()
-    # chunks from split, not slices taken inside the loop: the backward of each slice would
-    # write its gradient into a zero tensor of the full (B, H, T, D) shape, O(T^2 / C) in all;
-    # split's backward concatenates the chunks' gradients once
-    q_chunks, k_chunks, v_chunks = q.split(C, dim=2), k.split(C, dim=2), v.split(C, dim=2)
-    masks = [None] * len(k_chunks) if attention_mask is None else attention_mask.split(C, dim=1)
-    outs = []
-    for i, (k_c, v_c, mask_c) in enumerate(zip(k_chunks, v_chunks, masks)):
-        kf, s = _key_chunk(key_features, k_c, mask_c)
-        if S is None:
-            S, Z = kf.new_zeros(B, H, kf.shape[-1], v.shape[-1]), kf.new_zeros(B, H, kf.shape[-1])
-        if causal:
-            n = kf.shape[2]
-            qf = query_features(q_chunks[i])
-            scores = qf @ kf.transpose(-1, -2)  # (B, H, n, n)
-            num, den = qf @ S, qf @ Z[..., None]
-            if s is None:
-                scores = scores.masked_fill(~lower[:n, :n], 0.0)
-            else:
-                # query i's reference: the largest s_j over j <= i (earlier chunks included)
-                ref = _finite(torch.maximum(m[..., None], s.cummax(-1).values))
-                rel = (s[..., None, :] - ref[..., :, None]).masked_fill(~lower[:n, :n], float("-inf"))
-                scores = scores * torch.exp(rel)
-                carried = torch.exp(m[..., None] - ref)[..., None]  # S and Z rescaled to the reference
-                num, den = num * carried, den * carried
-            outs.append(_divide(num + scores @ v_c, den + scores.sum(-1, keepdim=True)))
-        S, Z, m = _absorb(S, Z, m, kf, s, v_c)
-    if not causal:  # every query sees the same sums (at scale m, common to all of them)
-        for q_c in q_chunks:
-            qf = query_features(q_c)
-            outs.append(_divide(qf @ S, qf @ Z[..., None]))
-    return torch.cat(outs, dim=2)
-
-
-def kernel_reference(qf, kf, v, causal, attention_mask=None):
-    """The explicit form of ``kernel_attention``: the (B, H, Tq, T) matrix A = qf kf^T, masked
-    (causal, padded keys), out = A v / A 1, rows with A 1 = 0 set to 0. Same shapes and dtypes."""
-    A = qf @ kf.transpose(-1, -2)
-    mask = allowed_keys(kf.shape[2], causal, attention_mask, device=kf.device)
-    if mask is not None:
-        A = A * mask
-    return _divide(A @ v, A.sum(-1, keepdim=True))
-
-
-def check_lengths(q, k, causal, name):
-    """ValueError when causal attention gets different query and key lengths."""
-    if causal and q.shape[2] != k.shape[2]:
-        raise ValueError(f"{name}: causal attention needs as many queries as keys; got {q.shape[2]} and {k.shape[2]}")
 
 
 @register("linear")
@@ -177,6 +50,19 @@ class LinearAttention(Attention):
         ValueError: chunk_size not an integer >= 1 or an unknown implementation (constructor);
             bad shapes or mask, or causal with different query and key lengths (forward).
     """
+
+    causal = "exact"
+    example_params = {"chunk_size": 8}
+    reference_params = {"implementation": "reference"}
+    flop_formula = ("non-causal H (4 T D^2 + 2 T D); causal adds the (C, C) blocks: "
+                    "H (2 sum(n_c^2) 2D + T (4 D^2 + 2 D)); implementation='reference': 4 D H T^2")
+
+    @classmethod
+    def flops(cls, params, T, D, causal, heads=1):
+        """``Attention.flops``: the features are D-dimensional (phi = elu + 1), R = D."""
+        if params["implementation"] == "reference":
+            return heads * matrix_flops(T, D)
+        return heads * kernel_attention_flops(T, D, D, causal, params["chunk_size"])
 
     def __init__(self, chunk_size=64, implementation="fast"):
         super().__init__()

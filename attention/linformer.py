@@ -32,8 +32,7 @@ import math
 import torch
 import torch.nn as nn
 
-from attention.linear import check_choice, check_int
-from attention.registry import Attention, check_qkv, register
+from attention.registry import Attention, check_choice, check_int, check_qkv, matrix_flops, register
 
 SHARING = ("headwise", "kv", "none")
 IMPLEMENTATIONS = ("fast", "reference")
@@ -61,6 +60,17 @@ class Linformer(Attention):
     """
 
     causal = "unsupported"
+    example_params = {"proj_len": 8}
+    reference_params = {"implementation": "reference"}
+    flop_formula = ("H 8 T k D (E K, F V, the (T, k) scores, their product with F V), k = proj_len; "
+                    "implementation='reference': 4 D H T^2")
+
+    @classmethod
+    def flops(cls, params, T, D, causal, heads=1):
+        """``Attention.flops``: E K, F V, the (T, k) scores and their product with F V."""
+        if params["implementation"] == "reference":
+            return heads * matrix_flops(T, D)
+        return heads * 8 * T * params["proj_len"] * D
 
     def __init__(self, proj_len=256, sharing="headwise", implementation="fast", block_size=None, n_head=None):
         super().__init__()

@@ -25,8 +25,7 @@ import math
 import torch
 
 from attention.blockwise import SparseAttention, attend_rows, block_sparse, explicit_attention, pad_positions
-from attention.linear import check_int
-from attention.registry import register
+from attention.registry import check_int, matrix_flops, register
 
 def allowed_pairs(T, causal, window, num_global, real):
     """Bool (B, 1, T, T): the pairs of the module docstring (True = query i may attend key j).
@@ -110,6 +109,25 @@ class Longformer(SparseAttention):
         ValueError: a parameter that is not an integer in range or an unknown implementation
             (constructor); bad shapes or mask, or q and k of different lengths (forward).
     """
+
+    causal = "exact"
+    example_params = {"window": 3, "num_global": 1, "chunk_size": 4}
+    reference_params = {"implementation": "reference"}
+    flop_formula = ("H 4 D (Tp m c + g Tp): query blocks of c, m = window blocks + global blocks per query block, "
+                    "g global rows against all keys; implementation='reference': 4 D H T^2")
+
+    @classmethod
+    def flops(cls, params, T, D, causal, heads=1):
+        """``Attention.flops``: every query block against the key blocks in the window's reach and
+        those holding global keys (computed, then masked), the global rows against all keys."""
+        if params["implementation"] == "reference":
+            return heads * matrix_flops(T, D)
+        c = min(params["chunk_size"] or auto_chunk(params["window"]), T)
+        Tp = math.ceil(T / c) * c
+        reach = min(Tp // c - 1, math.ceil(params["window"] / c))
+        g = min(params["num_global"], T)
+        key_blocks = (reach + 1 if causal else 2 * reach + 1) + math.ceil(g / c)
+        return heads * 4 * D * (Tp * key_blocks * c + g * Tp)
 
     def __init__(self, window=256, num_global=1, chunk_size=0, implementation="fast"):
         check_int("window", window, 0, "keys on each side of a query")

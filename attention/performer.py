@@ -4,7 +4,7 @@ Song, Gane, Sarlos, Hawkins, Davis, Mohiuddin, Kaiser, Belanger, Colwell, Weller
 
 Softmax attention's kernel exp(q . k / sqrt(D)) is estimated with random features,
 exp(q . k / sqrt(D)) ~ phi(q') . phi(k') with q' = q D^(-1/4), k' = k D^(-1/4), and attention is
-computed as linear attention with these features (``attention.linear.kernel_attention``):
+computed as linear attention with these features (``attention.kernelized.kernel_attention``):
 
 - kernel "softmax": Lemma 1's positive random features phi(x) = exp(W x - ||x||^2 / 2) / sqrt(m)
   (``feature_maps.performer_softmax_features``), W of m rows; unbiased, E phi(x) . phi(y) =
@@ -33,8 +33,8 @@ import torch
 
 from attention.feature_maps import (performer_projection, performer_relu_features, performer_softmax_features,
                                     performer_softmax_logits, position_seed)
-from attention.linear import check_choice, check_int, check_lengths, kernel_attention, kernel_reference
-from attention.registry import Attention, check_qkv, register
+from attention.kernelized import check_lengths, kernel_attention, kernel_attention_flops, kernel_reference
+from attention.registry import Attention, check_choice, check_int, check_qkv, matrix_flops, register
 
 KERNELS = ("softmax", "relu")
 FEATURES = ("orthogonal", "iid", "deterministic")
@@ -67,6 +67,23 @@ class Performer(Attention):
             (constructor); bad shapes or mask, causal with different query and key lengths, or a
             head dim other than the one W was drawn for (forward).
     """
+
+    causal = "exact"
+    example_params = {"num_features": 16, "chunk_size": 8}
+    reference_params = {"implementation": "reference"}
+    flop_formula = ("as linear with R = num_features features (D when deterministic), plus H 4 T D R for the "
+                    "projections of q and k; implementation='reference': 4 D H T^2")
+
+    @classmethod
+    def flops(cls, params, T, D, causal, heads=1):
+        """``Attention.flops``: the projections q W^T, k W^T and ``kernelized`` attention over R
+        features (R = D with W = I)."""
+        if params["implementation"] == "reference":
+            return heads * matrix_flops(T, D)
+        deterministic = params["features"] == "deterministic"
+        R = D if deterministic else params["num_features"]
+        projection = 0 if deterministic else 4 * T * D * R
+        return heads * (projection + kernel_attention_flops(T, R, D, causal, params["chunk_size"]))
 
     def __init__(self, num_features=256, kernel="softmax", redraw_interval=1000, features="orthogonal", seed=0,
                  chunk_size=64, implementation="fast", layer_idx=None, head_dim=None):

@@ -46,8 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from attention.blockwise import SCORE_BUDGET, SparseAttention, attend, explicit_attention, pad_positions
-from attention.linear import check_int
-from attention.registry import register
+from attention.registry import check_int, matrix_flops, register
 
 def bucket_count(T, bucket_size):
     """ceil(T / bucket_size), rounded up to even when above 1 (the hash splits in halves)."""
@@ -246,6 +245,21 @@ class Reformer(SparseAttention):
     """
 
     causal = "leaky"
+    example_params = {"bucket_size": 8, "chunk_size": 4, "n_hashes": 2}  # chunks shorter than buckets
+    reference_params = {"implementation": "reference"}
+    flop_formula = ("H n_hashes (T D n_buckets + 8 Tp m D): hashing, and 2m keys per query in sorted chunks of m; "
+                    "implementation='reference': 4 D H T^2")
+
+    @classmethod
+    def flops(cls, params, T, D, causal, heads=1):
+        """``Attention.flops``: per round the hashing x R_r (R_r of D x n_buckets / 2) and 2m keys
+        per query in sorted chunks of m."""
+        if params["implementation"] == "reference":
+            return heads * matrix_flops(T, D)
+        m = chunk_length(T, params["bucket_size"], params["chunk_size"])
+        n_buckets = bucket_count(T, params["bucket_size"])
+        hashing = T * D * n_buckets if n_buckets > 1 else 0
+        return heads * params["n_hashes"] * (hashing + 8 * math.ceil(T / m) * m * m * D)
 
     def __init__(self, n_hashes=8, bucket_size=64, chunk_size=0, seed=0, implementation="fast"):
         check_int("n_hashes", n_hashes, 1, "hashing rounds")

@@ -1,12 +1,16 @@
 """The attention registry and contract: ``register``, ``build``, ``check_params`` (the one place
 that validates an attention name and its parameters, with suggestions for unknown names),
-``accepted_params``, ``is_trainable``, the ``Attention`` base class and ``check_qkv``. The
-contract itself is described in ``attention/__init__.py``: the forward signature, the model
-context (``MODEL_CONTEXT``: ``layer_idx``, ``block_size``, ``n_head``, ``head_dim``, passed to
-constructors that declare them, e.g. for parameters whose shapes depend on the model's sizes), and
-the optional per-step method ``after_optimizer_step()`` that the model calls on every attention
-module defining it after each optimizer step (e.g. Performer's feature redraw). Attention families
-import this module, never the ``attention`` package (which imports them).
+``accepted_params``, ``is_trainable``, ``attention_class``, the ``Attention`` base class with the
+metadata every registered class carries (causal support, example parameters, FLOP count, ...),
+``check_qkv``, the allowed-pair mask ``allowed_keys``, and the parameter checkers ``check_int`` /
+``check_choice`` that the families' constructors share. The contract itself is described in
+``attention/__init__.py``: the forward signature, the model context (``MODEL_CONTEXT``:
+``layer_idx``, ``block_size``, ``n_head``, ``head_dim``, passed to constructors that declare them,
+e.g. for parameters whose shapes depend on the model's sizes), and the optional per-step method
+``after_optimizer_step()`` that the model calls on every attention module defining it after each
+optimizer step (e.g. Performer's feature redraw). Attention families import this module and the
+shared modules (``blockwise``, ``feature_maps``, ``kernelized``), never another family or the
+``attention`` package (which imports them).
 """
 
 import difflib
@@ -20,15 +24,29 @@ MODEL_CONTEXT = ("layer_idx", "block_size", "n_head", "head_dim")
 _REGISTRY = {}
 
 
+CAUSAL_KINDS = ("exact", "leaky", "unsupported")
+
+
 def register(name):
     """Class decorator that adds an ``Attention`` subclass to the registry under ``name``.
 
+    The class must declare its causal support, ``causal = "exact" | "leaky" | "unsupported"``
+    (``causal_support``; the base class has no default, so a method cannot be taken for exactly
+    causal by omission). Its other metadata have defaults (``Attention``).
+
     Raises:
-        ValueError: if ``name`` is already registered.
+        ValueError: ``name`` is already registered; the class declares no ``causal`` or a value
+            outside ``CAUSAL_KINDS`` (the message names the class and the allowed values).
     """
     def decorator(cls):
         if name in _REGISTRY:
             raise ValueError(f"attention '{name}' is registered twice ({_REGISTRY[name].__name__} and {cls.__name__})")
+        causal = getattr(cls, "causal", None)
+        if causal not in CAUSAL_KINDS:
+            declared = "declares none" if causal is None else f"declares causal = {causal!r}"
+            raise ValueError(f"attention '{name}' ({cls.__module__}.{cls.__qualname__}) {declared}: a registered "
+                             f"attention must declare its causal support as a class attribute, causal = one of "
+                             f"{', '.join(map(repr, CAUSAL_KINDS))} (see attention.causal_support)")
         cls.registry_name = name
         _REGISTRY[name] = cls
         return cls
@@ -46,10 +64,7 @@ def is_trainable(name):
     Raises:
         ValueError: ``name`` is not registered (the message lists the registered names).
     """
-    return bool(getattr(_lookup(name), "trainable", True))
-
-
-CAUSAL_KINDS = ("exact", "leaky", "unsupported")
+    return bool(attention_class(name).trainable)
 
 
 def causal_support(name):
@@ -62,7 +77,7 @@ def causal_support(name):
     Raises:
         ValueError: ``name`` is not registered (the message lists the registered names).
     """
-    return getattr(_lookup(name), "causal", "exact")
+    return attention_class(name).causal
 
 
 def causal_refusal(name):
@@ -101,7 +116,7 @@ def accepted_params(name):
     Raises:
         ValueError: if ``name`` is not registered.
     """
-    return {k: v for k, v in _constructor_params(_lookup(name)).items() if k not in MODEL_CONTEXT}
+    return {k: v for k, v in _constructor_params(attention_class(name)).items() if k not in MODEL_CONTEXT}
 
 
 def check_params(name, params, check_types=True):
@@ -156,7 +171,7 @@ def build(name, context=None, **params):
         ValueError: see ``check_params``; ``context`` is not a dict or has a key outside
             ``MODEL_CONTEXT``.
     """
-    cls = _lookup(name)
+    cls = attention_class(name)
     check_params(name, params, check_types=False)
     if context is None:
         context = {}
@@ -170,7 +185,14 @@ def build(name, context=None, **params):
     return cls(**passed, **params)
 
 
-def _lookup(name):
+def attention_class(name):
+    """The class registered as ``name``: its metadata (``Attention``: ``causal``, ``trainable``,
+    ``example_params``, ``flops``, ...) for the benchmark and the tests.
+
+    Raises:
+        ValueError: ``name`` is not registered (the message lists the registered names and the
+            closest).
+    """
     if name not in _REGISTRY:
         close = difflib.get_close_matches(str(name), list(_REGISTRY), n=3)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
@@ -183,6 +205,30 @@ class Attention(nn.Module):
     unless the method needs them; projections live in the model). Subclasses implement
     ``forward(q, k, v, causal, attention_mask=None)`` as described in the module docstring.
 
+    Metadata (class attributes and class methods; what the benchmark, the tests and the docs read
+    from the registry, ``attention_class(name)``, instead of keeping lists of their own):
+
+    - ``causal`` (str, required, no default): "exact", "leaky" or "unsupported"
+      (``causal_support``); ``register`` refuses a class without it.
+    - ``trainable`` (bool, default True): False for an inference-only method, whose forward
+      raises ``InferenceOnlyError`` under autograd (``is_trainable``).
+    - ``supports_attention_mask`` (bool, default True): False for a method whose forward refuses
+      an ``attention_mask`` (ValueError).
+    - ``example_params`` (dict, default {}): user parameters for tests at small sizes (B, H about
+      2, T about 20, D about 8): small blocks, chunks and feature counts, so that a sparse method
+      is sparse and a chunked path has several chunks (``tests/attention/test_contract.py``).
+    - ``reference_name`` (str | None) and ``reference_params`` (dict | None): the registered name
+      and the parameters (over ``example_params``) of the readable reference that this method's
+      fast path must equal; both None (default): no second implementation. ``reference_name``
+      None with ``reference_params`` set: the same name (e.g. ``{"implementation": "reference"}``).
+    - ``float32_tolerance`` (dict, default rtol 1e-5, atol 1e-6): ``torch.testing.assert_close``'s
+      tolerance of float32 outputs against float64 ones on the contract test's inputs (standard
+      normal q, k, v); a method that computes in lower precision declares a wider one.
+    - ``flops(params, T, D, causal, heads=1)`` (class method) and ``flop_formula`` (str): the
+      analytic forward FLOPs of one call and their formula in words (scripts/bench/attention.py);
+      None: no formula. ``reported_flops(T, D, heads)``: FLOPs of one call from the module's own
+      counters after it has run (``stats``), None without counters.
+
     Self-exclusion (optional, per method): a method that supports it declares a constructor
     parameter ``exclude_self=False`` and stores it as ``self.exclude_self``. When True, query t
     never attends to key t: with ``causal`` it sees keys 0..t-1 only, so position 0 has no
@@ -194,8 +240,32 @@ class Attention(nn.Module):
     Methods without the parameter do not support self-exclusion (``build`` rejects it).
     """
 
-    trainable = True  # False: inference only (forward raises InferenceOnlyError under autograd)
-    causal = "exact"  # or "leaky" / "unsupported" (causal_support)
+    # causal: declared by every registered class, deliberately without a default here (register)
+    trainable = True
+    supports_attention_mask = True
+    example_params = {}
+    reference_name = None
+    reference_params = None
+    float32_tolerance = {"rtol": 1e-5, "atol": 1e-6}
+    flop_formula = None
+
+    @classmethod
+    def flops(cls, params, T, D, causal, heads=1):
+        """Analytic forward FLOPs of one call on ``heads`` (B x H) sequences of length T and head
+        dim D: 2 x the multiply-adds of the products that the method's path performs (elementwise
+        work, exp and normalisation left out), or None for a method without a formula.
+
+        Args:
+            params (dict): every user parameter of the constructor, defaults filled in.
+            T, D (int); causal (bool); heads (int): B x H.
+        """
+        return None
+
+    def reported_flops(self, T, D, heads):
+        """Forward FLOPs of one call on ``heads`` sequences of length T, head dim D, from the
+        module's own counters (``stats``) since the last reset; None when the method keeps none
+        or nothing has run."""
+        return None
 
     def stats(self):
         """Counters accumulated since the last ``reset_stats`` (e.g. inner products); a dict of
@@ -204,6 +274,12 @@ class Attention(nn.Module):
 
     def reset_stats(self):
         """Zero the counters returned by ``stats``."""
+
+
+def matrix_flops(T, D):
+    """Forward FLOPs per sequence of attention through the (T, T) matrix: scores and their product
+    with the values, 2 D multiply-adds per pair, 4 D T^2 (causal or not: every pair is computed)."""
+    return 4 * D * T * T
 
 
 def needs_grad(*tensors):
@@ -228,3 +304,61 @@ def check_qkv(q, k, v, attention_mask=None):
         if attention_mask.dtype != torch.bool or tuple(attention_mask.shape) != (B, T):
             raise ValueError(f"attention_mask must be a bool tensor of shape (B, T) = ({B}, {T}), True = real "
                              f"token; got {attention_mask.dtype} {tuple(attention_mask.shape)}")
+
+
+def allowed_keys(T, causal, attention_mask=None, exclude_self=False, window=0, device=None):
+    """Bool mask of the allowed (query, key) pairs, positions 0..T-1, the conjunction of:
+
+    - ``causal``: j <= i;
+    - ``window`` = w > 0 (sliding window; 0 = no limit): causal, j > i - w, i.e. the last w keys up
+      to and including i; non-causal, |i - j| < w, i.e. up to w - 1 keys on each side and i itself;
+    - ``exclude_self``: j != i (causal: keys 0..i-1, so query 0 has no key; see ``Attention``);
+    - ``attention_mask`` (B, T) bool, True = real token: key j must be real.
+
+    Args:
+        T (int): sequence length (queries and keys).
+        causal (bool), exclude_self (bool), window (int >= 0): the pair rules.
+        attention_mask (torch.Tensor | None): (B, T) bool, True = real token.
+        device: device of the mask.
+
+    Returns:
+        None if every pair is allowed; else a bool tensor of shape (T, T) without
+        ``attention_mask`` or (B, 1, T, T) / (B, 1, 1, T) with it, broadcastable to (B, H, T, T)
+        with True = allowed.
+    """
+    mask = None
+    if causal or window or exclude_self:
+        i = torch.arange(T, device=device)[:, None]
+        j = torch.arange(T, device=device)[None, :]
+        mask = torch.ones(T, T, dtype=torch.bool, device=device)
+        if causal:
+            mask &= j <= i
+        if window:
+            mask &= (j > i - window) if causal else ((i - j).abs() < window)
+        if exclude_self:
+            mask &= j != i
+    if attention_mask is not None:
+        real_key = attention_mask[:, None, None, :]
+        mask = real_key if mask is None else (mask & real_key)
+    return mask
+
+
+def check_int(name, value, minimum, meaning):
+    """Check a constructor's integer parameter.
+
+    Raises:
+        ValueError: ``value`` is not an int (a bool is not) or is below ``minimum``; the message
+            names the parameter, the minimum and ``meaning``.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum} ({meaning}); got {name}={value!r}")
+
+
+def check_choice(name, value, allowed):
+    """Check a constructor's parameter that takes one of a few values.
+
+    Raises:
+        ValueError: ``value`` is not in ``allowed``; the message lists the allowed values.
+    """
+    if value not in allowed:
+        raise ValueError(f"{name} {value!r} unknown; allowed: {', '.join(map(repr, allowed))}")

@@ -4,7 +4,8 @@ M is 0 for an allowed (query, key) pair and -inf otherwise.
 ``softmax`` calls torch's fused ``scaled_dot_product_attention``; ``softmax_reference``
 materialises the (T, T) score matrix and is the readable reference that tests compare against.
 
-Allowed pairs (query i, key j, positions 0..T-1), the conjunction of:
+Allowed pairs (query i, key j, positions 0..T-1; ``attention.registry.allowed_keys``, also
+importable from here), the conjunction of:
 
 - ``causal``: j <= i;
 - ``window`` = w > 0 (sliding window; 0 = no limit): causal, j > i - w, i.e. the last w keys up
@@ -24,38 +25,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from attention.registry import Attention, check_qkv, register
-
-
-def allowed_keys(T, causal, attention_mask=None, exclude_self=False, window=0, device=None):
-    """Bool mask of the allowed (query, key) pairs (rules in the module docstring).
-
-    Args:
-        T (int): sequence length (queries and keys).
-        causal (bool), exclude_self (bool), window (int >= 0): the pair rules.
-        attention_mask (torch.Tensor | None): (B, T) bool, True = real token.
-        device: device of the mask.
-
-    Returns:
-        None if every pair is allowed; else a bool tensor of shape (T, T) without
-        ``attention_mask`` or (B, 1, T, T) / (B, 1, 1, T) with it, broadcastable to (B, H, T, T)
-        with True = allowed.
-    """
-    mask = None
-    if causal or window or exclude_self:
-        i = torch.arange(T, device=device)[:, None]
-        j = torch.arange(T, device=device)[None, :]
-        mask = torch.ones(T, T, dtype=torch.bool, device=device)
-        if causal:
-            mask &= j <= i
-        if window:
-            mask &= (j > i - window) if causal else ((i - j).abs() < window)
-        if exclude_self:
-            mask &= j != i
-    if attention_mask is not None:
-        real_key = attention_mask[:, None, None, :]
-        mask = real_key if mask is None else (mask & real_key)
-    return mask
+from attention.registry import Attention, allowed_keys, check_qkv, matrix_flops, register
 
 
 def _check_options(exclude_self, window):
@@ -88,18 +58,29 @@ class SoftmaxReference(_SoftmaxBase):
         ValueError: bad ``exclude_self`` / ``window`` (constructor), bad shapes or mask (forward).
     """
 
+    causal = "exact"
+    flop_formula = "4 D H T^2 (the (T, T) matrix, causal or not)"
+
+    @classmethod
+    def flops(cls, params, T, D, causal, heads=1):
+        """``Attention.flops``: every pair of the (T, T) matrix."""
+        return heads * matrix_flops(T, D)
+
     def forward(self, q, k, v, causal, attention_mask=None):
         """q, k, v: (B, H, T, D); attention_mask: (B, T) bool or None -> out (B, H, T, D)."""
         check_qkv(q, k, v, attention_mask)
         work = torch.promote_types(q.dtype, torch.float32)
         scores = (q.to(work) @ k.to(work).transpose(-1, -2)) / math.sqrt(q.shape[-1])
         mask = allowed_keys(q.shape[2], causal, attention_mask, self.exclude_self, self.window, q.device)
+        empty = None
         if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
+            # a row without an allowed key is defined as zero; its scores stay finite (the softmax
+            # of an all -inf row is NaN, and its backward would put NaN into every gradient)
+            empty = ~mask.any(-1, keepdim=True)
+            scores = scores.masked_fill(~mask & ~empty, float("-inf"))
         out = torch.softmax(scores, dim=-1) @ v.to(work)
-        if mask is not None:
-            # softmax of an all -inf row is NaN: those rows, and only those, are defined as zero
-            out = out.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+        if empty is not None:
+            out = out.masked_fill(empty, 0.0)
         return out.to(v.dtype)
 
 
@@ -115,6 +96,20 @@ class Softmax(_SoftmaxBase):
     Raises:
         ValueError: bad ``exclude_self`` / ``window`` (constructor), bad shapes or mask (forward).
     """
+
+    causal = "exact"
+    reference_name = "softmax_reference"
+    reference_params = {}
+    flop_formula = ("4 D H T^2; causal 4 D H T(T+1)/2 (the CPU and CUDA kernels skip blocks above the diagonal); "
+                    "with window or exclude_self a dense mask: 4 D H T^2 in both modes")
+
+    @classmethod
+    def flops(cls, params, T, D, causal, heads=1):
+        """``Attention.flops``: the allowed pairs of the fused kernel, all T^2 with a dense mask
+        (window or exclude_self), T (T + 1) / 2 causal without one."""
+        if params["window"] or params["exclude_self"] or not causal:
+            return heads * matrix_flops(T, D)
+        return heads * 4 * D * (T * (T + 1) // 2)
 
     def forward(self, q, k, v, causal, attention_mask=None):
         """q, k, v: (B, H, T, D); attention_mask: (B, T) bool or None -> out (B, H, T, D)."""

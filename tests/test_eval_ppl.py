@@ -211,6 +211,8 @@ def test_casino_rebuilds_the_models_own_attention(tmp_path, wikitext2_dir):
 def attention_without_exclude_self():
     @attention.register("_probe_no_self")
     class NoSelf(attention.Attention):
+        causal = "exact"
+
         def forward(self, q, k, v, causal, attention_mask=None):
             return v
 

@@ -9,18 +9,15 @@ local attention in non-overlapping windows and the same windows shifted by w / 2
 Files: ``reference.py`` (the explicit (T, T) score matrix; the specification), ``compute.py``
 (the two regimes, windows, the chunked causal linear regime, padding).
 """
+import math
+
 import torch
 
-from attention.registry import Attention, check_qkv, register
-from attention.dense.compute import REGIMES, choose_regime, dense_forward, regime_cost  # noqa: F401
+from attention.registry import Attention, check_int, check_qkv, matrix_flops, register
+from attention.dense.compute import REGIMES, choose_regime, dense_forward, regime_cost, segment_length
 from attention.dense.reference import allowed_pairs, reference_forward, window_ids  # noqa: F401
 
 IMPLEMENTATIONS = ("fast", "reference")
-
-
-def _check_int(name, value, minimum, meaning):
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum} ({meaning}); got {name}={value!r}")
 
 
 @register("dense")
@@ -51,18 +48,36 @@ class DenseAttention(Attention):
             different query and key lengths.
     """
 
+    causal = "exact"
+    example_params = {"chunk_size": 8}
+    reference_params = {"implementation": "reference"}
+    flop_formula = ("2 x attention.dense.compute.regime_cost(regime for T, D) x segments x H: linear 4 T D^2, "
+                    "quadratic 4 T^2 D, causal linear 4 T C D + 4 T D^2 + 2 (T / C) D^2; "
+                    "implementation='reference': 4 D H T^2")
+
+    @classmethod
+    def flops(cls, params, T, D, causal, heads=1):
+        """``Attention.flops``: the regime's multiply-adds (``compute.regime_cost``) per segment of
+        the window (or T), times the segments (the shifted windows add one)."""
+        if params["implementation"] == "reference":
+            return heads * matrix_flops(T, D)
+        window, chunk_size = params["window"], params["chunk_size"]
+        segments = math.ceil(((window // 2 if params["shift"] else 0) + T) / window) if window else 1
+        regime = choose_regime(params["regime"], T, D, causal, window, chunk_size)
+        return heads * 2 * regime_cost(regime, segment_length(T, window), D, causal, chunk_size) * segments
+
     def __init__(self, regime="auto", window=0, shift=False, chunk_size=64, implementation="fast"):
         super().__init__()
         if regime not in REGIMES:
             raise ValueError(f"regime {regime!r} unknown; allowed: {', '.join(REGIMES)}")
-        _check_int("window", window, 0, "0 = global attention, w > 0 = windows of w positions")
+        check_int("window", window, 0, "0 = global attention, w > 0 = windows of w positions")
         if not isinstance(shift, bool):
             raise ValueError(f"shift must be True or False; got {shift!r}")
         if shift and window == 0:
             raise ValueError("shift=True needs a window > 0 (the windows are shifted by window / 2)")
         if shift and window % 2:
             raise ValueError(f"shift=True needs an even window (shifted by window / 2); got window={window}")
-        _check_int("chunk_size", chunk_size, 1, "positions per chunk of the causal linear regime")
+        check_int("chunk_size", chunk_size, 1, "positions per chunk of the causal linear regime")
         if implementation not in IMPLEMENTATIONS:
             raise ValueError(f"implementation {implementation!r} unknown; allowed: {', '.join(IMPLEMENTATIONS)}")
         self.regime, self.window, self.shift = regime, window, shift

@@ -21,7 +21,7 @@ import warnings
 
 import torch
 
-from attention.registry import Attention, check_qkv, register
+from attention.registry import Attention, check_qkv, matrix_flops, register
 from attention.fastmax.function import coefficients, fastmax_factorized
 from attention.fastmax.dropout import DROPOUT_VARIANTS, draw_dropout_masks, numerator_keys
 from attention.fastmax.reference import (NORMALIZATIONS, kernel_minimum, max_norm_scale, normalize_qk,
@@ -140,6 +140,35 @@ class Fastmax(Attention):
             bad shapes or mask, different query and key lengths, or implementation="triton" with
             an unsupported head dim or a CPU tensor without TRITON_INTERPRET=1.
     """
+
+    causal = "exact"
+    # the chunked PyTorch path ("auto" picks the explicit form at these sizes), two chunks at T ~ 20
+    example_params = {"p": 2, "implementation": "pytorch", "chunk_size": 16}
+    reference_params = {"implementation": "reference"}
+    flop_formula = (f"the explicit form where auto picks it (p = 2, T <= {EXPLICIT_T_PER_D} D, "
+                    f"H T^2 <= {EXPLICIT_MAX_ELEMENTS:,}, no dropout) or implementation='reference': H 4 D T^2; else "
+                    "Y = D + 1 (values and the denominator column), F = D (+ D (D + 1) / 2 symmetric pairs for p = 2; "
+                    "D^2 with dropout): non-causal H 4 T F Y; causal H (4 Tc F Y + 2 Tc C (D + Y)), Tc = T rounded up "
+                    "to the chunk C")
+
+    @classmethod
+    def flops(cls, params, T, D, causal, heads=1):
+        """``Attention.flops`` of the implementation that ``forward`` uses on (1, heads, T, D)
+        inputs (``implementation_for``; dropout counted as active)."""
+        p = params["p"]
+        dropout = bool(params["dropout"])
+        implementation = implementation_for(params["implementation"], p, (1, heads, T, D), dropout)
+        if implementation == "reference":
+            return heads * matrix_flops(T, D)
+        Y = D + 1  # the value columns and the denominator's column rho
+        # p = 2: the D (D + 1) / 2 symmetric quadratic features without dropout (chunked.py), all D^2 with it
+        quadratic = (D * D if dropout else D * (D + 1) // 2) if p == 2 else 0
+        features = D + quadratic
+        if not causal:
+            return heads * 4 * T * features * Y
+        C = chunk_size_for(p, params["chunk_size"], implementation)
+        Tc = math.ceil(T / C) * C
+        return heads * (4 * Tc * features * Y + 2 * Tc * C * (D + Y))
 
     def __init__(self, p=2, a0=1.0, a1=1.0, a2=0.5, temperature=None, normalization="paper", lim=1.0,
                  dropout=0.0, dropout_variant="auto", implementation="auto", chunk_size=None):

@@ -23,7 +23,7 @@ from attention.feature_maps import RandomFeatureMap
 from attention.tree.cpu import cpu_forward, load_kernel
 from attention.tree.reference import reference_forward
 from attention.tree.samplers import FEATURE_SAMPLERS, SAMPLERS, layer_seed
-from attention.tree.schedule import DESCENTS, block_length, default_P
+from attention.tree.schedule import DESCENTS, block_length, default_P, terms_table
 from attention.tree.vectorized import vectorized_forward
 
 NORMALIZATIONS = ("bud_mean", "paper")
@@ -141,7 +141,44 @@ class TreeAttention(Attention):
         RuntimeError: in ``forward`` with gradients enabled and an input that requires them.
     """
 
+    causal = "exact"
     trainable = False  # the bud sampling is not differentiable
+    supports_attention_mask = False
+    reference_params = {"implementation": "reference"}
+    flop_formula = ("reported: 2D per alignment inner product + 2D per bud + 2R per feature inner product (module "
+                    "stats); estimate when it has not run: 4 D H sum over queries of ceil(l^E)")
+
+    @classmethod
+    def flops(cls, params, T, D, causal, heads=1):
+        """``Attention.flops``, an estimate (the buds are sampled): one D-dim inner product and one
+        value term per bud, ceil(l^E) buds for a history of l keys (causal: l = t + 1, or t with
+        exclude_self; non-causal: l = T); feature samplers add the projections of q and k (R = 2D
+        by default). The same buds for every implementation."""
+        E = float(params["E"])
+        table = terms_table(T, E)
+        if causal:
+            terms = int(table[:T].sum()) if params["exclude_self"] else int(table[1:].sum())
+        else:
+            terms = T * int(table[T])
+        sampler = params["sampler"]
+        R = 0 if sampler in ("uniform", "edh", "alignment") else (2 * D if sampler == "positive_alignment"
+                                                                 else params["R"] or 2 * D)
+        return heads * (4 * D * terms + 2 * R * terms + (2 * T * D * R if R else 0))
+
+    def reported_flops(self, T, D, heads):
+        """``Attention.reported_flops`` from ``stats`` (over all calls since the last reset): 2D per
+        alignment inner product, 2D per bud of the weighted value sum, 2R per feature inner product,
+        plus the feature projections of q and k; None before any call."""
+        stats = self.stats()
+        if not stats["queries"]:
+            return None
+        per_call = heads * T / stats["queries"]
+        R = 0
+        if stats["feature_inner_products"]:
+            R = 2 * D if self.sampler == "positive_alignment" else (self.R or 2 * D)
+        flops = (2 * D * stats["alignment_inner_products"] + 2 * D * stats["terms"]
+                 + 2 * R * stats["feature_inner_products"]) * per_call
+        return flops + (2 * heads * T * D * R if R else 0)
 
     def __init__(self, E=0.5, sampler="edh", normalization="bud_mean", descent="authors", P=None, b=0.99,
                  R=None, feature_redraw="per_query", seed=0, implementation="auto", exclude_self=False,

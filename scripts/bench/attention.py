@@ -43,11 +43,13 @@ FLOPs (analytic, ``flop_count``): 2 x the multiply-adds of the products that the
 performs at its block granularity (blocks computed and then masked count, skipped blocks do not;
 elementwise work, exp and normalisation are left out); forward+backward = 3 x forward (the backward
 of a product is two products of its size; recomputation inside a custom backward is not counted).
-Tree attention: from the inner products it reports (``stats()``) when it has run, else an estimate.
-The formulas are checked against torch's FlopCounterMode on the fast paths in
-tests/scripts/test_bench_attention.py. Achieved GFLOP/s = FLOPs / time, and its fraction of this
-machine's matmul peak: a float32 (--probe_n x --probe_n) @ (--probe_n x --probe_n) product timed
-with the same threads at the start and at the end of the run (the larger of the two is the peak).
+A registered attention's formula is its class's (``attention.Attention.flops`` and
+``flop_formula``); a module that counts its own work (tree attention, ``stats()``) reports it
+after it has run (``reported_flops``), else its formula's estimate counts. The formulas are
+checked against torch's FlopCounterMode on the fast paths in tests/scripts/test_bench_attention.py.
+Achieved GFLOP/s = FLOPs / time, and its fraction of this machine's matmul peak: a float32
+(--probe_n x --probe_n) @ (--probe_n x --probe_n) product timed with the same threads at the start
+and at the end of the run (the larger of the two is the peak).
 
 Writes <out>.csv (one row per configuration), <out>.json (settings, the probe, the methods with
 their FLOP formula, the rows, and the summary: per method the linearity check of issue 26,
@@ -85,16 +87,9 @@ import torch
 import torch.nn.functional as F
 
 import attention
-from attention.fastmax import chunk_size_for as fastmax_chunk_size
-from attention.fastmax import EXPLICIT_MAX_ELEMENTS as FASTMAX_EXPLICIT_MAX_ELEMENTS
-from attention.fastmax import EXPLICIT_T_PER_D as FASTMAX_EXPLICIT_T_PER_D
-from attention.fastmax import implementation_for as fastmax_implementation
-from attention.dense.compute import choose_regime, regime_cost, segment_length
+from attention.dense.compute import choose_regime
 from attention.fastmax.authors_baseline import authors_formulation
-from attention.informer import GROUP as INFORMER_GROUP, active_count, sample_count
-from attention.longformer import auto_chunk
-from attention.reformer import bucket_count, chunk_length
-from attention.tree.schedule import terms_table
+from attention.reformer import chunk_length
 from data import write_json
 import provenance
 from scripts import plot_style
@@ -311,30 +306,11 @@ def make_call(method, causal, T, D, heads, device, mode="forward"):
 
 
 # ----------------------------------------------------------------------------------------------
-# FLOPs
+# FLOPs (a registered attention's formula is its class's: ``Attention.flops`` / ``flop_formula``)
 
-
-def _ceil_to(T, c):
-    return -(-T // c) * c
-
-
-def _softmax_flops(p, T, D, causal, name):
-    dense_mask = name == "softmax_reference" or p.get("window") or p.get("exclude_self")
-    pairs = T * T if dense_mask or not causal else T * (T + 1) // 2
-    return 4 * D * pairs
-
-
-def _fastmax_flops(p, T, D, causal):
-    Y = D + 1  # the value columns and the denominator's column rho
-    # p = 2: the D (D + 1) / 2 symmetric quadratic features without dropout (attention/fastmax/chunked.py),
-    # all D^2 with it
-    quadratic = (D * D if p.get("dropout") else D * (D + 1) // 2) if p["p"] == 2 else 0
-    features = D + quadratic
-    if not causal:
-        return 4 * T * features * Y
-    C = fastmax_chunk_size(p["p"], p["chunk_size"], p.get("implementation", "auto"))
-    Tc = _ceil_to(T, C)
-    return 4 * Tc * features * Y + 2 * Tc * C * (D + Y)
+SDPA_FLOP_FORMULA = "4 D H T^2 (causal: 4 D H T(T+1)/2, the CPU and CUDA kernels skip blocks above the diagonal)"
+AUTHORS_FLOP_FORMULA = ("H (4 T D^2 + 2 T D) (+ H (4 T D^3 + 2 T D^2) for p = 2); causal: the outer products and "
+                        "their cumulative sums counted as one multiply-add per element")
 
 
 def _authors_flops(p, T, D):
@@ -344,161 +320,26 @@ def _authors_flops(p, T, D):
     return out
 
 
-def _kernel_flops(T, R, Dv, causal, C):
-    """linear.kernel_attention with R features: states, their use, and causal (C, C) blocks."""
-    if not causal:
-        return 4 * T * R * Dv + 2 * T * R
-    full, rest = divmod(T, C)
-    squares = full * C * C + rest * rest
-    return 2 * squares * (R + Dv) + T * (4 * R * Dv + 2 * R)
-
-
-def _dense_flops(p, T, D, causal):
-    window = p["window"]
-    L = segment_length(T, window)
-    segments = math.ceil(((window // 2 if p["shift"] else 0) + T) / window) if window else 1
-    regime = choose_regime(p["regime"], T, D, causal, window, p["chunk_size"])
-    return 2 * regime_cost(regime, L, D, causal, p["chunk_size"]) * segments
-
-
-def _performer_flops(p, T, D, causal):
-    deterministic = p["features"] == "deterministic"
-    R = D if deterministic else p["num_features"]
-    projection = 0 if deterministic else 4 * T * D * R  # q W^T and k W^T
-    return projection + _kernel_flops(T, R, D, causal, p["chunk_size"])
-
-
-def _longformer_flops(p, T, D, causal):
-    c = min(p["chunk_size"] or auto_chunk(p["window"]), T)
-    Tp = _ceil_to(T, c)
-    nb = Tp // c
-    reach = min(nb - 1, math.ceil(p["window"] / c))
-    g = min(p["num_global"], T)
-    key_blocks = (reach + 1 if causal else 2 * reach + 1) + math.ceil(g / c)
-    return 4 * D * (Tp * key_blocks * c + g * Tp)
-
-
-def _bigbird_flops(p, T, D, causal):
-    b = p["block_size_sparse"]
-    Tp = _ceil_to(T, b)
-    nb = Tp // b
-    half = (p["num_window_blocks"] - 1) // 2
-    g = p["num_global_blocks"]
-    n_global = len({i for i in range(math.ceil(g / 2)) if i < nb} | {nb - 1 - i for i in range(g // 2) if i < nb})
-    key_blocks = (half + 1 if causal else 2 * half + 1) + min(p["num_random_blocks"], nb) + n_global
-    return 4 * D * (Tp * key_blocks * b + n_global * b * Tp)
-
-
-def _reformer_flops(p, T, D, causal):
-    m = chunk_length(T, p["bucket_size"], p["chunk_size"])
-    n_buckets = bucket_count(T, p["bucket_size"])
-    hashing = T * D * n_buckets if n_buckets > 1 else 0  # x R_r with R_r (D, n_buckets / 2)
-    return p["n_hashes"] * (hashing + 8 * _ceil_to(T, m) * m * D)  # 2m keys per query
-
-
-def _informer_flops(p, T, D, causal):
-    G = INFORMER_GROUP
-    measurement = 2 * _ceil_to(T, G) * D * (G + sample_count(T, p["factor"]))
-    return measurement + 4 * active_count(T, p["factor"]) * T * D
-
-
-def _tree_flops_estimate(p, T, D, causal):
-    """Estimate: one D-dim inner product and one value term per bud, ceil(l^E) buds for a history
-    of l keys (causal: l = t + 1, or t with exclude_self; non-causal: l = T); feature samplers add
-    the projections of q and k (R = 2D by default)."""
-    E = float(p["E"])
-    if causal:
-        table = terms_table(T, E)
-        terms = int(table[:T].sum()) if p["exclude_self"] else int(table[1:].sum())
-    else:
-        terms = T * int(terms_table(T, E)[T])
-    R = 0 if p["sampler"] in ("uniform", "edh", "alignment") else (2 * D if p["sampler"] == "positive_alignment"
-                                                                   else p["R"] or 2 * D)
-    return 4 * D * terms + 2 * R * terms + (2 * T * D * R if R else 0)
-
-
-def tree_reported_flops(module, T, D, heads):
-    """Forward FLOPs of one call from the tree module's counters (over all calls since its last
-    reset): 2D per alignment inner product, 2D per bud of the weighted value sum, 2R per feature
-    inner product, plus the feature projections of q and k; None before any call."""
-    stats = module.stats()
-    if not stats.get("queries"):
-        return None
-    per_call = heads * T / stats["queries"]
-    R = 0
-    if stats["feature_inner_products"]:
-        R = 2 * D if module.sampler == "positive_alignment" else (module.R or 2 * D)
-    flops = (2 * D * stats["alignment_inner_products"] + 2 * D * stats["terms"]
-             + 2 * R * stats["feature_inner_products"]) * per_call
-    return flops + (2 * heads * T * D * R if R else 0)
-
-
-FLOP_FORMULAS = {
-    "sdpa": "4 D H T^2 (causal: 4 D H T(T+1)/2, the CPU and CUDA kernels skip blocks above the diagonal)",
-    "softmax": "as sdpa; with window or exclude_self a dense mask: 4 D H T^2 in both modes",
-    "softmax_reference": "4 D H T^2 (the (T, T) matrix, causal or not)",
-    "authors": "H (4 T D^2 + 2 T D) (+ H (4 T D^3 + 2 T D^2) for p = 2); causal: the outer products and "
-               "their cumulative sums counted as one multiply-add per element",
-    "fastmax": f"the explicit form where auto picks it (p = 2, T <= {FASTMAX_EXPLICIT_T_PER_D} D, "
-               f"H T^2 <= {FASTMAX_EXPLICIT_MAX_ELEMENTS:,}, no dropout): H 4 D T^2; else "
-               "Y = D + 1 (values and the denominator column), F = D (+ D (D + 1) / 2 symmetric pairs for p = 2; D^2 with dropout): non-causal H 4 T F Y; "
-               "causal H (4 Tc F Y + 2 Tc C (D + Y)), Tc = T rounded up to the chunk C",
-    "linear": "non-causal H (4 T D^2 + 2 T D); causal adds the (C, C) blocks: H (2 sum(n_c^2) 2D + T (4 D^2 + 2 D))",
-    "performer": "as linear with R = num_features features, plus H 4 T D R for the projections of q and k",
-    "dense": "2 x attention.dense.compute.regime_cost(regime for T, D) x segments x H: linear 4 T D^2, "
-             "quadratic 4 T^2 D, causal linear 4 T C D + 4 T D^2 + 2 (T / C) D^2",
-    "linformer": "H 8 T k D (E K, F V, the (T, k) scores, their product with F V), k = proj_len",
-    "longformer": "H 4 D (Tp m c + g Tp): query blocks of c, m = window blocks + global blocks per query block, "
-                  "g global rows against all keys",
-    "bigbird": "H 4 D (Tp m b + n_g b Tp): m = window + random + global blocks per query block of b, "
-               "n_g global blocks against all keys",
-    "reformer": "H n_hashes (T D n_buckets + 8 Tp m D): hashing, and 2m keys per query in sorted chunks of m",
-    "informer": "H (2 Tg D (64 + S) + 4 u T D): the measurement per group of 64 queries with S sampled keys, "
-                "u active rows against all keys",
-    "tree": "reported: 2D per alignment inner product + 2D per bud + 2R per feature inner product (module stats); "
-            "estimate when it has not run: 4 D H sum over queries of ceil(l^E)",
-}
-
-
-FLOP_FUNCTIONS = {  # registered name -> forward FLOPs per head of its fast path: f(params, T, D, causal)
-    "softmax": lambda p, T, D, causal: _softmax_flops(p, T, D, causal, "softmax"),
-    "softmax_reference": lambda p, T, D, causal: _softmax_flops(p, T, D, causal, "softmax_reference"),
-    "fastmax": _fastmax_flops,
-    "linear": lambda p, T, D, causal: _kernel_flops(T, D, D, causal, p["chunk_size"]),
-    "performer": _performer_flops,
-    "dense": _dense_flops,
-    "linformer": lambda p, T, D, causal: 8 * T * p["proj_len"] * D,  # E K, F V, the (T, k) scores, times F V
-    "longformer": _longformer_flops,
-    "bigbird": _bigbird_flops,
-    "reformer": _reformer_flops,
-    "informer": _informer_flops,
-    "tree": _tree_flops_estimate,
-}
-
-
 def flop_count(method, T, D, heads, causal):
     """Analytic forward FLOPs of one call on (1, heads, T, D) inputs (module docstring), or None
-    for an attention without a formula. ``implementation="reference"``: the (T, T) form, 4 D T^2
-    per head (fastmax: also where "auto" picks it, ``attention.fastmax.implementation_for``)."""
-    p = method.full_params()
-    if method.kind != "sdpa" and method.name == "fastmax":
-        p = {**p, "implementation": fastmax_implementation(p.get("implementation", "auto"), p["p"], (1, heads, T, D),
-                                                           bool(p.get("dropout")))}
+    for an attention without a formula: a registered attention's ``flops`` (``attention.Attention``),
+    SDPA's as the fused softmax's, the authors' formulation's here."""
     if method.kind == "sdpa":
-        per_head = _softmax_flops(p, T, D, causal, "sdpa")
+        flops = attention.attention_class("softmax").flops({"window": 0, "exclude_self": False}, T, D, causal, heads)
     elif method.kind == "authors":
-        per_head = _authors_flops(p, T, D)
-    elif method.name not in FLOP_FUNCTIONS:
-        return None
-    elif p.get("implementation") == "reference" and method.name != "tree":  # tree's is the same buds
-        per_head = 4 * D * T * T
+        flops = heads * _authors_flops(method.full_params(), T, D)
     else:
-        per_head = FLOP_FUNCTIONS[method.name](p, T, D, causal)
-    return float(per_head * heads)
+        flops = attention.attention_class(method.name).flops(method.full_params(), T, D, causal, heads)
+    return None if flops is None else float(flops)
 
 
 def flop_formula(method):
-    return FLOP_FORMULAS.get("sdpa" if method.kind == "sdpa" else method.name, "no formula")
+    """The FLOP formula of ``method`` in words ("no formula" for an attention without one)."""
+    if method.kind == "sdpa":
+        return SDPA_FLOP_FORMULA
+    if method.kind == "authors":
+        return AUTHORS_FLOP_FORMULA
+    return attention.attention_class(method.name).flop_formula or "no formula"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -622,8 +463,8 @@ def run_curve(method, mode, causal, D, Ts, args, max_bytes, probe_gflops):
             stop[0] = f"skipped: failed at T={T}"
             return row
         points.append((T, row["seconds"]))
-        if method.name == "tree" and module is not None:
-            reported = tree_reported_flops(module, T, D, args.heads)
+        if module is not None:
+            reported = module.reported_flops(T, D, args.heads)
             if reported is not None:
                 row["gflop"], row["flop_source"] = reported / 1e9, "reported"
         if row["gflop"] is not None:

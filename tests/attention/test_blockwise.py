@@ -13,7 +13,7 @@ import torch
 
 import attention
 from attention import blockwise
-from attention.softmax import allowed_keys
+from attention.registry import allowed_keys
 from attention.testing import padding_mask, random_qkv
 
 T = 23

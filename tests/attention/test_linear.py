@@ -10,7 +10,8 @@ import torch
 
 import attention
 from attention.blockwise import elements_written
-from attention.linear import elu_features, kernel_attention, kernel_reference
+from attention.kernelized import kernel_attention, kernel_reference
+from attention.linear import elu_features
 from attention.testing import padding_mask, random_qkv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -16,7 +16,7 @@ import model as model_lib
 from attention.blockwise import elements_written
 from attention.feature_maps import (performer_projection, performer_relu_features, performer_softmax_features,
                                     position_seed)
-from attention.linear import kernel_reference
+from attention.kernelized import kernel_reference
 from attention.performer import Performer
 from attention.testing import padding_mask, random_qkv
 

@@ -1,10 +1,15 @@
 import functools
+import os
+import re
 
 import pytest
 import torch
 
 import attention
+from attention.registry import allowed_keys, check_choice, check_int
 from attention.testing import random_qkv
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 qkv = functools.partial(random_qkv, B=2, H=3, T=7, D=8)
@@ -18,12 +23,16 @@ def probe_attentions():
 
     @attention.register(names[0])
     class WithContext(attention.Attention):
+        causal = "exact"
+
         def __init__(self, scale=1.0, layer_idx=None, block_size=None):
             super().__init__()
             self.scale, self.layer_idx, self.block_size = scale, layer_idx, block_size
 
     @attention.register(names[1])
     class Plain(attention.Attention):
+        causal = "exact"
+
         def __init__(self, scale=1.0):
             super().__init__()
             self.scale = scale
@@ -69,6 +78,64 @@ def test_accepted_params_of_softmax():
 def test_base_class_has_no_exclude_self_attribute():
     # decision 3: a constructor parameter of the methods that support it, never a class default
     assert not hasattr(attention.Attention, "exclude_self")
+
+
+def test_causal_support_has_no_default_and_is_checked_at_registration():
+    """A method cannot be taken for exactly causal by omission (issue 44): the base class
+    declares no ``causal``, and ``register`` refuses a class without one or with another value,
+    naming the class and the allowed values, and registers nothing."""
+    assert not hasattr(attention.Attention, "causal")
+
+    class Forgot(attention.Attention):
+        pass
+
+    class Misspelt(attention.Attention):
+        causal = "exactly"
+
+    for cls, declared in ((Forgot, "declares none"), (Misspelt, "declares causal = 'exactly'")):
+        with pytest.raises(ValueError, match=rf"attention '_probe_bad' \(.*\.{cls.__name__}\) {declared}: .*causal = "
+                                             r"one of 'exact', 'leaky', 'unsupported'"):
+            attention.register("_probe_bad")(cls)
+        assert "_probe_bad" not in attention.registered()
+    for name in attention.registered():
+        assert attention.causal_support(name) in attention.CAUSAL_KINDS
+
+
+def test_attention_class_is_the_registered_class():
+    from attention.softmax import Softmax
+    assert attention.attention_class("softmax") is Softmax
+    with pytest.raises(ValueError, match="unknown attention 'softmx' .did you mean softmax"):
+        attention.attention_class("softmx")
+
+
+def test_architecture_doc_lists_the_registry():
+    """docs/architecture.md's list of names and of causal support is the registry's."""
+    with open(os.path.join(ROOT, "docs", "architecture.md")) as f:
+        text = " ".join(f.read().split())
+
+    def names(pattern):
+        return sorted(re.findall(r"`(\w+)`", re.search(pattern, text).group(1)))
+
+    assert names(r"Registered attention names: (.*?)\.") == attention.registered()
+    for support, pattern in (("leaky", r'Not exactly causal \("leaky"[^)]*\): (.*?);'),
+                             ("unsupported", r'no causal form \("unsupported"\): (.*?)\.')):
+        assert names(pattern) == [n for n in attention.registered() if attention.causal_support(n) == support]
+
+
+def test_allowed_keys_is_none_when_everything_is_allowed():
+    assert allowed_keys(5, causal=False) is None
+    assert allowed_keys(5, causal=False, window=5).all()
+    assert not allowed_keys(5, causal=False, window=4)[0, 4]
+
+
+def test_parameter_checkers():
+    check_int("n", 3, 1, "a count")
+    check_choice("kind", "b", ("a", "b"))
+    for bad in (0, 2.0, True, "3"):
+        with pytest.raises(ValueError, match=rf"n must be an integer >= 1 \(a count\); got n={bad!r}"):
+            check_int("n", bad, 1, "a count")
+    with pytest.raises(ValueError, match="kind 'c' unknown; allowed: 'a', 'b'"):
+        check_choice("kind", "c", ("a", "b"))
 
 
 def test_unknown_name_lists_registered():

@@ -121,10 +121,3 @@ def test_bad_parameters(bad):
     for name in ("softmax", "softmax_reference"):
         with pytest.raises(ValueError, match=key):
             attention.build(name, **bad)
-
-
-def test_allowed_keys_is_none_when_everything_is_allowed():
-    from attention.softmax import allowed_keys
-    assert allowed_keys(5, causal=False) is None
-    assert allowed_keys(5, causal=False, window=5).all()
-    assert not allowed_keys(5, causal=False, window=4)[0, 4]

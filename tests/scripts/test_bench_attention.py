@@ -9,7 +9,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 import attention
-from attention.softmax import allowed_keys
+from attention.registry import allowed_keys
 
 
 def _bench_module():
@@ -176,11 +176,11 @@ def test_tree_flops_reported_and_estimated():
             T, D, H = 256, 16, 2
             call, module = bench.make_call(method, causal, T, D, H, "cpu")
             q = torch.randn(1, H, T, D, generator=torch.Generator().manual_seed(0))
-            assert bench.tree_reported_flops(module, T, D, H) is None  # nothing counted before a call
+            assert module.reported_flops(T, D, H) is None  # nothing counted before a call
             with torch.no_grad():
                 call(q, q, q)
                 call(q, q, q)  # two calls: the per-call count is the same
-            reported = bench.tree_reported_flops(module, T, D, H)
+            reported = module.reported_flops(T, D, H)
             stats = module.stats()
             assert reported >= 2 * D * (stats["alignment_inner_products"] + stats["terms"]) / 2
             assert bench.flop_count(method, T, D, H, causal) == pytest.approx(reported, rel=0.15)
@@ -196,6 +196,9 @@ def test_every_registered_attention_has_a_flop_formula():
     assert bench.flop_count(reference, 256, 16, 2, True) == 4 * 16 * 2 * 256 ** 2
     assert bench.flop_count(bench.parse_method("tree:implementation=reference"), 256, 16, 2, True) == \
         bench.flop_count(bench.parse_method("tree"), 256, 16, 2, True)
+    # the formulas are the classes' own; a module without counters reports nothing after a call
+    assert bench.flop_formula(bench.parse_method("linear")) == attention.attention_class("linear").flop_formula
+    assert attention.build("linear").reported_flops(256, 16, 2) is None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -166,6 +166,17 @@ def _attend_rows_forward(q_rows, rows, k, v, causal, real):
     return out, (top + torch.log(total)).masked_fill_(empty, float("-inf"))
 
 
+def _common_dtype(*tensors):
+    """The tensors cast to their widest float dtype. A backward runs outside the forward's
+    autocast region, so under autocast its saved tensors and the incoming gradient can differ
+    (float32 inputs and softmax weights, a bfloat16 output gradient); autograd casts the returned
+    gradients back to the inputs' dtypes."""
+    dtype = tensors[0].dtype
+    for t in tensors[1:]:
+        dtype = torch.promote_types(dtype, t.dtype)
+    return [t.to(dtype) for t in tensors]
+
+
 class _AttendRows(torch.autograd.Function):
     """``attend_rows`` over chunks of keys, forward and backward (the online softmax of
     "FlashAttention: Fast and Memory-Efficient Exact Attention with IO-Awareness", Dao et al.
@@ -189,6 +200,7 @@ class _AttendRows(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
         q_rows, rows, k, v, real, out, lse = ctx.saved_tensors
+        grad_out, q_rows, k, v, out = _common_dtype(grad_out, q_rows, k, v, out)
         scale = 1 / math.sqrt(q_rows.shape[-1])
         empty = torch.isneginf(lse)
         grad = grad_out.masked_fill(empty, 0.0)  # rows without a key output a constant 0
@@ -286,6 +298,7 @@ class _BlockSparse(torch.autograd.Function):
     def backward(ctx, grad_out):
         q, k, v, key_blocks, *saved = ctx.saved_tensors
         weights, empties = saved[:len(saved) // 2], saved[len(saved) // 2:]
+        grad_out, q, k, v, *weights = _common_dtype(grad_out, q, k, v, *weights)
         block = ctx.block
         B, H, T, D = q.shape
         Dv = v.shape[-1]

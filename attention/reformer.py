@@ -12,7 +12,8 @@ Definitions (positions 0..T-1, one batch element and head):
   gradient). v is used as given.
 - Buckets: n_buckets = ceil(T / bucket_size), rounded up to an even number when above 1. Round r
   (of ``n_hashes``) draws a random Gaussian matrix R_r of shape (D, n_buckets / 2) and hashes
-  h_r(x) = argmax([x R_r ; -x R_r]) (the paper's angular LSH); one bucket hashes everything to 0.
+  h_r(x) = argmax([x R_r ; -x R_r]) (the paper's angular LSH), x R_r computed in float32 or wider
+  (autocast off); one bucket hashes everything to 0.
   The draws come from a torch.Generator seeded with ``seed`` (the same in every call and layer)
   and are shared by the batch and the heads. Padding tokens (``attention_mask`` False) go to an
   extra bucket of their own, so they never take chunk slots from real tokens (and a padding
@@ -64,14 +65,18 @@ def lsh_buckets(q, n_hashes, n_buckets, real, seed):
         buckets = torch.zeros(n_hashes, B, H, T, dtype=torch.long, device=q.device)
     else:
         half = n_buckets // 2
+        # the projections in float32 or wider whatever autocast says: in bfloat16 near-ties round
+        # to equal values and the buckets would depend on the precision mode (tests/gpu/)
+        work = torch.promote_types(q.dtype, torch.float32)
         rotations = torch.randn(n_hashes, D, half, generator=torch.Generator().manual_seed(seed),
-                                dtype=torch.float64).to(q.device, q.dtype)
+                                dtype=torch.float64).to(q.device, work)
         step = max(1, SCORE_BUDGET // (B * H * half))
         rounds = []
         for rotation in rotations:
             parts = []
             for start in range(0, T, step):
-                projected = q[:, :, start:start + step] @ rotation
+                with torch.autocast(device_type=q.device.type, enabled=False):
+                    projected = q[:, :, start:start + step].to(work) @ rotation
                 # argmax of [xR ; -xR] without building it: the largest entry, or the most
                 # negative one in the second half (ties: the first half, as argmax takes the
                 # first maximum)

@@ -117,6 +117,9 @@ class Softmax(_SoftmaxBase):
         if attention_mask is None and not self.exclude_self and not self.window:
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         mask = allowed_keys(q.shape[2], causal, attention_mask, self.exclude_self, self.window, q.device)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        # rows with no allowed key (NaN or zero depending on the backend) are defined as zero
-        return out.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+        # a row with no allowed key is defined as zero: inside the kernel it may attend to every key,
+        # so that its scores stay finite on every backend (an all -inf row gives NaN or zero depending
+        # on the backend, and may put NaN into the backward), and it is zeroed afterwards
+        empty = ~mask.any(-1, keepdim=True)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | empty)
+        return out.masked_fill(empty, 0.0)

@@ -4,6 +4,12 @@ seeded inputs and padding masks in the shapes and conventions of ``attention/__i
 - ``random_qkv``: seeded q, k of shape (B, H, T, D) and v of shape (B, H, T, Dv).
 - ``padding_mask``: a (B, T) bool ``attention_mask`` (True = real token) with right padding,
   left padding or holes, or None.
+- ``build_example``: a registered attention with the parameters its class declares for tests
+  (``example_params``), or its reference (``reference_name`` / ``reference_params``).
+- ``forward_and_gradients``: one call, optionally under autocast, and the gradients of q, k, v
+  for an upstream gradient; ``relative_error``: ||x - ref|| / ||ref|| (Frobenius);
+  ``BF16_BOUNDS``: the bounds of those errors under bfloat16 autocast (tests/attention/test_autocast.py
+  on the CPU, tests/gpu/ on CUDA).
 
 References to compare against are in the package itself: ``attention.build("softmax_reference",
 ...)`` (exact softmax with the (T, T) matrix, causal / window / exclude_self / padding) and
@@ -14,10 +20,18 @@ the sizes every call of a test file shares, bind them once:
 """
 import torch
 
-__all__ = ["random_qkv", "padding_mask", "DEFAULT_PADS"]
+from attention.registry import attention_class, build
+
+__all__ = ["random_qkv", "padding_mask", "DEFAULT_PADS", "build_example", "forward_and_gradients", "relative_error",
+           "BF16_BOUNDS"]
 
 # padding_mask's padding counts per batch row when ``pads`` is not given
 DEFAULT_PADS = {"right": (4, 1), "left": (0, 3)}
+# Relative (Frobenius) errors allowed under bfloat16 autocast against the float64 reference on the
+# same float32 inputs, for standard normal q, k, v at the contract test's sizes: about 5x the largest
+# measured on the CPU (output 0.0048, softmax_reference; gradients 0.0093, informer; bfloat16's unit
+# roundoff is 2^-8 = 0.0039). Methods that compute in float32 inside (autocast off) stay near 1e-7.
+BF16_BOUNDS = {"output": 0.02, "gradients": 0.05}
 
 
 def random_qkv(B, H, T, D, Dv=None, dtype=torch.float64, seed=0, scale=1.0):
@@ -83,3 +97,64 @@ def padding_mask(kind, B, T, pads=None, every=4, first=2):
         else:
             mask[b, :n] = False
     return mask
+
+
+def forward_and_gradients(module, q, k, v, causal, attention_mask=None, grad=None, autocast=None):
+    """One call of an attention ``module`` and, when ``grad`` is given, the gradients of q, k, v.
+
+    Args:
+        module: a registered attention (``attention.build``), on the inputs' device.
+        q, k, v (torch.Tensor): (B, H, T, D) each (the same shapes: they are stacked into one
+            leaf); cast to nothing, so their dtype and device are the call's.
+        causal (bool); attention_mask (torch.Tensor | None): (B, T) bool on the inputs' device.
+        grad (torch.Tensor | None): the upstream gradient dL/d out, (B, H, T, D); None = forward
+            only, under ``torch.no_grad`` (the way an inference-only method is called).
+        autocast (torch.dtype | None): run the call under ``torch.autocast(device_type, autocast)``
+            (as train.py's ``--dtype`` runs the model); None = no autocast.
+
+    Returns:
+        (out, grads): out detached in its own dtype; grads a (3, B, H, T, D) tensor of the
+        gradients of q, k, v in the inputs' dtype, or None without ``grad``.
+    """
+    leaf = torch.stack([q, k, v]).detach().requires_grad_(grad is not None)
+    device_type = q.device.type
+    with torch.set_grad_enabled(grad is not None), \
+            torch.autocast(device_type, dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+        out = module(*leaf, causal, attention_mask=attention_mask)
+    if grad is None:
+        return out.detach(), None
+    out.backward(grad.to(out.dtype))
+    return out.detach(), leaf.grad
+
+
+def relative_error(x, reference):
+    """||x - reference|| / ||reference|| (Frobenius norms, computed in float64 on the CPU; 0 when
+    both are zero). x and reference: tensors of the same shape, any float dtype and device."""
+    x, reference = x.detach().double().cpu(), reference.detach().double().cpu()
+    scale = reference.norm()
+    error = (x - reference).norm()
+    return float(error / scale) if scale > 0 else float(error)
+
+
+def build_example(name, context, path="fast", seed=0):
+    """The registered attention ``name`` with its class's ``example_params``, or with ``path``
+    "reference" its reference (``reference_name`` with ``reference_params`` over the example
+    parameters; the method itself when it declares none), in evaluation mode on the CPU. The
+    global seed is set to ``seed`` first, so draws at construction (Linformer's E and F, Performer's
+    projections) are the same for both paths.
+
+    Args:
+        name (str): a registered attention; context (dict): the model context (``build``);
+        path (str): "fast" or "reference"; seed (int).
+
+    Raises:
+        ValueError: an unknown name or path.
+    """
+    if path not in ("fast", "reference"):
+        raise ValueError(f"path must be 'fast' or 'reference'; got {path!r}")
+    cls = attention_class(name)
+    params = dict(cls.example_params)
+    if path == "reference":
+        name, params = cls.reference_name or name, {**params, **(cls.reference_params or {})}
+    torch.manual_seed(seed)
+    return build(name, context, **params).eval()

@@ -35,13 +35,20 @@ import triton
 import triton.language as tl
 
 BLOCK_V = 64  # value columns per program (fewer when Dv is smaller)
+# Runtime integers Triton would otherwise specialize on (a value of 1, divisibility by 16): one
+# compiled kernel per constexpr set, whatever the sequence length (compilation takes seconds to a
+# minute per kernel at D = 128). Alignment is not lost: offsets are multiples of the constexpr D.
+UNSPECIALIZED = ["T", "n_chunks"]
 
-# Shared memory per block that a launch needs, as ptxas reported it for the two largest kernels
-# (p = 1 causal forward, p = 2 key/value backward; Triton 3.9 compiled offline for sm_80/86/90):
-# 115,200 B at D = Dv = 64 and 197,120 B at D = Dv = 128, chunk 64, float32. Both fit
+# Shared memory per block that a launch needs, as ptxas reported it for the p = 1 causal forward
+# and the p = 2 key/value backward (Triton 3.9 compiled offline for sm_80/86/90): 115,200 B at
+# D = Dv = 64 and 197,120 B at D = Dv = 128, chunk 64, float32. Both fit
 # 4 * (5 * BT * D + 2 * BT^2 + 2 * BT) bytes: five chunk x D tiles, two chunk x chunk score
 # tiles and two chunk vectors staged in shared memory. It is an estimate for the launch check
-# below (the compiled kernel's own number, ``kernel.metadata.shared``, is the exact one on a GPU).
+# below, and an underestimate for the p = 1 causal backward kernels (dq 147,968 B and dkv 148,480 B
+# at D = 64, 229,888 and 230,400 B at D = 128, chunk 64; Triton 3.6 and 3.9 alike, sm_90;
+# docs/gpu.md has the table). The compiled kernel's own number, ``metadata.shared``, is exact:
+# ``_launch`` turns Triton's OutOfResources into the same kind of error with it.
 SHARED_MEMORY_LIMITS = {"sm_80 (A100)": 166_912, "sm_86": 101_376, "sm_89": 101_376, "sm_90 (H100)": 232_448}
 
 
@@ -74,6 +81,37 @@ def device_shared_memory_limit(device):
     """The opt-in shared memory per block of a CUDA ``device`` (bytes), or None if unknown."""
     props = torch.cuda.get_device_properties(device)
     return getattr(props, "shared_memory_per_block_optin", None) or getattr(props, "shared_memory_per_block", None)
+
+
+# What the compiled kernels launched in this process need: (kernel name, D, DV, BT, CAUSAL, QUAD,
+# SEPARATE) -> shared memory per block in bytes, the compiled kernel's own ``metadata.shared``
+# (CUDA launches only; the interpreter compiles nothing). tests/gpu/ compare it with the estimate.
+COMPILED_SHARED_MEMORY = {}
+
+
+def _launch(kernel, grid, *args, **meta):
+    """``kernel[grid](*args, **meta)``, recording the compiled kernel's shared memory per block
+    (``COMPILED_SHARED_MEMORY``).
+
+    Raises:
+        ValueError: the compiled kernel needs more shared memory per block than the device allows
+            (Triton's ``OutOfResources`` at launch, which the estimate of ``check_shared_memory``
+            did not foresee: it is an estimate); the message names the kernel, the need, the
+            limit and what to change.
+    """
+    try:
+        compiled = kernel[grid](*args, **meta)
+    except triton.runtime.errors.OutOfResources as exc:
+        if exc.name != "shared memory":
+            raise
+        raise ValueError(f"fastmax Triton kernel {kernel.__name__} at chunk_size={meta['BT']}, head dims "
+                         f"{meta['D']}/{meta['DV']} needs {exc.required:,} B of shared memory per block; the device "
+                         f"allows {exc.limit:,} B. Use a smaller chunk_size or implementation='pytorch'") from exc
+    shared = getattr(getattr(compiled, "metadata", None), "shared", None)
+    if shared is not None:
+        key = (kernel.__name__, *(meta[k] for k in ("D", "DV", "BT", "CAUSAL", "QUAD", "SEPARATE")))
+        COMPILED_SHARED_MEMORY[key] = int(shared)
+    return compiled
 
 
 @triton.jit
@@ -175,7 +213,7 @@ def _key_sums(k_base, kl_base, ka_base, kb_base, v_base, rho_base, x3_ptrs, y3_p
     return x1, y1, x2, y2
 
 
-@triton.jit
+@triton.jit(do_not_specialize=UNSPECIALIZED)
 def _fwd_kernel(Q, K, KL, KA, KB, V, RHO, HAS_KEY, OUT, DEN, X3, Y3, T, n_chunks, c0, c1, c2,
                 D: tl.constexpr, DV: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
                 CAUSAL: tl.constexpr, QUAD: tl.constexpr, SEPARATE: tl.constexpr):
@@ -238,7 +276,7 @@ def _fwd_kernel(Q, K, KL, KA, KB, V, RHO, HAS_KEY, OUT, DEN, X3, Y3, T, n_chunks
             x1, y1, x2, y2 = _add_key_chunk(x1, y1, x2, y2, k, kl, v, rho)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=UNSPECIALIZED)
 def _dq_kernel(Q, K, KL, KA, KB, V, RHO, G, DELTA, DQ, X3, Y3, T, n_chunks, c0, c1, c2,
                D: tl.constexpr, DV: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
                CAUSAL: tl.constexpr, QUAD: tl.constexpr, SEPARATE: tl.constexpr):
@@ -318,7 +356,7 @@ def _add_query_chunk(r1, u0, s1, q, g, delta):
     return r1, u0, s1
 
 
-@triton.jit
+@triton.jit(do_not_specialize=UNSPECIALIZED)
 def _dkv_kernel(Q, K, KL, KA, KB, V, RHO, G, DELTA, DK, DKL, DKA, DKB, DVOUT, R2, S2, T, n_chunks, c0, c1, c2,
                 D: tl.constexpr, DV: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
                 CAUSAL: tl.constexpr, QUAD: tl.constexpr, SEPARATE: tl.constexpr):
@@ -450,8 +488,8 @@ def forward(q, k, v, kl, ka, kb, rho, has_key, causal, coeffs, chunk):
     N, T, _ = q.shape
     out = torch.empty_like(v)
     den = torch.empty(N, T, dtype=q.dtype, device=q.device)
-    _fwd_kernel[(N, nv)](q, k, kl, ka, kb, v, rho, has_key, out, den, x3, y3, T, n_chunks, *coeffs,
-                         CAUSAL=bool(causal), **meta)
+    _launch(_fwd_kernel, (N, nv), q, k, kl, ka, kb, v, rho, has_key, out, den, x3, y3, T, n_chunks, *coeffs,
+            CAUSAL=bool(causal), **meta)
     return out, den
 
 
@@ -464,15 +502,15 @@ def backward(g, delta, q, k, v, kl, ka, kb, rho, causal, coeffs, chunk):
     N, T, D = q.shape
     partial = dict(dtype=torch.float32, device=q.device)  # one partial sum per value block
     dq = torch.empty(nv, N, T, D, **partial)
-    _dq_kernel[(N, nv)](q, k, kl, ka, kb, v, rho, g, delta, dq, state3, state2, T, n_chunks, *coeffs,
-                        CAUSAL=bool(causal), **meta)
+    _launch(_dq_kernel, (N, nv), q, k, kl, ka, kb, v, rho, g, delta, dq, state3, state2, T, n_chunks, *coeffs,
+            CAUSAL=bool(causal), **meta)
     state3.zero_()
     state2.zero_()
     dk = torch.empty(nv, N, T, D, **partial)
     dkl, dka, dkb = [torch.empty(nv, N, T, D, **partial) if meta["SEPARATE"] else dk for _ in range(3)]
     dv = torch.empty_like(v)
-    _dkv_kernel[(N, nv)](q, k, kl, ka, kb, v, rho, g, delta, dk, dkl, dka, dkb, dv, state3, state2, T,
-                         n_chunks, *coeffs, CAUSAL=bool(causal), **meta)
+    _launch(_dkv_kernel, (N, nv), q, k, kl, ka, kb, v, rho, g, delta, dk, dkl, dka, dkb, dv, state3, state2, T,
+            n_chunks, *coeffs, CAUSAL=bool(causal), **meta)
     dk = dk.sum(0)
     if not meta["SEPARATE"]:  # the kernel stored dk + dkl + dka + dkb
         return dq.sum(0), dk, dv, None, None, None
@@ -482,3 +520,71 @@ def backward(g, delta, q, k, v, kl, ka, kb, rho, causal, coeffs, chunk):
             dk = dk + dt.sum(0)
         key_grads.append(None if t is None else dt.sum(0))
     return dq.sum(0), dk, dv, *key_grads
+
+
+KERNELS = {"forward": _fwd_kernel, "dq": _dq_kernel, "dkv": _dkv_kernel}
+
+
+def compile_kernels(D, Dv, chunk, causal, p, device="cuda", kernels=tuple(KERNELS), separate=False):
+    """Compile Fastmax's Triton kernels for one configuration without launching them (Triton's
+    ``warmup``), so that later launches with the same constexprs (the kernels do not specialize on
+    the sequence length, ``UNSPECIALIZED``) load them from Triton's cache, in this process or in
+    any other on the machine. Compiling takes seconds to a minute per kernel at D = 128, and one
+    process compiles one kernel at a time: scripts/bench/gpu.py's ``warm_triton`` runs several
+    processes.
+
+    Args:
+        D, Dv (int): head dims of q / k and of v, each in {16, 32, 64, 128}.
+        chunk (int): the chunk size BT, a power of two >= 16.
+        causal (bool); p (int): 1 or 2 (the quadratic states).
+        device: a CUDA device.
+        kernels: names from ``KERNELS`` ("forward", "dq", "dkv").
+        separate (bool): the variant with separate numerator keys (dropout; SEPARATE).
+
+    Returns:
+        dict: kernel name -> shared memory per block of the compiled kernel (bytes).
+
+    Raises:
+        ValueError: an unknown kernel name, or a device that is not CUDA (the interpreter compiles
+            nothing).
+    """
+    unknown = sorted(set(kernels) - set(KERNELS))
+    if unknown:
+        raise ValueError(f"unknown kernel(s) {unknown}; allowed: {', '.join(KERNELS)}")
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise ValueError(f"compile_kernels needs a CUDA device (the interpreter compiles nothing); got {device}")
+    args, meta, nv = warmup_arguments(D, Dv, chunk, p, device, separate)
+    shared = {}
+    for name in kernels:
+        compiled = KERNELS[name].warmup(*args[name], grid=(1, nv), CAUSAL=bool(causal), **meta)
+        shared[name] = int(compiled.metadata.shared)
+        key = (KERNELS[name].__name__, *(meta[k] for k in ("D", "DV", "BT")), bool(causal), meta["QUAD"],
+               meta["SEPARATE"])
+        COMPILED_SHARED_MEMORY[key] = shared[name]
+    return shared
+
+
+def warmup_arguments(D, Dv, chunk, p, device, separate=False):
+    """The positional arguments of each kernel of ``KERNELS`` for one chunk of zeros (T = chunk,
+    one sequence), their constexprs but CAUSAL, and the number of value blocks: what
+    ``compile_kernels`` passes to ``warmup`` (tensors of a launch's dtypes and alignment).
+
+    Returns:
+        (args: kernel name -> tuple, meta: dict, nv: int)
+    """
+    zeros = dict(dtype=torch.float32, device=device)
+    q, k, v = torch.zeros(1, chunk, D, **zeros), torch.zeros(1, chunk, D, **zeros), torch.zeros(1, chunk, Dv, **zeros)
+    rho, has_key = torch.ones(1, chunk, **zeros), torch.ones(1, chunk, dtype=torch.bool, device=device)
+    coeffs = (1.0, 1.0, 0.5 if p == 2 else 0.0)
+    numerator_keys = [torch.zeros_like(k) if separate else None for _ in range(3)]
+    (kl, ka, kb), meta, n_chunks, nv, (s3, s2) = _prepare(q, k, v, *numerator_keys, coeffs, chunk)
+    out, den, g, delta = torch.empty_like(v), torch.empty(1, chunk, **zeros), torch.empty_like(v), torch.empty(1, chunk, **zeros)
+    part = torch.empty(nv, 1, chunk, D, **zeros)
+    scalars = (chunk, n_chunks, *coeffs)
+    args = {
+        "forward": (q, k, kl, ka, kb, v, rho, has_key, out, den, s3, s2, *scalars),
+        "dq": (q, k, kl, ka, kb, v, rho, g, delta, part, s3, s2, *scalars),
+        "dkv": (q, k, kl, ka, kb, v, rho, g, delta, part, part, part, part, torch.empty_like(v), s3, s2, *scalars),
+    }
+    return args, meta, nv

@@ -9,3 +9,4 @@ block = "danet"
 attention = "dense"
 attention_params = {"regime": "auto"}
 pos_emb = "cosine_relpe"
+mlp = True  # DANet blocks always have their FFN (a recall config that sets mlp = False is overridden here)

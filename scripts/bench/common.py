@@ -34,18 +34,23 @@ def parse_list(text, typ):
     return [typ(x) for x in text.split(",") if x.strip()]
 
 
-def make_inputs(T, D, heads, device, requires_grad, seed=0):
+def make_inputs(T, D, heads, device, requires_grad, seed=0, dtype=torch.float32):
+    """Seeded standard normal q, k, v of shape (1, heads, T, D): drawn in float32 on the CPU (the
+    same numbers on every device), then moved to ``device`` and cast to ``dtype``."""
     g = torch.Generator(device="cpu").manual_seed(seed)
-    return [torch.randn(1, heads, T, D, generator=g).to(device).requires_grad_(requires_grad) for _ in range(3)]
+    return [torch.randn(1, heads, T, D, generator=g).to(device, dtype).requires_grad_(requires_grad) for _ in range(3)]
 
 
 def run_once(call, q, k, v, mode, grad_out):
+    """One call of ``call(q, k, v)``: ``mode`` "forward" under ``torch.no_grad``, or
+    "forward_backward" with the backward of ``grad_out`` (cast to the output's dtype); the input
+    gradients are dropped."""
     if mode == "forward":
         with torch.no_grad():
             call(q, k, v)
     else:
         out = call(q, k, v)
-        out.backward(grad_out)
+        out.backward(grad_out.to(out.dtype))
         q.grad = k.grad = v.grad = None
 
 
@@ -81,21 +86,22 @@ def cuda_event_timer():
     return timed
 
 
-def median_seconds(once, repeats, long_call, sync=lambda: None, timer=None):
+def median_seconds(once, repeats, long_call, sync=lambda: None, timer=None, min_sample=None):
     """(median over ``repeats`` samples of the wall time per call of ``once``, repeats), after a
-    warm-up call. A sample is one call, or for calls shorter than MIN_SAMPLE_SECONDS the mean of
-    a loop of calls lasting about that long. A warm-up is never a sample (it may hold one-time
-    costs: a kernel's JIT compilation, lazy initialisation): after a warm-up longer than
-    ``long_call`` seconds one more call is timed, and if it too is longer it is the only sample
-    (repeats = 1). ``timer`` (default ``wall_timer(sync)``) measures a function's time, e.g.
-    ``cuda_event_timer()``."""
+    warm-up call. A sample is one call, or for calls shorter than ``min_sample`` seconds (default
+    MIN_SAMPLE_SECONDS) the mean of a loop of calls lasting about that long. A warm-up is never a
+    sample (it may hold one-time costs: a kernel's JIT compilation, lazy initialisation): after a
+    warm-up longer than ``long_call`` seconds one more call is timed, and if it too is longer it is
+    the only sample (repeats = 1). ``timer`` (default ``wall_timer(sync)``) measures a function's
+    time, e.g. ``cuda_event_timer()``."""
     timer = timer or wall_timer(sync)
     first = timer(once)
     if first > long_call:
         first = timer(once)
         if first > long_call:
             return first, 1
-    calls = max(1, math.ceil(MIN_SAMPLE_SECONDS / max(first, 1e-9)))
+    min_sample = MIN_SAMPLE_SECONDS if min_sample is None else min_sample
+    calls = max(1, math.ceil(min_sample / max(first, 1e-9)))
 
     def loop():
         for _ in range(calls):
@@ -124,15 +130,16 @@ def _status_kb(field):
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-def peak_added_mb(call, T, D, heads, device, mode):
-    """Peak memory (MB) that one call adds on top of its (1, heads, T, D) inputs, in this process,
-    which should be fresh: a small warm-up call first (one-time initialisation is not counted).
-    CPU: VmHWM - VmRSS after resetting the high-water mark; CUDA: max_memory_allocated delta."""
+def peak_added_mb(call, T, D, heads, device, mode, dtype=torch.float32):
+    """Peak memory (MB) that one call adds on top of its (1, heads, T, D) inputs of ``dtype``, in
+    this process, which should be fresh on the CPU: a small warm-up call first (one-time
+    initialisation is not counted). CPU: VmHWM - VmRSS after resetting the high-water mark; CUDA:
+    max_memory_allocated delta (exact in any process: the allocator's own count)."""
     with_grad = mode == "forward_backward"
-    small = make_inputs(min(T, 32), D, heads, device, with_grad)
+    small = make_inputs(min(T, 32), D, heads, device, with_grad, dtype=dtype)
     run_once(call, *small, mode, torch.randn_like(small[0]))
     del small
-    q, k, v = make_inputs(T, D, heads, device, with_grad)
+    q, k, v = make_inputs(T, D, heads, device, with_grad, dtype=dtype)
     grad_out = torch.randn_like(q)
     if device == "cuda":
         torch.cuda.synchronize()

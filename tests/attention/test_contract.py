@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import attention
-from attention.testing import random_qkv
+from attention.testing import build_example, random_qkv
 
 B, H, T, D = 2, 2, 23, 8  # T = 23 is prime: no block, chunk or bucket size of the examples divides it
 LATER = 15  # the causality checks change the tokens from this position on
@@ -54,12 +54,7 @@ def build(name, path="fast"):
     ``reference_name`` with ``reference_params`` over the example parameters), with the model
     context of the test sizes and the global seed 0 (for draws at construction, e.g. Linformer's
     E and F, the same for both paths), in evaluation mode."""
-    cls = metadata(name)
-    params = dict(cls.example_params)
-    if path == "reference":
-        name, params = cls.reference_name or name, {**params, **(cls.reference_params or {})}
-    torch.manual_seed(0)
-    return attention.build(name, CONTEXT, **params).eval()
+    return build_example(name, CONTEXT, path)
 
 
 def padding(name):

@@ -45,7 +45,7 @@ def test_method_syntax_config_files(tmp_path):
     m = bench.parse_method("@configs/attention/fastmax2.py")
     assert (m.label, m.name, m.params) == ("fastmax2", "fastmax", {"p": 2})
     m = bench.parse_method("@configs/attention/dense.py")
-    assert m.params == {"regime": "auto"} and m.ignored == {"block": "danet", "pos_emb": "cosine_relpe"}
+    assert m.params == {"regime": "auto"} and m.ignored == {"block": "danet", "pos_emb": "cosine_relpe", "mlp": True}
     m = bench.parse_method("@configs/attention/tree.py:E=0.3,sampler=alignment")
     assert (m.label, m.params) == ("tree:E=0.3,sampler=alignment", {"E": 0.3, "sampler": "alignment"})
     path = tmp_path / "mine.py"

@@ -14,6 +14,7 @@ missing); otherwise 1, with one ``error:`` line naming them and the wheels that 
 """
 import argparse
 import importlib
+import importlib.machinery
 import importlib.util
 import os
 import platform
@@ -67,25 +68,26 @@ def find_wheel(distribution, wheels, python=None, machine=None):
     return os.path.join(wheels, found[-1]) if found else None
 
 
-def importable(module):
-    """Whether Python finds ``module`` (not imported: importing fla would start CUDA here)."""
-    return importlib.util.find_spec(module) is not None
+def importable(module, site=None):
+    """Whether Python finds the top-level ``module`` on its path or in the folder ``site`` (which the
+    check's later commands get on PYTHONPATH); not imported: importing fla would start CUDA here."""
+    if importlib.util.find_spec(module) is not None:
+        return True
+    return site is not None and importlib.machinery.PathFinder.find_spec(module, [site]) is not None
 
 
 def bring(needed=NEEDED, wheels="wheels", site=".gpu_site"):
     """Unpack the wheel of every module of ``needed`` that does not import into ``site`` (created;
-    put first on sys.path here). Returns (brought: [(module, wheel)], missing: [(module,
+    gpu_check.sh puts it on PYTHONPATH). Returns (brought: [(module, wheel)], missing: [(module,
     distribution)] that still do not import)."""
     os.makedirs(site, exist_ok=True)
     site = os.path.abspath(site)
-    if site not in sys.path:
-        sys.path.insert(0, site)
     importlib.invalidate_caches()
     brought, missing = [], []
     for module, distribution, below in needed:
         if below is not None and sys.version_info[:2] >= below:
             continue
-        if importable(module):
+        if importable(module, site):
             continue
         wheel = find_wheel(distribution, wheels)
         if wheel is not None:
@@ -93,7 +95,7 @@ def bring(needed=NEEDED, wheels="wheels", site=".gpu_site"):
                 zf.extractall(site)
             importlib.invalidate_caches()
             brought.append((module, os.path.basename(wheel)))
-        if not importable(module):
+        if not importable(module, site):
             missing.append((module, distribution))
     return brought, missing
 

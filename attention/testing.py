@@ -6,6 +6,8 @@ seeded inputs and padding masks in the shapes and conventions of ``attention/__i
   left padding or holes, or None.
 - ``build_example``: a registered attention with the parameters its class declares for tests
   (``example_params``), or its reference (``reference_name`` / ``reference_params``).
+- ``causal_cases``: (name, causal) for every registered attention and each value of ``causal`` it
+  computes; ``example_padding``: the right-and-left padded mask the cross-device tests share.
 - ``forward_and_gradients``: one call, optionally under autocast, and the gradients of q, k, v
   for an upstream gradient; ``relative_error``: ||x - ref|| / ||ref|| (Frobenius);
   ``BF16_BOUNDS``: the bounds of those errors under bfloat16 autocast (tests/attention/test_autocast.py
@@ -20,10 +22,10 @@ the sizes every call of a test file shares, bind them once:
 """
 import torch
 
-from attention.registry import attention_class, build
+from attention.registry import attention_class, build, registered
 
-__all__ = ["random_qkv", "padding_mask", "DEFAULT_PADS", "build_example", "forward_and_gradients", "relative_error",
-           "BF16_BOUNDS"]
+__all__ = ["random_qkv", "padding_mask", "DEFAULT_PADS", "build_example", "causal_cases", "example_padding",
+           "forward_and_gradients", "relative_error", "BF16_BOUNDS"]
 
 # padding_mask's padding counts per batch row when ``pads`` is not given
 DEFAULT_PADS = {"right": (4, 1), "left": (0, 3)}
@@ -134,6 +136,26 @@ def relative_error(x, reference):
     scale = reference.norm()
     error = (x - reference).norm()
     return float(error / scale) if scale > 0 else float(error)
+
+
+def causal_modes(name):
+    """The values of ``causal`` the registered attention ``name`` computes: [False, True], or
+    [False] alone when its class declares causal "unsupported"."""
+    return [False] if attention_class(name).causal == "unsupported" else [False, True]
+
+
+def causal_cases():
+    """(name, causal) for every registered attention and each value of ``causal`` it computes."""
+    return [(name, causal) for name in registered() for causal in causal_modes(name)]
+
+
+def example_padding(name, B, T):
+    """A (B, T) bool ``attention_mask`` (True = real token, B >= 2): batch 0 with its last 5
+    positions padded, batch 1 with its first 3 (causal: its first rows have no real key); None for
+    a method whose class supports no ``attention_mask``."""
+    if not attention_class(name).supports_attention_mask:
+        return None
+    return padding_mask("right", B, T, pads=(5, 0)) & padding_mask("left", B, T, pads=(0, 3))
 
 
 def build_example(name, context, path="fast", seed=0):

@@ -11,35 +11,23 @@ import pytest
 import torch
 
 import attention
-from attention.testing import BF16_BOUNDS, build_example, forward_and_gradients, padding_mask, random_qkv, relative_error
+from attention.testing import (BF16_BOUNDS, build_example, causal_cases, example_padding, forward_and_gradients,
+                               random_qkv, relative_error)
 
 SIZES = [(2, 2, 23, 8), (2, 2, 200, 32)]  # (B, H, T, D): the contract test's, and several blocks of every path
 
 
-def cases():
-    out = []
-    for name in attention.registered():
-        modes = [False] if attention.causal_support(name) == "unsupported" else [False, True]
-        out += [(name, causal) for causal in modes]
-    return out
-
-
-def padding(name, B, T):
-    """Batch 0 with its last 5 positions padded, batch 1 with its first 3; None without mask support."""
-    if not attention.attention_class(name).supports_attention_mask:
-        return None
-    return padding_mask("right", B, T, pads=(5, 0)) & padding_mask("left", B, T, pads=(0, 3))
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"T{s[2]}_D{s[3]}")
-@pytest.mark.parametrize("name,causal", cases())
+@pytest.mark.parametrize("name,causal", causal_cases())
 def test_bfloat16_autocast_runs_and_stays_within_bounds(name, causal, size):
     B, H, T, D = size
     context = {"layer_idx": 0, "block_size": T, "n_head": H, "head_dim": D}
     trainable = attention.attention_class(name).trainable
     q, k, v = random_qkv(B, H, T, D)
     grad = torch.randn(B, H, T, D, generator=torch.Generator().manual_seed(3), dtype=torch.float64) if trainable else None
-    mask = padding(name, B, T)
+    mask = example_padding(name, B, T)
     ref_out, ref_grads = forward_and_gradients(build_example(name, context, "reference").double(), q, k, v, causal,
                                                mask, grad)
     module = build_example(name, context).train(trainable)

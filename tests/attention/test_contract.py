@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import attention
-from attention.testing import build_example, random_qkv
+from attention.testing import build_example, causal_cases, random_qkv
 
 B, H, T, D = 2, 2, 23, 8  # T = 23 is prime: no block, chunk or bucket size of the examples divides it
 LATER = 15  # the causality checks change the tokens from this position on
@@ -29,14 +29,8 @@ def metadata(name):
     return attention.attention_class(name)
 
 
-def causal_modes(name):
-    """The values of ``causal`` the method computes: both, or False alone ("unsupported")."""
-    return [False] if metadata(name).causal == "unsupported" else [False, True]
-
-
 def by_name_and_causal(reference_only=False):
-    return [(name, causal) for name in NAMES for causal in causal_modes(name)
-            if has_reference(name) or not reference_only]
+    return [(name, causal) for name, causal in causal_cases() if has_reference(name) or not reference_only]
 
 
 def by_name_causal_and_path():

@@ -22,7 +22,8 @@ import pytest
 import torch
 
 import attention
-from attention.testing import BF16_BOUNDS, build_example, forward_and_gradients, padding_mask, random_qkv, relative_error
+from attention.testing import (BF16_BOUNDS, build_example, causal_cases, example_padding, forward_and_gradients,
+                               random_qkv, relative_error)
 
 pytestmark = pytest.mark.gpu
 
@@ -30,25 +31,10 @@ GPU_FACTOR = 10
 SIZES = [(2, 2, 23, 8), (2, 2, 200, 32)]  # (B, H, T, D)
 
 
-def cases():
-    """(name, causal) for every registered attention and the causal modes it computes."""
-    out = []
-    for name in attention.registered():
-        modes = [False] if attention.causal_support(name) == "unsupported" else [False, True]
-        out += [(name, causal) for causal in modes]
-    return out
-
 
 def context(B, H, T, D):
     return {"layer_idx": 0, "block_size": T, "n_head": H, "head_dim": D}
 
-
-def padding(name, B, T):
-    """Batch 0 with its last 5 positions padded, batch 1 with its first 3 (causal: its first rows
-    have no real key); None for a method without mask support."""
-    if not attention.attention_class(name).supports_attention_mask:
-        return None
-    return padding_mask("right", B, T, pads=(5, 0)) & padding_mask("left", B, T, pads=(0, 3))
 
 
 def reference_and_inputs(name, causal, size):
@@ -57,7 +43,7 @@ def reference_and_inputs(name, causal, size):
     q, k, v = random_qkv(B, H, T, D)
     trainable = attention.attention_class(name).trainable
     grad = torch.randn(B, H, T, D, generator=torch.Generator().manual_seed(3), dtype=torch.float64) if trainable else None
-    mask = padding(name, B, T)
+    mask = example_padding(name, B, T)
     reference = build_example(name, context(*size), "reference").double()
     out, grads = forward_and_gradients(reference, q, k, v, causal, mask, grad)
     return (out, grads), (q, k, v), mask, grad
@@ -68,7 +54,7 @@ def on(device, *tensors):
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"T{s[2]}_D{s[3]}")
-@pytest.mark.parametrize("name,causal", cases())
+@pytest.mark.parametrize("name,causal", causal_cases())
 def test_float32_matches_the_float64_reference(device, name, causal, size):
     (ref_out, ref_grads), (q, k, v), mask, grad = reference_and_inputs(name, causal, size)
     module = build_example(name, context(*size)).to(device).train(attention.attention_class(name).trainable)
@@ -91,7 +77,7 @@ def assert_close_scaled(got, expected, tolerance):
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"T{s[2]}_D{s[3]}")
-@pytest.mark.parametrize("name,causal", cases())
+@pytest.mark.parametrize("name,causal", causal_cases())
 def test_bfloat16_autocast_within_bounds(device, name, causal, size):
     (ref_out, ref_grads), (q, k, v), mask, grad = reference_and_inputs(name, causal, size)
     module = build_example(name, context(*size)).to(device).train(attention.attention_class(name).trainable)

@@ -79,19 +79,19 @@ def _int_list(text, key):
 
 def load_model(out_dir, device, with_meta=False):
     """The BertEncoder of ``out_dir/ckpt.pt`` in eval mode (FFN scales folded) and the training
-    config (and ``model.load``'s meta: iter_num, path, ... with ``with_meta``).
+    config (and ``checkpoint.load``'s meta: iter_num, path, ... with ``with_meta``).
 
     Raises:
         ConfigError: no checkpoint, or one of another task.
     """
-    import model as model_lib
+    import checkpoint
 
     path = os.path.join(out_dir, "ckpt.pt")
     if not os.path.exists(path):
         raise ConfigError(f"no checkpoint at {path}; train an MLM model there (python train.py "
                           f"configs/mlm/wikitext2_bert_mini.py --out_dir={out_dir}) or point --out_dir at one")
     try:
-        model, config, meta = model_lib.load(out_dir)
+        model, config, meta = checkpoint.load(out_dir)
     except (FileNotFoundError, ValueError) as e:  # a damaged checkpoint
         raise ConfigError(str(e)) from None
     if meta["task"] != "mlm":

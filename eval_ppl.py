@@ -46,10 +46,10 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 import attention
+import checkpoint
 import configurator
 from data import DataError, write_json
 from data.wikitext2 import prepare as wt2
-import model as model_lib
 import provenance
 
 DEFAULTS = dict(
@@ -117,7 +117,7 @@ def load_model(cfg):
             f"Hugging Face GPT-2: --init_from=gpt2 (downloads it from the hub: needs the network) or "
             f"--init_from=<a local folder in Hugging Face format>")
     try:
-        model, _, meta = model_lib.load(source)
+        model, _, meta = checkpoint.load(source)
     except (FileNotFoundError, ValueError) as e:  # a missing file, a damaged checkpoint, not a GPT-2
         raise configurator.ConfigError(str(e)) from None
     except OSError as e:  # transformers: the hub name is unknown or unreachable

@@ -3,8 +3,9 @@
 The attention mechanism of every block comes from the registry in ``attention/``:
 ``ModelConfig(attention="tree", attention_params={"E": 0.5})``. Parameter names follow GPT-2
 (``transformer.wte``, ``transformer.h.N.attn.c_attn``, ...) so Hugging Face GPT-2 weights load
-with a transpose of the Conv1D matrices only (``GPT.from_hf``). ``load`` loads a trained model (a run
-of ours or a Hugging Face GPT-2); nothing else in the repository reads a checkpoint.
+with a transpose of the Conv1D matrices only. Saving and loading trained models (ours and Hugging
+Face GPT-2) is ``checkpoint.py``'s; each task says which of these models it trains
+(``tasks.<task>.MODEL``).
 
 Two block types (``ModelConfig.block``): the GPT-2 pre-LayerNorm transformer block and the
 DenseAttention Network block (DANet, "DenseAttention", Argatkiny, section 3): MaxNorm, N^(-1/3)
@@ -17,7 +18,6 @@ Shapes: token ids (B, T) int64; hidden states (B, T, C) with C = n_embd; q/k/v p
 (padded keys get no attention; None = no padding).
 """
 import math
-import os
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -780,38 +780,6 @@ class GPT(AttentionSwapMixin, nn.Module):
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
         return logits, loss
 
-    @classmethod
-    def from_hf(cls, name_or_path, attention_name="softmax", attention_params=None):
-        """Load a Hugging Face GPT-2 (hub name such as "gpt2", "gpt2-medium", or a local directory
-        in HF format) through ``transformers``; HF's Conv1D weights (in, out) are transposed.
-
-        Raises:
-            ValueError: if the checkpoint is not a GPT-2 with the tanh-GELU ("gelu_new") MLP.
-            OSError: from transformers if the model cannot be found or downloaded.
-        """
-        from transformers import GPT2LMHeadModel
-
-        hf = GPT2LMHeadModel.from_pretrained(name_or_path)
-        c = hf.config
-        if c.activation_function not in ("gelu_new", "gelu_pytorch_tanh"):
-            raise ValueError(f"{name_or_path}: activation {c.activation_function!r} not supported; expected gelu_new")
-        config = ModelConfig(block_size=c.n_positions, vocab_size=c.vocab_size, n_layer=c.n_layer,
-                             n_head=c.n_head, n_embd=c.n_embd, bias=True,
-                             layer_norm_epsilon=c.layer_norm_epsilon, attention=attention_name,
-                             attention_params=dict(attention_params or {}))
-        model = cls(config)
-        ours = model.state_dict()
-        theirs = {k: v for k, v in hf.state_dict().items()
-                  if not k.endswith((".attn.bias", ".attn.masked_bias")) and k != "lm_head.weight"}
-        transposed = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
-        missing = set(ours) - set(theirs) - {"lm_head.weight"}
-        if missing:
-            raise ValueError(f"{name_or_path}: missing GPT-2 parameters {sorted(missing)[:5]}")
-        with torch.no_grad():
-            for k, v in theirs.items():
-                ours[k].copy_(v.t() if k.endswith(transposed) else v)
-        return model
-
 
 class BertEncoder(AttentionSwapMixin, nn.Module):
     """Bidirectional encoder (the same blocks with ``causal=False``) with an MLM head.
@@ -903,91 +871,3 @@ class Classifier(BertEncoder):
 def config_dict(config):
     """ModelConfig -> plain dict (stored in checkpoints)."""
     return asdict(config)
-
-
-MODEL_CLASSES = {"lm": GPT, "mlm": BertEncoder, "classify": Classifier, "recall": GPT}  # task -> model class
-
-
-def read_checkpoint(path):
-    """The dict train.py saved at ``path`` (ckpt.pt or best.pt), on the CPU. ``load`` builds the
-    model from it; train.py's resume reads the optimizer and generator states from it.
-
-    Raises:
-        FileNotFoundError: no file at ``path``.
-        CheckpointError (a ValueError): the file is not a checkpoint train.py wrote (truncated,
-            another format); the message names the file.
-    """
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no checkpoint at {path}; train one with train.py")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as e:  # a truncated zip, a text file, a pickle of something else: all "not a checkpoint"
-        raise CheckpointError(f"{path} is not a readable checkpoint ({type(e).__name__}: {str(e)[:120]}); "
-                              f"train.py writes them whole, so it is damaged or not one of ours") from None
-    if not isinstance(ckpt, dict) or "model" not in ckpt or ("model_args" not in ckpt and "config" not in ckpt):
-        raise CheckpointError(f"{path} is not a checkpoint written by train.py (expected a dict with 'model' and "
-                              f"'model_args')")
-    return ckpt
-
-
-class CheckpointError(ValueError):
-    """A file that should be a checkpoint of ours and is not (``read_checkpoint``)."""
-
-
-def checkpoint_task(ckpt):
-    """The task a checkpoint dict was trained on (checkpoints before tasks were all "lm")."""
-    return ckpt.get("task", ckpt.get("config", {}).get("task", "lm"))
-
-
-def from_checkpoint(state, task):
-    """The model (``MODEL_CLASSES[task]``, in training mode) of a checkpoint dict's ``model_args``
-    with its ``model`` weights."""
-    model = MODEL_CLASSES[task](ModelConfig(**state["model_args"]))
-    model.load_state_dict(state["model"])
-    return model
-
-
-def load(source, weights="ckpt.pt"):
-    """The one way to load a trained model: a run of ours or a Hugging Face GPT-2.
-
-    Args:
-        source (str): a run directory (holding ``ckpt.pt``, as train.py writes it), a checkpoint
-            file of ours (``*.pt``), or a Hugging Face GPT-2 (hub name such as "gpt2", or a
-            local directory in HF format, i.e. with a ``config.json``).
-        weights (str): for a run directory, the file whose weights are loaded: "ckpt.pt" (the
-            last checkpoint) or "best.pt" (the best BEST_METRIC, which classify runs keep); the
-            run's configuration always comes from ckpt.pt.
-
-    Returns:
-        (model, run_config, meta): the model (``MODEL_CLASSES[task]``) on the CPU in eval mode;
-        the training configuration dict (None for Hugging Face); meta: dict with "source"
-        ("checkpoint" | "huggingface"), "path", "task", "iter_num" (step of the weights) and
-        "checkpoint" (the whole ckpt.pt dict: optimizer, generator states, ... for train.py's
-        resume; None for Hugging Face).
-
-    Raises:
-        FileNotFoundError: no checkpoint file where one was named or expected.
-        ValueError: a checkpoint of an unknown task; a Hugging Face model that is not GPT-2.
-        OSError: from transformers, when a hub model cannot be found or downloaded.
-    """
-    source = str(source)
-    if not os.path.exists(source) and (os.path.isabs(source) or source.startswith((".", "~")) or source.endswith(".pt")):
-        raise FileNotFoundError(f"no checkpoint at {source} (not a run directory, a checkpoint file or a Hugging Face "
-                                f"model directory)")
-    is_run = os.path.isdir(source) and not os.path.exists(os.path.join(source, "config.json"))
-    if not is_run and not source.endswith(".pt"):
-        model = GPT.from_hf(source).eval()
-        return model, None, {"source": "huggingface", "path": source, "task": "lm", "iter_num": None,
-                             "checkpoint": None}
-    ckpt_path = os.path.join(source, "ckpt.pt") if is_run else source
-    weights_path = os.path.join(source, weights) if is_run else source
-    ckpt = read_checkpoint(ckpt_path)
-    task = checkpoint_task(ckpt)
-    if task not in MODEL_CLASSES:
-        raise ValueError(f"{ckpt_path}: unknown task {task!r}; known: {', '.join(MODEL_CLASSES)}")
-    state = ckpt if weights_path == ckpt_path else read_checkpoint(weights_path)
-    model = from_checkpoint(state, task)
-    iter_num = state.get("iter_num")
-    return model.eval(), ckpt.get("config"), {"source": "checkpoint", "path": weights_path, "task": task,
-                                              "iter_num": None if iter_num is None else int(iter_num),
-                                              "checkpoint": ckpt}

@@ -33,8 +33,8 @@ from contextlib import nullcontext
 import torch
 
 import attention
+import checkpoint
 import configurator
-import model as model_lib
 import provenance
 import tasks
 import training as T
@@ -133,7 +133,7 @@ def train(cfg, task, dist, ckpt=None, command=None):
     ckpt_path, best_path = os.path.join(cfg["out_dir"], "ckpt.pt"), os.path.join(cfg["out_dir"], "best.pt")
     best_name, best_mode = task.BEST_METRIC
     final_evaluate = getattr(task, "final_evaluate", None)
-    raw_model = model_lib.from_checkpoint(ckpt, cfg["task"]) if ckpt else task.build_model(cfg, data)
+    raw_model = checkpoint.build_model(ckpt, cfg["task"]) if ckpt else task.build_model(cfg, data)
     iter_num, best = (ckpt["iter_num"] if ckpt else 0), T.best_metric_value(ckpt, best_mode)
     raw_model.to(device)
     optimizer = T.configure_optimizer(raw_model, cfg, device_type)
@@ -183,11 +183,11 @@ def train(cfg, task, dist, ckpt=None, command=None):
                     improved = metrics[best_name] < best if best_mode == "min" else metrics[best_name] > best
                     best = metrics[best_name] if improved else best
                     if not cfg["eval_only"] and (improved or cfg["always_save_checkpoint"]):
-                        T.save_checkpoint(ckpt_path, raw_model, optimizer, scaler, cfg, iter_num,
-                                          (best_name, best_mode, best), rng_states, dist.world)
+                        checkpoint.save(ckpt_path, raw_model, optimizer, scaler, cfg, iter_num,
+                                        (best_name, best_mode, best), rng_states, dist.world)
                         print(f"saved checkpoint to {ckpt_path}")
                     if not cfg["eval_only"] and improved and final_evaluate is not None:
-                        T.save_best(best_path, raw_model, iter_num, best_name, best)
+                        checkpoint.save_best(best_path, raw_model, iter_num, best_name, best)
                 t_last += time.time() - t_eval  # tokens/s counts training time only
                 eval_time += time.time() - t_eval
             if cfg["eval_only"] or at_end:

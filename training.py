@@ -2,12 +2,9 @@
 DDP, data preparation, checkpoints and resume, the run log and the final evaluation. train.py
 keeps only ``main`` and the loop, so the loop reads on one screen (as nanoGPT's does).
 
-Checkpoints go to ``out_dir/ckpt.pt`` (``atomic_save``: a temporary file, then a rename). They
-hold ``model``, ``optimizer``, ``model_args``, ``iter_num``, ``best_val_loss``, ``best_metric``,
-``config``, ``task``, ``scaler``, ``rng_state`` (rank 0's CPU generator), ``rng_states`` (every
-rank's torch, CUDA, NumPy and Python generators) and ``world_size``. Tasks with a
-``final_evaluate`` also keep ``out_dir/best.pt`` (``model``, ``model_args``, ``iter_num``,
-``best_metric``), written whenever the task's BEST_METRIC improves.
+Checkpoints go to ``out_dir/ckpt.pt`` and, for tasks with a ``final_evaluate``, ``out_dir/best.pt``
+(written whenever the task's BEST_METRIC improves); ``checkpoint.py`` writes and reads them and
+says what they hold.
 
 Resume (``resume_config``, ``restore``): ``python train.py --init_from=resume --out_dir=DIR`` is
 all it needs. The checkpoint's configuration is read before any data, so the run trains the same
@@ -38,12 +35,11 @@ import time
 import numpy as np
 import torch
 
+import checkpoint
 import configurator
 import data as data_lib
 import tasks
 from configurator import ConfigError
-import model as model_lib
-from model import config_dict
 
 COMMON_DEFAULTS = dict(
     # I/O
@@ -180,12 +176,6 @@ def get_lr(it, cfg):
     return cfg["min_lr"] + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (cfg["learning_rate"] - cfg["min_lr"])
 
 
-def atomic_save(obj, path):
-    """``torch.save(obj, path)`` through ``data.atomic_write``: a crash never leaves a half-written
-    checkpoint, and the previous file stays until the new one is complete."""
-    data_lib.atomic_write(path, lambda tmp: torch.save(obj, tmp))
-
-
 def configure_optimizer(model, cfg, device_type):
     """AdamW with weight decay on matrices (dim >= 2) and none on biases, LayerNorms."""
     params = [p for p in model.parameters() if p.requires_grad]
@@ -314,17 +304,17 @@ def data_summary(data):
 
 
 def read_checkpoint(path):
-    """The checkpoint dict at ``path`` (``model.read_checkpoint``) for a resumed run.
+    """The checkpoint dict at ``path`` (``checkpoint.read``) for a resumed run.
 
     Raises:
         ConfigError: there is no file at ``path``, or it is not a readable checkpoint.
     """
     try:
-        return model_lib.read_checkpoint(path)
+        return checkpoint.read(path)
     except FileNotFoundError:
         raise ConfigError(f"init_from=resume but there is no checkpoint at {path}; start the run with "
                           f"init_from=scratch, or point out_dir at the folder of an earlier run") from None
-    except model_lib.CheckpointError as e:
+    except checkpoint.CheckpointError as e:
         raise ConfigError(str(e)) from None
 
 
@@ -351,7 +341,7 @@ def resume_config(cfg, explicit, ckpt, path="ckpt.pt"):
             line naming both values.
     """
     saved = ckpt["config"]
-    saved_task = model_lib.checkpoint_task(ckpt)
+    saved_task = checkpoint.task_of(ckpt)
     if explicit.get("task") and cfg["task"] != saved_task:
         raise ConfigError(f"the checkpoint {path} was trained on task {saved_task!r}, not {cfg['task']!r}; "
                           f"resume it with --task={saved_task} (or without --task)")
@@ -500,24 +490,6 @@ def best_metric_value(ckpt, mode):
     return ckpt["best_metric"]["value"] if "best_metric" in ckpt else ckpt["best_val_loss"]
 
 
-def save_checkpoint(path, model, optimizer, scaler, cfg, iter_num, best, rng_states, world_size):
-    """Write ``ckpt.pt`` (see the module docstring) atomically. ``best``: (name, mode, value) of
-    the task's BEST_METRIC; ``rng_states``: every rank's generator states (``Dist.gather``)."""
-    name, mode, value = best
-    atomic_save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                 "model_args": config_dict(model.config), "iter_num": iter_num,
-                 "best_val_loss": value if name == "val_loss" else None,
-                 "best_metric": {"name": name, "mode": mode, "value": value},
-                 "config": cfg, "task": cfg["task"], "scaler": scaler.state_dict(),
-                 "rng_state": rng_states[0]["torch"], "rng_states": rng_states, "world_size": world_size}, path)
-
-
-def save_best(path, model, iter_num, name, value):
-    """Write ``best.pt`` (weights of the best BEST_METRIC so far) atomically."""
-    atomic_save({"model": model.state_dict(), "model_args": config_dict(model.config), "iter_num": iter_num,
-                 "best_metric": {"name": name, "value": value}}, path)
-
-
 class RunLog:
     """The run's records: ``out_dir/log.jsonl`` (one JSON object per line) and wandb when
     ``cfg["wandb_log"]``. Only rank 0 makes one; the first record says what this (re)start trains
@@ -587,7 +559,7 @@ def final_evaluation(task, model, data, cfg, device, autocast, run_log, iters, s
                "steps_per_s": (iters - start_iter) / train_time if iters > start_iter else None}
     best_path = os.path.join(cfg["out_dir"], "best.pt")
     if os.path.exists(best_path):
-        best_ckpt = model_lib.read_checkpoint(best_path)
+        best_ckpt = checkpoint.read(best_path)
         model.load_state_dict(best_ckpt["model"])
         summary.update(best_iter=best_ckpt["iter_num"], best_metric=best_ckpt["best_metric"])
     else:

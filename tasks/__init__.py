@@ -12,6 +12,9 @@ A task module defines:
                             restored on resume like MODEL_KEYS (training.resume_config). Keys that only
                             say where files are (source paths, ``lra_dir``) are not data keys: the
                             prepared data's manifest checks what they hold
+    MODEL: class            the model class the task trains (``model.GPT``, ``model.BertEncoder``, ...):
+                            built as ``MODEL(ModelConfig)``; ``checkpoint.load`` builds a checkpoint
+                            of this task with it
     BEST_METRIC: (name, "min" | "max")
                             the key of evaluate()'s result that decides which checkpoint is best
     prepare_data(cfg) -> None
@@ -24,7 +27,7 @@ A task module defines:
                             final_metrics.json. Data problems raise ``data.DataError`` subclasses
     build_model(cfg, data) -> torch.nn.Module
                             a new model from cfg (``model_config`` below gives its ModelConfig;
-                            a resumed run's model comes from its checkpoint, ``model.from_checkpoint``)
+                            a resumed run's model comes from its checkpoint, ``checkpoint.build_model``)
     get_batch(data, split, cfg, seed, device) -> batch
                             a batch (dict of tensors) that depends only on ``seed``
     loss(model, batch) -> (loss, metrics)
@@ -76,7 +79,7 @@ REGISTRY = {
     "recall": "tasks.recall",
 }
 
-REQUIRED = ("DEFAULTS", "HELP", "MODEL_KEYS", "DATA_KEYS", "BEST_METRIC", "prepare_data", "load_data", "build_model",
+REQUIRED = ("DEFAULTS", "HELP", "MODEL", "MODEL_KEYS", "DATA_KEYS", "BEST_METRIC", "prepare_data", "load_data", "build_model",
             "get_batch", "loss", "evaluate", "batch_tokens")
 
 

@@ -75,6 +75,7 @@ HELP = dict(
     test_max_batches="batches of the test split in the final evaluation (a fixed random subset); 0 = all",
     **ARCHITECTURE_HELP,
 )
+MODEL = Classifier  # the model class this task builds, and loads from its checkpoints (checkpoint.load)
 MODEL_KEYS = ("n_layer", "n_head", "n_embd", "bias", "attention", "attention_params", "lra_task", "max_len",
               "pooling", *ARCHITECTURE_DEFAULTS)
 DATA_KEYS = ("lra_options",)  # lra_task, max_len, pooling are MODEL_KEYS
@@ -277,7 +278,7 @@ def build_model(cfg, data):
         ConfigError: see ``model_config``.
     """
     module = data["module"] if isinstance(data, dict) and "module" in data else _module(cfg)
-    return Classifier(model_config(cfg, module))
+    return MODEL(model_config(cfg, module))
 
 
 def encode(tokens, lengths, cls_id, trim, device):

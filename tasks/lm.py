@@ -46,6 +46,7 @@ HELP = dict(
     **ARCHITECTURE_HELP,
 )
 DATASETS = ("wikitext2", "shakespeare_char")
+MODEL = GPT  # the model class this task builds, and loads from its checkpoints (checkpoint.load)
 MODEL_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "attention", "attention_params",
               *ARCHITECTURE_DEFAULTS)
 DATA_KEYS = ("dataset", "dataset_config")  # the tokens trained on; source paths may move (manifests check them)
@@ -137,7 +138,7 @@ def build_model(cfg, data):
     Raises:
         ConfigError: unknown attention name or parameter, or an invalid architecture.
     """
-    return GPT(common.model_config(cfg, block_size=cfg["block_size"], vocab_size=vocab_size(cfg, data)))
+    return MODEL(common.model_config(cfg, block_size=cfg["block_size"], vocab_size=vocab_size(cfg, data)))
 
 
 def get_batch(data, split, cfg, seed, device):

@@ -56,6 +56,7 @@ HELP = dict(
                   "add-one smoothed unigram)",
     **ARCHITECTURE_HELP,
 )
+MODEL = BertEncoder  # the model class this task builds, and loads from its checkpoints (checkpoint.load)
 MODEL_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "attention", "attention_params", "tokenizer",
               "mlm_bias_init", *ARCHITECTURE_DEFAULTS)
 DATA_KEYS = ("dataset", "dataset_config", "mask_prob", "mask_frac", "random_frac")  # + tokenizer (MODEL_KEYS)
@@ -143,7 +144,7 @@ def build_model(cfg, data):
     Raises:
         ConfigError: see ``model_config``.
     """
-    model = BertEncoder(model_config(cfg, data["vocab"]))
+    model = MODEL(model_config(cfg, data["vocab"]))
     if cfg.get("mlm_bias_init", "zero") == "log_unigram":
         counts = data.get("unigram_counts")
         if counts is None:

@@ -46,6 +46,7 @@ HELP = dict(
     recall_dir="where the generated sets go ('' = data/mqar/)",
     **ARCHITECTURE_HELP,
 )
+MODEL = GPT  # the model class this task builds, and loads from its checkpoints (checkpoint.load)
 MODEL_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "attention", "attention_params", "recall_vocab",
               *ARCHITECTURE_DEFAULTS)
 DATA_KEYS = ("recall_pairs", "recall_power_a", "recall_filler", "recall_data_seed", "recall_sizes")
@@ -103,7 +104,7 @@ def build_model(cfg, data):
     Raises:
         ConfigError: unknown attention name or parameter, or an invalid architecture.
     """
-    return GPT(common.model_config(cfg, block_size=cfg["block_size"], vocab_size=cfg["recall_vocab"]))
+    return MODEL(common.model_config(cfg, block_size=cfg["block_size"], vocab_size=cfg["recall_vocab"]))
 
 
 def _batch(inputs, labels, rows, device):

@@ -2,7 +2,7 @@
 embedding output before the first block, as the authors' DANet BERT configs) and
 ``relpe_local_positions`` (Cosine RelPE positions counted from each window's start in local and
 shifted-local DANet layers, as the authors' code), each against a hand case; their validation, task
-keys, old checkpoints, and the round trip through train.py and model.load."""
+keys, old checkpoints, and the round trip through train.py and checkpoint.load."""
 import math
 import os
 
@@ -10,10 +10,11 @@ import pytest
 import torch
 
 import attention.dense  # noqa: F401  (registers "dense")
+import checkpoint
 import tasks
 from configurator import ConfigError
 from model import (ARCHITECTURE_DEFAULTS, ARCHITECTURE_HELP, BertEncoder, GPT, ModelConfig, config_dict, cosine_relpe,
-                   load, max_norm, relpe_positions)
+                   max_norm, relpe_positions)
 
 OPTIONS = ("embedding_maxnorm", "relpe_local_positions")
 
@@ -195,7 +196,7 @@ def test_old_checkpoints_load_with_the_options_off():
 
 
 # ---------------------------------------------------------------------------------------------
-# the round trip: train.py saves the options, model.load restores them
+# the round trip: train.py saves the options, checkpoint.load restores them
 
 
 @pytest.fixture(scope="module")
@@ -214,7 +215,7 @@ def run_with_options(tmp_path_factory, wikitext2_dir):
 
 
 def test_model_load_restores_the_options(run_with_options):
-    model, run_config, meta = load(run_with_options)
+    model, run_config, meta = checkpoint.load(run_with_options)
     assert meta["task"] == "mlm" and isinstance(model, BertEncoder)
     c = model.config
     assert (c.embedding_maxnorm, c.relpe_local_positions, c.relpe_freqs) == (True, True, "authors")
@@ -226,7 +227,7 @@ def test_model_load_restores_the_options(run_with_options):
     plain.load_state_dict(model.state_dict())
     with torch.no_grad():
         assert not torch.allclose(model(idx), plain(idx), atol=1e-4)
-        again, _, _ = load(run_with_options)
+        again, _, _ = checkpoint.load(run_with_options)
         assert torch.equal(model(idx), again(idx))
 
 

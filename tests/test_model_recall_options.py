@@ -4,8 +4,8 @@ GPT-2's model (the language-model runs do not move)."""
 import pytest
 import torch
 
-import model as model_lib
-from model import GPT, BertEncoder, ModelConfig
+import checkpoint
+from model import GPT, BertEncoder, ModelConfig, config_dict
 
 SMALL = dict(block_size=16, vocab_size=50, n_layer=2, n_head=2, n_embd=16)
 
@@ -37,8 +37,8 @@ def test_untied_head_attention_only_blocks_and_the_inits():
     loss.backward()
     assert m.lm_head.weight.grad is not None and m.transformer.wte.weight.grad is not None
     # a checkpoint of it loads back with the same outputs
-    state = {"model_args": model_lib.config_dict(m.config), "model": m.state_dict()}
-    again = model_lib.from_checkpoint(state, "lm")
+    state = {"model_args": config_dict(m.config), "model": m.state_dict()}
+    again = checkpoint.build_model(state, "lm")
     idx = torch.randint(0, 50, (1, 8))
     assert torch.equal(again.eval()(idx)[0], m.eval()(idx)[0])
 

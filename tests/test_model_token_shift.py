@@ -4,7 +4,7 @@ from dataclasses import asdict
 import pytest
 import torch
 
-import model as model_lib
+import checkpoint
 from model import GPT, ModelConfig
 
 
@@ -55,7 +55,7 @@ def test_checkpoint_round_trip_restores_the_shift():
     torch.manual_seed(3)
     m = GPT(small_config(token_shift=True))
     state = {"model_args": asdict(m.config), "model": m.state_dict()}
-    restored = model_lib.from_checkpoint(state, "lm")
+    restored = checkpoint.build_model(state, "lm")
     assert restored.config.token_shift
     torch.testing.assert_close(restored.transformer.shift.weight, m.transformer.shift.weight)
 

@@ -5,7 +5,7 @@ Scores and Where to Find Them" (section 4.2: query-key alignments are dominated 
         [--offset=0] [--quantities=score,cosine] [--query_token=] [--bins=60] [--log_counts] \\
         [--out=results/alignments_<model>/alignments] [--num_threads=1]
 
-SOURCE is what ``model.load`` takes: a run directory of ours (``ckpt.pt``), a checkpoint file, or a
+SOURCE is what ``checkpoint.load`` takes: a run directory of ours (``ckpt.pt``), a checkpoint file, or a
 Hugging Face GPT-2 (a local directory such as $GPT2_TINY_HF_DIR, or a hub name). The input is
 ``--sequences`` consecutive, non-overlapping windows of ``--length`` tokens of ``--split`` from token
 ``--offset`` on, read with the lm task's data loading (``tasks.lm.load_data``): the data set the
@@ -46,7 +46,7 @@ import os
 import numpy as np
 import torch
 
-import model as model_lib
+import checkpoint
 import provenance
 from scripts.analysis.capture import capture
 
@@ -57,14 +57,14 @@ COSINE_EPS = 1e-12  # smallest norm product a cosine is computed for
 
 
 def load_model(source):
-    """(model, data_config, meta): ``model.load(source)`` in eval mode, and the data it was trained on
+    """(model, data_config, meta): ``checkpoint.load(source)`` in eval mode, and the data it was trained on
     as {"dataset", "dataset_config"} (WikiText-2 wikitext-2-v1 for a Hugging Face model).
 
     Raises:
         ValueError: a model that is not a GPT (task other than "lm").
-        FileNotFoundError / OSError: from ``model.load``.
+        FileNotFoundError / OSError: from ``checkpoint.load``.
     """
-    model, run_config, meta = model_lib.load(source)
+    model, run_config, meta = checkpoint.load(source)
     if meta.get("task", "lm") != "lm":
         raise ValueError(f"{source}: alignments need a GPT (task 'lm'); got task {meta.get('task')!r}")
     run_config = run_config or {}
@@ -262,7 +262,7 @@ def default_out(source):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("source", help="run directory, checkpoint file or Hugging Face GPT-2 (model.load)")
+    ap.add_argument("source", help="run directory, checkpoint file or Hugging Face GPT-2 (checkpoint.load)")
     ap.add_argument("--split", default="val", help="train | val")
     ap.add_argument("--sequences", type=int, default=4, help="windows (one forward pass each)")
     ap.add_argument("--length", type=int, default=256, help="tokens per window (<= the model's block size)")

@@ -11,7 +11,7 @@ registered attention.
         --split=test --example=0 --weights=best.pt --scale=linear,log --out=results/recall/attention_maps_256_16
 
 Each out_dir's checkpoint (``--weights``: ckpt.pt, or best.pt, ckpt.pt where a run has no
-best.pt) becomes a model through ``model.load`` (eval mode, the model's own attention), as
+best.pt) becomes a model through ``checkpoint.load`` (eval mode, the model's own attention), as
 eval_ppl.py loads it; ``--attention`` (once per out_dir, "-" = the model's own) swaps another in,
 as eval_ppl.py's does: tree attention (inference only) gets its maps on a trained softmax model, e.g.
 ``out/gpt_mini/softmax_s1337`` three times with ``--attention=- --attention=tree:E=0.5
@@ -70,7 +70,7 @@ import numpy as np
 import torch
 
 import attention
-import model as model_lib
+import checkpoint
 import provenance
 from scripts.analysis.capture import attention_weights, capture
 
@@ -80,7 +80,7 @@ RECALL_STATS = ("value_weight", "key_weight", "value_share", "key_share", "argma
 
 
 def load_checkpoint(out_dir, device="cpu", weights="ckpt.pt"):
-    """The model of ``out_dir`` (``model.load``, eval mode, on ``device``) and the training config
+    """The model of ``out_dir`` (``checkpoint.load``, eval mode, on ``device``) and the training config
     stored in the checkpoint.
 
     Args:
@@ -97,7 +97,7 @@ def load_checkpoint(out_dir, device="cpu", weights="ckpt.pt"):
         raise FileNotFoundError(f"no checkpoint at {os.path.join(out_dir, 'ckpt.pt')}")
     if not os.path.exists(os.path.join(out_dir, weights)):
         weights = "ckpt.pt"
-    model, config, _ = model_lib.load(out_dir, weights=weights)
+    model, config, _ = checkpoint.load(out_dir, weights=weights)
     return model.to(device), config
 
 

@@ -30,8 +30,8 @@ import os
 import numpy as np
 import torch
 
+import checkpoint
 import data.lra as lra
-import model as model_lib
 from data import write_json
 import provenance
 from scripts.analysis.capture import attention_weights, capture
@@ -60,7 +60,7 @@ def load_run(out_dir, weights="ckpt.pt"):
     Raises:
         FileNotFoundError: no checkpoint. ValueError: not a CLS-pooled classification run.
     """
-    trained, config, meta = model_lib.load(out_dir, weights)
+    trained, config, meta = checkpoint.load(out_dir, weights)
     if meta["task"] != "classify" or config.get("pooling") != "cls":
         raise ValueError(f"{out_dir}: needs a task='classify', pooling='cls' run; got task={meta['task']!r}, "
                          f"pooling={config.get('pooling')!r}")

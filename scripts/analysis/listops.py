@@ -19,7 +19,7 @@ rate because it reads the first operator, and for which operators?). Per run, ov
 operator: ``examples``, ``accuracy``, ``rule_accuracy`` (the rule on the same examples),
 ``agreement`` (fraction where the model predicts what the rule predicts), ``prediction_counts``
 (classes 0-9). Each run: config of ``out_dir/ckpt.pt``, weights of ``out_dir/<weights>`` (default
-``best.pt``, the weights train.py tests), through ``model.load``; the rule is fitted on the train
+``best.pt``, the weights train.py tests), through ``checkpoint.load``; the rule is fitted on the train
 split of the first run's ``lra_dir``.
 
 Usage: python -m scripts.analysis.listops [--lra_dir data/lra/files] [--split test|val]
@@ -38,7 +38,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-import model as model_lib
+import checkpoint
 from data import write_json
 from data.lra import default_lra_dir, listops
 import provenance
@@ -177,7 +177,7 @@ def by_operator(out_dirs, split, weights):
     """The operator tables of trained ListOps runs (see the module docstring), printed and returned."""
     result, rule = {"runs": {}}, None
     for out_dir in out_dirs:
-        model, config, meta = model_lib.load(out_dir, weights)
+        model, config, meta = checkpoint.load(out_dir, weights)
         if meta["task"] != "classify" or config["lra_task"] != "listops":
             raise ValueError(f"{out_dir}: a ListOps run is needed, got task={meta['task']!r}, "
                              f"lra_task={config.get('lra_task')!r}")

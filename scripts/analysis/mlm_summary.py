@@ -4,7 +4,7 @@ against the best context-free predictor on the same positions.
     python -m scripts.analysis.mlm_summary --runs out/mlm_wikitext2/bert_mini_seed{0,1,2} \\
         out/mlm_wikitext2/danet_mini_seed{0,1,2} --num_threads=2
 
-Every run directory (``ckpt.pt`` as train.py writes it, loaded with ``model.load`` through
+Every run directory (``ckpt.pt`` as train.py writes it, loaded with ``checkpoint.load`` through
 ``eval_mlm.load_model``) is evaluated like ``eval_mlm.py``: the split's token stream cut into
 non-overlapping windows of L - 2 tokens, framed [CLS] ... [SEP], masked with BERT's 80/10/10 rule by
 a generator seeded by (``--seed``, L), so every model sees the same inputs and predicts the same

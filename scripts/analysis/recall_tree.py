@@ -75,7 +75,7 @@ import time
 import numpy as np
 import torch
 
-import model as model_lib
+import checkpoint
 import provenance
 from attention.tree.samplers import SAMPLERS
 from attention.tree.schedule import DESCENTS
@@ -353,7 +353,7 @@ def main(argv=None):
     weights = args.weights
     if weights == "best.pt" and not os.path.exists(os.path.join(args.out_dir, "best.pt")):
         weights = "ckpt.pt"
-    model, cfg, meta = model_lib.load(args.out_dir, weights=weights)
+    model, cfg, meta = checkpoint.load(args.out_dir, weights=weights)
     if meta["task"] != "recall" or cfg is None:
         raise SystemExit(f"error: {args.out_dir} holds a {meta['task']!r} model; this measures models trained with "
                          f"task=recall (train.py configs/recall/mqar.py)")

@@ -13,7 +13,7 @@ import torch
 import eval_mlm
 import train
 from data import mlm as mlm_data
-from model import load
+from checkpoint import load
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

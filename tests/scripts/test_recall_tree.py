@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-import model as model_lib
+import checkpoint
 import train
 from scripts.analysis import recall_tree
 from tasks import recall as recall_task
@@ -40,7 +40,7 @@ def _independent_fraction(run_dir, params, batch_size=8):
     """matched_key_fraction by another route: every layer records in its own forward at all
     positions (record_keys=True), the model runs on split_metrics' batches, and each query's
     value position is found by scanning the sequence for the earlier equal token."""
-    model, cfg, _ = model_lib.load(str(run_dir), weights="best.pt")
+    model, cfg, _ = checkpoint.load(str(run_dir), weights="best.pt")
     model = model.double()
     model.set_attention("tree", {**params, "record_keys": True})
     _, (inputs, labels) = recall_tree.test_split(str(run_dir), cfg)
@@ -70,7 +70,7 @@ def test_grid_csv_png_manifest_and_independent_check(run_dir, tmp_path):
     assert {(r["sampler"], r["descent"], float(r["E"]), int(r["seed"])) for r in rows} == {
         (s, d, E, seed) for s in ("edh", "alignment") for d in ("authors", "split") for E in (0.7, 1.0)
         for seed in (0, 1)}
-    model, cfg, _ = model_lib.load(str(run_dir), weights="best.pt")
+    model, cfg, _ = checkpoint.load(str(run_dir), weights="best.pt")
     _, (inputs, labels) = recall_tree.test_split(str(run_dir), cfg)
     exact = recall_task.split_metrics(model.double(), inputs, labels, 8, "cpu")["accuracy"]
     for r in rows:
@@ -101,7 +101,7 @@ def test_grid_csv_png_manifest_and_independent_check(run_dir, tmp_path):
 
 
 def test_record_layer_auto_takes_the_layer_with_most_weight_on_the_value(run_dir, tmp_path):
-    model, cfg, _ = model_lib.load(str(run_dir), weights="best.pt")
+    model, cfg, _ = checkpoint.load(str(run_dir), weights="best.pt")
     model = model.double()
     _, (inputs, labels) = recall_tree.test_split(str(run_dir), cfg)
     keys = recall_tree.query_keys(inputs[:8], labels[:8], cfg["recall_pairs"])

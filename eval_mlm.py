@@ -35,7 +35,18 @@ import configurator
 from configurator import ConfigError
 from data import write_json
 import provenance
+import training as T
 
+# Keys that mean here what they mean in train.py take its declaration (default and help); the
+# others are this script's own, with the reason a same-named train.py key does not fit.
+SHARED_KEYS = ("device", "num_threads")
+OWN_KEYS = {  # train.py key -> why this script declares its own
+    "out_dir": "the MLM run read (its ckpt.pt), not written",
+    "batch_size": "sequences per forward pass of the evaluation",
+    "seed": "the masking of the evaluation",
+    "data_source_dir": "'' = the run's own source",
+    "bert_vocab": "'' = the run's own vocabulary",
+}
 DEFAULTS = dict(
     out_dir="out/wikitext2_bert_mini",
     split="test",
@@ -46,9 +57,8 @@ DEFAULTS = dict(
     seed=1234,
     data_source_dir="",
     bert_vocab="",
-    device="cpu",
-    num_threads=0,
     out="",
+    **{key: T.COMMON_DEFAULTS[key] for key in SHARED_KEYS},
 )
 HELP = dict(
     out_dir="directory of the task='mlm' checkpoint ckpt.pt",
@@ -60,9 +70,8 @@ HELP = dict(
     seed="seed of the masking (combined with L)",
     data_source_dir="directory with wiki.{train,valid,test}.tokens if the split must be prepared ('' = as trained)",
     bert_vocab="BERT vocab.txt ('' = as trained, else env BERT_VOCAB_FILE, else the Hugging Face hub)",
-    device="cpu | cuda | cuda:N",
-    num_threads="torch CPU threads, 0 = torch's default",
     out="JSON file of the results ('' = <out_dir>/eval_mlm_<split>.json)",
+    **{key: T.COMMON_HELP[key] for key in SHARED_KEYS},
 )
 REGIMES = ("linear", "quadratic", "auto")
 

@@ -51,12 +51,26 @@ import configurator
 from data import DataError, write_json
 from data.wikitext2 import prepare as wt2
 import provenance
+import training as T
+from model import run_key_defaults
 
+# Keys that mean here what they mean in train.py take its declaration (default and help); the
+# others are this script's own, with the reason a same-named train.py key does not fit.
+SHARED_KEYS = (("device", T.COMMON_DEFAULTS, T.COMMON_HELP), ("num_threads", T.COMMON_DEFAULTS, T.COMMON_HELP),
+               ("dataset_config", wt2.CONFIG_DEFAULTS, wt2.CONFIG_HELP),
+               ("data_source_dir", wt2.CONFIG_DEFAULTS, wt2.CONFIG_HELP),
+               ("attention_params", *run_key_defaults()))
+OWN_KEYS = {  # train.py key -> why this script declares its own
+    "out_dir": "the run read (its ckpt.pt), not written",
+    "init_from": "our run ('resume') or a Hugging Face GPT-2, never a new model",
+    "block_size": "the evaluation's context length, 0 = the model's",
+    "batch_size": "windows per forward pass",
+    "attention": "'' keeps the trained model's attention",
+    "seed": "the casino protocol's sampling only",
+}
 DEFAULTS = dict(
     out_dir="out/wikitext2_gpt_mini",
     init_from="resume",
-    dataset_config="wikitext-2-v1",
-    data_source_dir="",
     split="test",
     protocol="strided",
     stride=512,
@@ -65,19 +79,15 @@ DEFAULTS = dict(
     offset=0.0,
     batch_size=4,
     attention="",
-    attention_params={},
     temperature=0.8,
     seed=0,
-    device="cpu",
     out_json="",
-    num_threads=0,
     per_position=False,
+    **{key: source[key] for key, source, _ in SHARED_KEYS},
 )
 HELP = dict(
     out_dir="checkpoint directory (out_dir/ckpt.pt), read when init_from='resume'",
     init_from="'resume' (our checkpoint) | a Hugging Face GPT-2 name (gpt2, gpt2-medium, ...) | a local HF directory",
-    dataset_config="WikiText-2 variant: wikitext-2-v1 or wikitext-2-raw-v1",
-    data_source_dir="directory with the raw WikiText-2 files if the data must be prepared ('' = default lookup)",
     split="train | val | test",
     protocol="strided | blocks | casino (the paper's sampled measurement; not perplexity)",
     stride="tokens between window starts of the strided protocol (1..L)",
@@ -86,13 +96,11 @@ HELP = dict(
     offset="start of the range: block ceil(offset*N/L) of the split (0 <= offset < 1)",
     batch_size="windows evaluated together",
     attention="'' keeps the model's attention; a registered name swaps it in (see attention.registered())",
-    attention_params="parameters of the attention, set as --attention.<param>=value",
     temperature="sampling temperature of the casino protocol",
     seed="seed of the casino protocol's token sampling",
-    device="torch device (cpu, cuda, ...)",
     out_json="result file; '' = <out_dir, or results/eval_ppl for a Hugging Face model>/eval_<split>_<protocol>_<attention>.json (its folder's manifest.json records the command)",
-    num_threads="torch CPU threads; 0 = torch's default",
     per_position="blocks/casino: also store the mean NLL at each position of the block",
+    **{key: help[key] for key, _, help in SHARED_KEYS},
 )
 PROTOCOLS = ("strided", "blocks", "casino")
 

@@ -18,7 +18,7 @@ Shapes: token ids (B, T) int64; hidden states (B, T, C) with C = n_embd; q/k/v p
 (padded keys get no attention; None = no padding).
 """
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 
 import torch
 import torch.nn as nn
@@ -28,9 +28,21 @@ import attention
 import attention.dense  # noqa: F401  (registers "dense", which the DANet block uses)
 
 
+def _key(default, help, fixed_on_resume=True):
+    """A ``ModelConfig`` field that is also a config key of train.py (``RUN_KEYS``): its default
+    (a callable: a default factory) and its ``--help`` line are declared here only. A resumed run
+    keeps the checkpoint's value unless ``fixed_on_resume`` is False."""
+    kind = {"default_factory": default} if callable(default) else {"default": default}
+    return field(**kind, metadata={"help": help, "fixed_on_resume": fixed_on_resume})
+
+
 @dataclass
 class ModelConfig:
     """Architecture hyper-parameters shared by ``GPT`` and ``BertEncoder``.
+
+    The fields declared with ``_key`` are also train.py's config keys (``RUN_KEYS``): their
+    defaults here are the runs' defaults (the mini GPT: 4 layers, 4 heads, width 128) and their
+    ``--help`` lines are the field metadata. The other fields come from the task and its data.
 
     Attributes:
         block_size: maximum sequence length T (positions of the learned position embedding).
@@ -102,34 +114,47 @@ class ModelConfig:
     """
     block_size: int = 1024
     vocab_size: int = 50304
-    n_layer: int = 12
-    n_head: int = 12
-    n_embd: int = 768
-    dropout: float = 0.0
-    bias: bool = True
+    n_layer: int = _key(4, "transformer blocks")
+    n_head: int = _key(4, "attention heads per block")
+    n_embd: int = _key(128, "model width (embedding size)")
+    dropout: float = _key(0.0, "dropout probability (training only)", fixed_on_resume=False)
+    bias: bool = _key(True, "biases in Linear layers and LayerNorms")
     layer_norm_epsilon: float = 1e-5
-    attention: str = "softmax"
-    attention_params: dict = field(default_factory=dict)
+    attention: str = _key("softmax", "attention mechanism, a registered name (attention/); parameters with "
+                                     "--attention.<param>=value")
+    attention_params: dict = _key(dict, "parameters of the attention mechanism (dict)")
     n_classes: int = 0
     pooling: str = "cls"
     two_tower: bool = False
-    block: str = "transformer"
-    pos_emb: str = "learned"
-    embedding_init_std: float = 0.02
-    pos_embedding_init_std: float = 0.02
-    tie_lm_head: bool = True
-    mlp: bool = True
-    scale_residual_init: bool = True
-    linear_init: str = "gpt2"
-    token_shift: bool = False
-    layer_scheme: str = "G"
-    window: int = 0
+    block: str = _key("transformer", "transformer (GPT-2 pre-LN block) | danet (DenseAttention Network block; needs "
+                                     "attention=dense)")
+    pos_emb: str = _key("learned", "learned (T <= block_size) | sinusoidal (fixed table, any T) | cosine_relpe (Cosine "
+                                   "RelPE, any T) | none")
+    embedding_init_std: float = _key(0.02, "std of the token embedding's initialisation (GPT-2 0.02; LRA 1.0)")
+    pos_embedding_init_std: float = _key(0.02, "std of the learned position embedding's initialisation (GPT-2 0.02; "
+                                               "Zoology's MQAR models 1.0)")
+    tie_lm_head: bool = _key(True, "GPT: the LM head is the token embedding (GPT-2) | False: a separate matrix "
+                                   "(Zoology's MQAR models)")
+    mlp: bool = _key(True, "transformer blocks with the MLP (GPT-2) | False: attention-only blocks (Zoology's Figure 2 "
+                           "models)")
+    scale_residual_init: bool = _key(True, "residual projections c_proj initialised with std 0.02 / sqrt(2 n_layer) "
+                                           "(GPT-2) | False: 0.02")
+    linear_init: str = _key("gpt2", "gpt2 (Linear weights N(0, 0.02^2), zero biases) | pytorch (PyTorch's default "
+                                    "uniform init, Zoology's MQAR models)")
+    token_shift: bool = _key(False, "add W_s e_(t-1) to the embedding output e_t before the first block (RWKV's token "
+                                    "shift)")
+    layer_scheme: str = _key("G", "DANet layers cycled over the stack: G global, L local, S shifted local (e.g. LSG)")
+    window: int = _key(0, "window of the DANet L and S layers (positions)")
     pad_token_id: int = -1
-    maxnorm_eps: float = 1e-3
-    ffn_linf_norm: float = 0.0
-    relpe_freqs: str = "paper"
-    relpe_local_positions: bool = False
-    embedding_maxnorm: bool = False
+    maxnorm_eps: float = _key(1e-3, "eps of DANet's MaxNormActivation x / (max|x| + eps)")
+    ffn_linf_norm: float = _key(0.0, "DANet: l_inf norm of the FFN weights after every optimizer step (0 = no "
+                                     "rescaling)")
+    relpe_freqs: str = _key("paper", "Cosine RelPE frequencies over head dims i = 0..D-1: paper (Eq. 6, "
+                                     "10000^(-2i/D)) | authors (their code, 10000^(-i/D))")
+    relpe_local_positions: bool = _key(False, "DANet + Cosine RelPE: positions counted from each window's start in the "
+                                              "L and S layers (the authors' code) instead of 0..T-1")
+    embedding_maxnorm: bool = _key(False, "MaxNorm x / (max|x| + maxnorm_eps) on the embedding output before the "
+                                          "first block (the authors' DANet BERT configs)")
 
     def __post_init__(self):
         if self.n_embd % self.n_head:
@@ -199,44 +224,32 @@ class ModelConfig:
             _check_danet_attention_params(self.attention_params)
 
 
-# The architecture keys above GPT-2's, as config keys of the training tasks (defaults = ModelConfig's).
-ARCHITECTURE_DEFAULTS = dict(block="transformer", pos_emb="learned", embedding_init_std=0.02,
-                             pos_embedding_init_std=0.02, tie_lm_head=True, mlp=True, scale_residual_init=True,
-                             linear_init="gpt2",
-                             token_shift=False, layer_scheme="G",
-                             window=0, maxnorm_eps=1e-3, ffn_linf_norm=0.0, relpe_freqs="paper",
-                             relpe_local_positions=False, embedding_maxnorm=False)
-ARCHITECTURE_HELP = dict(
-    block="transformer (GPT-2 pre-LN block) | danet (DenseAttention Network block; needs attention=dense)",
-    pos_emb="learned (T <= block_size) | sinusoidal (fixed table, any T) | cosine_relpe (Cosine RelPE, any T) | none",
-    embedding_init_std="std of the token embedding's initialisation (GPT-2 0.02; LRA 1.0)",
-    pos_embedding_init_std="std of the learned position embedding's initialisation (GPT-2 0.02; Zoology's MQAR "
-                           "models 1.0)",
-    tie_lm_head="GPT: the LM head is the token embedding (GPT-2) | False: a separate matrix (Zoology's MQAR models)",
-    mlp="transformer blocks with the MLP (GPT-2) | False: attention-only blocks (Zoology's Figure 2 models)",
-    scale_residual_init="residual projections c_proj initialised with std 0.02 / sqrt(2 n_layer) (GPT-2) | False: 0.02",
-    linear_init="gpt2 (Linear weights N(0, 0.02^2), zero biases) | pytorch (PyTorch's default uniform init, Zoology's "
-                "MQAR models)",
-    token_shift="add W_s e_(t-1) to the embedding output e_t before the first block (RWKV's token shift)",
-    layer_scheme="DANet layers cycled over the stack: G global, L local, S shifted local (e.g. LSG)",
-    window="window of the DANet L and S layers (positions)",
-    maxnorm_eps="eps of DANet's MaxNormActivation x / (max|x| + eps)",
-    ffn_linf_norm="DANet: l_inf norm of the FFN weights after every optimizer step (0 = no rescaling)",
-    relpe_freqs="Cosine RelPE frequencies over head dims i = 0..D-1: paper (Eq. 6, 10000^(-2i/D)) | "
-                "authors (their code, 10000^(-i/D))",
-    relpe_local_positions="DANet + Cosine RelPE: positions counted from each window's start in the L and S layers "
-                          "(the authors' code) instead of 0..T-1",
-    embedding_maxnorm="MaxNorm x / (max|x| + maxnorm_eps) on the embedding output before the first block "
-                      "(the authors' DANet BERT configs)",
-)
+# Config keys of train.py that build the model: the ModelConfig fields declared with ``_key``
+# (default and help in one place). The rest (block_size, vocab_size, pad_token_id, n_classes,
+# pooling, two_tower, layer_norm_epsilon) are decided by the task and its data.
+RUN_KEYS = tuple(f.name for f in fields(ModelConfig) if "help" in f.metadata)
 
 
-RUN_KEYS = ("n_layer", "n_head", "n_embd", "dropout", "bias", "attention", "attention_params", *ARCHITECTURE_DEFAULTS)
+def run_key_defaults():
+    """The model's config keys of train.py: (defaults, help), two dicts over ``RUN_KEYS`` in field
+    order (a fresh ``{}`` for ``attention_params``)."""
+    defaults, help = {}, {}
+    for f in fields(ModelConfig):
+        if "help" in f.metadata:
+            defaults[f.name] = f.default_factory() if f.default is MISSING else f.default
+            help[f.name] = f.metadata["help"]
+    return defaults, help
+
+
+def fixed_on_resume():
+    """``RUN_KEYS`` that a resumed run keeps from its checkpoint (all but those that never change
+    the parameters, e.g. ``dropout``)."""
+    return tuple(f.name for f in fields(ModelConfig) if "help" in f.metadata and f.metadata["fixed_on_resume"])
 
 
 def config_from_run(cfg, **sizes):
     """The ``ModelConfig`` of a run configuration: the model keys of ``cfg`` (``RUN_KEYS``: sizes,
-    dropout, bias, the attention and its parameters, every ``ARCHITECTURE_DEFAULTS`` key) plus
+    dropout, bias, the attention and its parameters, the architecture options) plus
     what the task's data decides, ``sizes`` (``block_size``, ``vocab_size``, and for an encoder
     ``pad_token_id``, ``n_classes``, ``pooling``, ``two_tower``). Tasks call it through
     ``tasks.model_config``, which turns its errors into ConfigErrors.

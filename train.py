@@ -61,7 +61,7 @@ def main(argv):
         ckpt = T.read_checkpoint(ckpt_path)
         cfg = T.resume_config(cfg, explicit, ckpt, ckpt_path)
     task = tasks.get(cfg["task"])
-    tasks.check_task_keys(cfg, T.DEFAULTS, cfg["task"])
+    tasks.check_task_keys(explicit, cfg["task"])
     T.check_config(cfg)
     T.check_trainable(cfg)
     configurator.check_attention_params(cfg["attention"], cfg["attention_params"], T.attention_context(cfg))

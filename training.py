@@ -38,6 +38,7 @@ import torch
 import checkpoint
 import configurator
 import data as data_lib
+import model as model_lib
 import tasks
 from configurator import ConfigError
 
@@ -61,14 +62,6 @@ COMMON_DEFAULTS = dict(
     batch_size=16,
     block_size=256,
     gradient_accumulation_steps=1,
-    # model
-    n_layer=4,
-    n_head=4,
-    n_embd=128,
-    dropout=0.0,
-    bias=True,
-    attention="softmax",
-    attention_params={},
     # optimizer: AdamW, linear warmup, then the schedule
     learning_rate=1e-3,
     max_iters=2000,
@@ -110,17 +103,10 @@ COMMON_HELP = dict(
     wandb_mode="wandb mode: online | offline | disabled",
     task=f"what to train: {' | '.join(tasks.available())} (modules in tasks/)",
     dataset="data set name; allowed values depend on the task (lm: wikitext2 | shakespeare_char; "
-            "mlm: wikitext2 | hf:<path>[:<config>]; classify: see lra_task)",
+            "mlm: wikitext2 | hf:<path>[:<config>])",
     batch_size="sequences per micro-batch per process",
     block_size="tokens per training sequence = the model's maximum sequence length",
     gradient_accumulation_steps="micro-batches per optimizer step, summed over all DDP processes",
-    n_layer="transformer blocks",
-    n_head="attention heads per block",
-    n_embd="model width (embedding size)",
-    dropout="dropout probability (training only)",
-    bias="biases in Linear layers and LayerNorms",
-    attention="attention mechanism, a registered name (attention/); parameters with --attention.<param>=value",
-    attention_params="parameters of the attention mechanism (dict)",
     learning_rate="peak learning rate (AdamW)",
     max_iters="optimizer steps in total",
     weight_decay="AdamW weight decay on matrices (none on biases and norms)",
@@ -133,14 +119,16 @@ COMMON_HELP = dict(
     warmup_iters="linear warmup steps",
     lr_decay_iters="step at which the cosine schedule reaches min_lr",
     min_lr="final learning rate of the cosine schedule",
-    device="cpu | cuda | cuda:N (DDP uses cuda:LOCAL_RANK)",
+    device="torch device: cpu | cuda | cuda:N (a DDP run of train.py uses cuda:LOCAL_RANK)",
     dtype="float32 | bfloat16 | float16 (autocast; the last two need a GPU)",
     compile="torch.compile the model for training (evaluation runs uncompiled)",
     seed="seed of initialization, dropout and batches",
     num_threads="torch CPU threads per process, 0 = torch's default",
 )
-# Task keys are merged in (see tasks/__init__.py) so that --help lists them and they are checked.
-DEFAULTS, HELP = tasks.merge_defaults(COMMON_DEFAULTS, COMMON_HELP)
+# The model's keys (model.RUN_KEYS: ModelConfig's fields declared with their defaults and help) and
+# every task's keys (tasks/__init__.py) are merged in, so that --help lists them and they are checked.
+DEFAULTS, HELP = tasks.merge_defaults({**COMMON_DEFAULTS, **model_lib.run_key_defaults()[0]},
+                                      {**COMMON_HELP, **model_lib.run_key_defaults()[1]})
 
 LR_SCHEDULES = ("cosine", "constant", "rsqrt")
 INIT_FROM = ("scratch", "resume")
@@ -323,7 +311,8 @@ def resume_config(cfg, explicit, ckpt, path="ckpt.pt"):
     train.py since then takes its default), with the keys set explicitly (config files, --key=value)
     on top.
 
-    Keys that decide what is trained, ``task`` and the task's ``MODEL_KEYS`` and ``DATA_KEYS``
+    Keys that decide what is trained, ``task``, the model's keys (``model.fixed_on_resume()``: all
+    of ``model.RUN_KEYS`` but dropout) and the task's ``MODEL_KEYS`` and ``DATA_KEYS``
     (tasks/__init__.py), always keep the checkpoint's values; an explicit value that differs is an
     error. Entries of a dict key listed in the task's ``RUN_ONLY_ENTRIES`` (e.g. ``lra_options``'
     ``workers``) may change. Every other key (``max_iters``, ``eval_interval``, ``lra_dir``,
@@ -346,7 +335,7 @@ def resume_config(cfg, explicit, ckpt, path="ckpt.pt"):
         raise ConfigError(f"the checkpoint {path} was trained on task {saved_task!r}, not {cfg['task']!r}; "
                           f"resume it with --task={saved_task} (or without --task)")
     task = tasks.get(saved_task)
-    fixed = {"task", *task.MODEL_KEYS, *task.DATA_KEYS}
+    fixed = {"task", *model_lib.fixed_on_resume(), *task.MODEL_KEYS, *task.DATA_KEYS}
     run_only = getattr(task, "RUN_ONLY_ENTRIES", {})
     out = {k: _copy(saved.get(k, DEFAULTS[k])) for k in DEFAULTS}
     out["task"] = saved_task

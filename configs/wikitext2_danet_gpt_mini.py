@@ -4,7 +4,7 @@
 # softmax GPT's 4 x 12 C^2 = 48 C^2. One head, Cosine RelPE, local / shifted-local / global layers
 # (windows of 64; the causal linear regime within each), FFN rescaling, no weight decay, no warmup,
 # constant learning rate (paper appendix G; the rate itself is untuned for this size).
-# Needs the lm task to accept the architecture keys (model.ARCHITECTURE_DEFAULTS).
+# Needs the lm task to accept the architecture keys (model.RUN_KEYS).
 #   python train.py configs/wikitext2_danet_gpt_mini.py
 #   python eval_ppl.py --out_dir=out/wikitext2_danet_gpt_mini --split=test --protocol=blocks
 task = "lm"

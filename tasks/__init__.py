@@ -6,8 +6,9 @@ A task module defines:
 
     DEFAULTS: dict          the task's own config keys and their defaults
     HELP: dict              one-line meaning of each key of DEFAULTS (shown by --help)
-    MODEL_KEYS: tuple       config keys that shape the model; a resumed run takes them from the
-                            checkpoint (an explicit different value is an error)
+    MODEL_KEYS: tuple       the task's config keys that shape the model besides the model's own
+                            (``model.RUN_KEYS``, e.g. ``block_size``, ``recall_vocab``); a resumed run
+                            takes both from the checkpoint (an explicit different value is an error)
     DATA_KEYS: tuple        config keys that decide the examples trained on (data set, its options);
                             restored on resume like MODEL_KEYS (training.resume_config). Keys that only
                             say where files are (source paths, ``lra_dir``) are not data keys: the
@@ -45,6 +46,9 @@ and may define (optional):
                             an attention whose causal outputs depend on later tokens
                             (``attention.causal_support``)
 
+    IGNORED_KEYS: dict      train.py key -> why this task does not read it (``block_size`` for a task
+                            whose length comes from its data); setting one is an error
+
     RUN_ONLY_ENTRIES: dict  key of MODEL_KEYS / DATA_KEYS whose value is a dict -> the entries that may
                             change on resume because they never change the examples (e.g.
                             ``{"lra_options": ("workers",)}``)
@@ -61,7 +65,9 @@ Config keys. train.py's DEFAULTS = its own keys + the DEFAULTS of every register
 (``merge_defaults``), so ``python train.py --help`` lists all of them, each task key's meaning
 prefixed with the tasks that use it. Two tasks may declare the same key (e.g. WikiText-2's
 ``dataset_config`` for lm and mlm) only with the same default; a task key may not shadow a
-train.py key. Setting a key that only other tasks use is an error (``check_task_keys``).
+train.py key. Setting a key that only other tasks use, or a train.py key that the task lists in
+its ``IGNORED_KEYS``, is an error (``check_task_keys``). The model's keys (sizes, attention,
+architecture options) are ``ModelConfig``'s (``model.RUN_KEYS``), common to every task.
 
 Registering a task: add ``name: "tasks.<module>"`` to ``REGISTRY``. What several tasks share
 (the batch seeds, the model config, evaluation over fixed batches) is in ``tasks/common.py``;
@@ -116,7 +122,8 @@ def merge_defaults(common_defaults, common_help):
     """train.py's config: its own keys followed by every registered task's keys.
 
     Returns:
-        (defaults, help): two new dicts; a task key's help reads "[lm, mlm] meaning".
+        (defaults, help): two new dicts; a task key's help reads "[lm, mlm] meaning", a common key
+        that some tasks list in ``IGNORED_KEYS`` "meaning [not read by classify, recall]".
 
     Raises:
         ValueError: a task key shadows a train.py key, two tasks give one key different
@@ -139,21 +146,31 @@ def merge_defaults(common_defaults, common_help):
             help[key] = module.HELP[key]  # the first task's wording wins; prefixed below
     for key, names in users.items():
         help[key] = f"[{', '.join(names)}] {help[key]}"
+    skipped = {}
+    for task in available():
+        for key in getattr(get(task), "IGNORED_KEYS", {}):
+            skipped.setdefault(key, []).append(task)
+    for key, names in skipped.items():
+        help[key] += f" [not read by {', '.join(names)}]"
     return defaults, help
 
 
-def check_task_keys(cfg, defaults, task):
-    """Reject a task key set to a non-default value while another task runs (it would be
-    silently ignored).
+def check_task_keys(explicit, task):
+    """Reject a key set explicitly (in a config file or as --key=value) that task ``task`` does not
+    read: another task's key, or a train.py key in the task's ``IGNORED_KEYS``; it would be
+    silently ignored.
+
+    Args:
+        explicit (dict): the keys set, as ``configurator.parse_explicit`` returns them.
 
     Raises:
-        ConfigError: names the key and the tasks that use it.
+        ConfigError: names the key, the task and what reads the key instead.
     """
-    own = get(task).DEFAULTS
-    for other in available():
-        if other == task:
-            continue
-        for key in get(other).DEFAULTS:
-            if key not in own and cfg[key] != defaults[key]:
-                raise ConfigError(f"config key {key!r} belongs to task(s) {', '.join(owners(key))}, "
-                                  f"not to task {task!r}; remove it or set --task")
+    ignored = getattr(get(task), "IGNORED_KEYS", {})
+    for key in explicit:
+        if key in ignored:
+            raise ConfigError(f"config key {key!r} is not read by task {task!r} ({ignored[key]}); remove it")
+        users = owners(key)
+        if users and task not in users:
+            raise ConfigError(f"config key {key!r} belongs to task(s) {', '.join(users)}, not to task {task!r}; "
+                              f"remove it or set --task")

@@ -36,7 +36,8 @@ the whole test split (or ``test_max_batches`` batches); train.py calls it after 
 the best-val-accuracy weights and writes ``out_dir/final_metrics.json``. BEST_METRIC =
 ("val_accuracy", "max").
 
-``block_size`` and ``dataset`` (train.py keys) are not used: the length comes from ``max_len``.
+``block_size`` and ``dataset`` (train.py keys) are not read (``IGNORED_KEYS``; setting one is an error):
+the length comes from ``max_len``, the data from ``lra_task``.
 The interface is described in ``tasks/__init__.py``.
 """
 import inspect
@@ -49,7 +50,7 @@ import torch.nn.functional as F
 import data as data_lib
 import data.lra as lra
 from configurator import ConfigError
-from model import ARCHITECTURE_DEFAULTS, ARCHITECTURE_HELP, Classifier
+from model import Classifier
 from tasks import common
 
 DEFAULTS = dict(
@@ -61,7 +62,6 @@ DEFAULTS = dict(
     trim_padding=False,
     eval_max_batches=0,
     test_max_batches=0,
-    **ARCHITECTURE_DEFAULTS,
 )
 HELP = dict(
     lra_task=f"LRA task: {' | '.join(lra.TASKS)} (data/lra/<task>.py)",
@@ -73,11 +73,11 @@ HELP = dict(
     trim_padding="cut each batch after its longest sequence (exact with masking; LRA pads to max_len)",
     eval_max_batches="batches of the val split per evaluation (a fixed random subset); 0 = the whole split",
     test_max_batches="batches of the test split in the final evaluation (a fixed random subset); 0 = all",
-    **ARCHITECTURE_HELP,
 )
 MODEL = Classifier  # the model class this task builds, and loads from its checkpoints (checkpoint.load)
-MODEL_KEYS = ("n_layer", "n_head", "n_embd", "bias", "attention", "attention_params", "lra_task", "max_len",
-              "pooling", *ARCHITECTURE_DEFAULTS)
+MODEL_KEYS = ("lra_task", "max_len", "pooling")  # beside model.RUN_KEYS
+# train.py keys this task does not read (setting one is an error naming the task)
+IGNORED_KEYS = {"block_size": "the length is max_len", "dataset": "the data set is lra_task"}
 DATA_KEYS = ("lra_options",)  # lra_task, max_len, pooling are MODEL_KEYS
 # lra_options entries that only say where the source is or how fast to build it (they never
 # change the examples; the data's manifest checks what was built)

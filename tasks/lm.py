@@ -29,26 +29,21 @@ import data as data_lib
 from configurator import ConfigError
 from data.shakespeare_char import prepare as shakespeare
 from data.wikitext2 import prepare as wt2
-from model import ARCHITECTURE_DEFAULTS, ARCHITECTURE_HELP, GPT
+from model import GPT
 from tasks import common
 
 DEFAULTS = dict(
-    dataset_config="wikitext-2-v1",
-    data_source_dir="",
+    **wt2.CONFIG_DEFAULTS,  # dataset_config, data_source_dir
     data_source_file="",
-    **ARCHITECTURE_DEFAULTS,  # block (transformer | danet), pos_emb, layer_scheme, ... (model.py)
 )
 HELP = dict(
-    dataset_config="WikiText-2 variant: wikitext-2-v1 (<unk>-processed) or wikitext-2-raw-v1",
-    data_source_dir="directory with wiki.{train,valid,test}.tokens ('' = env WIKITEXT2_DIR, else Hugging Face)",
+    **wt2.CONFIG_HELP,
     data_source_file="shakespeare_char: the Tiny Shakespeare text ('' = env TINYSHAKESPEARE_FILE, else a copy "
                      "downloaded earlier, else download from char-rnn's GitHub)",
-    **ARCHITECTURE_HELP,
 )
 DATASETS = ("wikitext2", "shakespeare_char")
 MODEL = GPT  # the model class this task builds, and loads from its checkpoints (checkpoint.load)
-MODEL_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "attention", "attention_params",
-              *ARCHITECTURE_DEFAULTS)
+MODEL_KEYS = ("block_size",)  # beside model.RUN_KEYS
 DATA_KEYS = ("dataset", "dataset_config")  # the tokens trained on; source paths may move (manifests check them)
 RUN_ONLY_ENTRIES = {}
 BEST_METRIC = ("val_loss", "min")

@@ -29,24 +29,22 @@ import torch.nn.functional as F
 import data as data_lib
 from configurator import ConfigError
 from data import mlm as mlm_data
-from model import ARCHITECTURE_DEFAULTS, ARCHITECTURE_HELP, BertEncoder
+from data.wikitext2 import prepare as wt2
+from model import BertEncoder
 from tasks import common
 
 DEFAULTS = dict(
-    dataset_config="wikitext-2-v1",
-    data_source_dir="",
+    **wt2.CONFIG_DEFAULTS,  # dataset_config, data_source_dir
     tokenizer="bert-wordpiece",
     bert_vocab="",
     mask_prob=0.15,
     mask_frac=0.8,
     random_frac=0.1,
     mlm_bias_init="zero",
-    **ARCHITECTURE_DEFAULTS,
 )
 MLM_BIAS_INITS = ("zero", "log_unigram")
 HELP = dict(
-    dataset_config="WikiText-2 variant: wikitext-2-v1 (<unk>-processed) or wikitext-2-raw-v1",
-    data_source_dir="directory with wiki.{train,valid,test}.tokens ('' = env WIKITEXT2_DIR, else Hugging Face)",
+    **wt2.CONFIG_HELP,
     tokenizer="bert-wordpiece (BERT uncased WordPiece, `tokenizers`) | gpt2 (GPT-2 BPE, tiktoken)",
     bert_vocab="BERT vocab.txt ('' = env BERT_VOCAB_FILE, else bert-base-uncased from the Hugging Face hub)",
     mask_prob="probability that an ordinary token is chosen for prediction (BERT: 0.15)",
@@ -54,11 +52,9 @@ HELP = dict(
     random_frac="fraction of the chosen tokens replaced by a random token (BERT: 0.1; the rest stay)",
     mlm_bias_init="MLM head output bias at the start: zero (BERT) | log_unigram (log of the train split's "
                   "add-one smoothed unigram)",
-    **ARCHITECTURE_HELP,
 )
 MODEL = BertEncoder  # the model class this task builds, and loads from its checkpoints (checkpoint.load)
-MODEL_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "attention", "attention_params", "tokenizer",
-              "mlm_bias_init", *ARCHITECTURE_DEFAULTS)
+MODEL_KEYS = ("block_size", "tokenizer", "mlm_bias_init")  # beside model.RUN_KEYS
 DATA_KEYS = ("dataset", "dataset_config", "mask_prob", "mask_frac", "random_frac")  # + tokenizer (MODEL_KEYS)
 RUN_ONLY_ENTRIES = {}
 BEST_METRIC = ("val_loss", "min")

@@ -21,7 +21,7 @@ import torch
 
 from configurator import ConfigError
 from data import recall as recall_data
-from model import ARCHITECTURE_DEFAULTS, ARCHITECTURE_HELP, GPT
+from model import GPT
 from tasks import common
 
 DEFAULTS = dict(
@@ -33,7 +33,6 @@ DEFAULTS = dict(
     recall_sizes={"train": 20000, "val": 1000, "test": 1000},
     recall_test_pairs=(),
     recall_dir="",
-    **ARCHITECTURE_DEFAULTS,  # block (transformer | danet), pos_emb, layer_scheme, ... (model.py)
 )
 HELP = dict(
     recall_pairs="key-value pairs per training (and val / test) sequence; the sequence length is block_size",
@@ -44,11 +43,11 @@ HELP = dict(
     recall_sizes="examples per split {'train', 'val', 'test'}",
     recall_test_pairs="more numbers of pairs to test at the same length after training, e.g. (4, 8)",
     recall_dir="where the generated sets go ('' = data/mqar/)",
-    **ARCHITECTURE_HELP,
 )
 MODEL = GPT  # the model class this task builds, and loads from its checkpoints (checkpoint.load)
-MODEL_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "attention", "attention_params", "recall_vocab",
-              *ARCHITECTURE_DEFAULTS)
+MODEL_KEYS = ("block_size", "recall_vocab")  # beside model.RUN_KEYS
+# train.py keys this task does not read (setting one is an error naming the task)
+IGNORED_KEYS = {"dataset": "the sequences are generated from the recall_* keys"}
 DATA_KEYS = ("recall_pairs", "recall_power_a", "recall_filler", "recall_data_seed", "recall_sizes")
 RUN_ONLY_ENTRIES = {}
 BEST_METRIC = ("val_accuracy", "max")

@@ -97,6 +97,8 @@ CASES = [
     (TRAIN, [*TINY, "--data_source_dir={no_files}"], "--data_source_dir={no_files}"),
     (TRAIN, [*TINY, "--data_source_dir={empty_source}"], "wiki.train.tokens"),
     (TRAIN, [*TINY, "--block_size=0"], "block_size"),
+    (TRAIN, ["--task=classify", "--block_size=256"], "'block_size' is not read by task 'classify'"),
+    (TRAIN, [*TINY, "--recall_pairs=4"], "'recall_pairs' belongs to task(s) recall, not to task 'lm'"),
     (TRAIN, [*TINY, "--lr_schedule=linear"], "'linear'"),
     (TRAIN, [*TINY, "--init_from=pretrained"], "'pretrained'"),
     (TRAIN, [*TINY, "--dtype=bfloat16"], "dtype=bfloat16"),

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import attention.dense  # noqa: F401  (registers "dense")
-import tasks
-from model import ARCHITECTURE_DEFAULTS, ARCHITECTURE_HELP, GPT, BertEncoder, ModelConfig, config_dict, cosine_relpe
+import train
+from model import GPT, BertEncoder, ModelConfig, config_dict, cosine_relpe, fixed_on_resume, run_key_defaults
 
 
 def eq6_table_before_the_option(T, D, dtype=torch.float32):
@@ -49,7 +49,7 @@ def test_default_is_eq6_bit_for_bit():
         before = eq6_table_before_the_option(T, D)
         assert torch.equal(cosine_relpe(T, D), before)
         assert torch.equal(cosine_relpe(T, D, freqs="paper"), before)
-    assert ModelConfig().relpe_freqs == "paper" and ARCHITECTURE_DEFAULTS["relpe_freqs"] == "paper"
+    assert ModelConfig().relpe_freqs == "paper" and run_key_defaults()[0]["relpe_freqs"] == "paper"
 
 
 def test_near_constant_dims_paper_71_of_128_authors_far_fewer():
@@ -117,8 +117,6 @@ def test_old_checkpoints_get_the_paper_default():
     assert ModelConfig(**args).relpe_freqs == "paper"
 
 
-@pytest.mark.parametrize("name", ["lm", "mlm", "classify"])
-def test_every_task_has_the_key(name):
-    task = tasks.get(name)
-    assert task.DEFAULTS["relpe_freqs"] == "paper" and "relpe_freqs" in task.MODEL_KEYS
-    assert "relpe_freqs" in ARCHITECTURE_HELP and "authors" in ARCHITECTURE_HELP["relpe_freqs"]
+def test_the_key_is_a_model_key_of_every_task():
+    assert train.DEFAULTS["relpe_freqs"] == "paper" and "relpe_freqs" in fixed_on_resume()
+    assert "authors" in train.HELP["relpe_freqs"]

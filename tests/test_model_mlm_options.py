@@ -11,10 +11,10 @@ import torch
 
 import attention.dense  # noqa: F401  (registers "dense")
 import checkpoint
-import tasks
+import train
 from configurator import ConfigError
-from model import (ARCHITECTURE_DEFAULTS, ARCHITECTURE_HELP, BertEncoder, GPT, ModelConfig, config_dict, cosine_relpe,
-                   max_norm, relpe_positions)
+from model import (BertEncoder, GPT, ModelConfig, config_dict, cosine_relpe,
+                   fixed_on_resume, max_norm, relpe_positions, run_key_defaults)
 
 OPTIONS = ("embedding_maxnorm", "relpe_local_positions")
 
@@ -179,12 +179,10 @@ def test_bad_values_are_clear_errors(kw, message):
         ModelConfig(**{**base, **kw})
 
 
-@pytest.mark.parametrize("name", ["lm", "mlm", "classify", "recall"])
-def test_every_task_has_the_keys_off_by_default(name):
-    task = tasks.get(name)
+def test_the_keys_are_model_keys_off_by_default():
     for key in OPTIONS:
-        assert task.DEFAULTS[key] is False and key in task.MODEL_KEYS and key in ARCHITECTURE_HELP
-        assert ARCHITECTURE_DEFAULTS[key] is False and getattr(ModelConfig(), key) is False
+        assert train.DEFAULTS[key] is False and key in fixed_on_resume() and key in train.HELP
+        assert run_key_defaults()[0][key] is False and getattr(ModelConfig(), key) is False
 
 
 def test_old_checkpoints_load_with_the_options_off():
@@ -203,7 +201,6 @@ def test_old_checkpoints_load_with_the_options_off():
 def run_with_options(tmp_path_factory, wikitext2_dir):
     if not os.path.exists(os.environ.get("BERT_VOCAB_FILE", "")):
         pytest.skip("BERT vocabulary not found (BERT_VOCAB_FILE)")
-    import train
 
     out = tmp_path_factory.mktemp("mlm_options")
     train.main(["--task=mlm", f"--out_dir={out}", "--num_threads=1", "--n_layer=3", "--n_embd=32", "--n_head=1",
@@ -232,7 +229,6 @@ def test_model_load_restores_the_options(run_with_options):
 
 
 def test_a_resumed_run_keeps_the_options(run_with_options):
-    import train
 
     with pytest.raises(ConfigError, match="embedding_maxnorm=False differs from the checkpoint's True"):
         train.main([f"--out_dir={run_with_options}", "--init_from=resume", "--embedding_maxnorm=False",

@@ -40,12 +40,19 @@ import time
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 import data
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIGS = ("wikitext-2-v1", "wikitext-2-raw-v1")
 SPLITS = {"train": "train", "val": "valid", "test": "test"}  # our name -> the dataset's name
 CHUNK_CHARS = 1 << 20  # tokenize ~1 MB at a time (progress bar granularity)
+
+# The config keys of the tasks trained on WikiText-2 (lm, mlm), declared here once.
+CONFIG_DEFAULTS = dict(dataset_config="wikitext-2-v1", data_source_dir="")
+CONFIG_HELP = dict(
+    dataset_config="WikiText-2 variant: wikitext-2-v1 (<unk>-processed) or wikitext-2-raw-v1",
+    data_source_dir="directory with wiki.{train,valid,test}.tokens ('' = env WIKITEXT2_DIR, else Hugging Face)",
+)
 
 
 class DataUnavailable(data.DataUnavailable):

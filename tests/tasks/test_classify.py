@@ -393,9 +393,9 @@ def test_lra_configs_parse_and_build():
     runs = [(t, a, s) for t in lra.TASKS for a in LRA_ATTENTIONS for s in ("", "_cpu")]
     for task, attention, size in runs:
         name = f"{task}_{attention}{size}"
-        cfg = configurator.parse(train.DEFAULTS, [*lra_layers(task, attention, size), "--device=cpu"])
+        cfg, explicit = configurator.parse_explicit(train.DEFAULTS, [*lra_layers(task, attention, size), "--device=cpu"])
         assert cfg["task"] == "classify" and cfg["lra_task"] == task, name
-        tasks.check_task_keys(cfg, train.DEFAULTS, "classify")
+        tasks.check_task_keys(explicit, "classify")
         training.check_config(cfg)
         module = lra.get(task)
         assert cfg["max_len"] == module.MAX_LEN or (task == "text" and cfg["max_len"] == 4000), name

@@ -14,7 +14,7 @@ import tasks
 import train
 from configurator import ConfigError
 from data import mlm as mlm_data
-from model import ARCHITECTURE_DEFAULTS, BertEncoder, ModelConfig
+from model import BertEncoder, ModelConfig, run_key_defaults
 from tasks import mlm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -189,11 +189,13 @@ def test_huggingface_corpus_prepared_through_datasets(tmp_path, monkeypatch, ber
 # the task in train.py, and eval_mlm.py
 
 
-def test_task_is_registered_with_the_architecture_keys():
-    assert tasks.get("mlm") is mlm
-    assert set(ARCHITECTURE_DEFAULTS) <= set(mlm.MODEL_KEYS) and set(mlm.HELP) == set(mlm.DEFAULTS)
+def test_task_is_registered_with_the_model_keys():
+    assert tasks.get("mlm") is mlm and mlm.MODEL is BertEncoder
+    assert set(mlm.HELP) == set(mlm.DEFAULTS)
+    defaults, _ = run_key_defaults()
+    assert {k: train.DEFAULTS[k] for k in defaults} == defaults  # every task reads the model's keys
     config = ModelConfig()
-    assert {k: getattr(config, k) for k in ARCHITECTURE_DEFAULTS} == ARCHITECTURE_DEFAULTS
+    assert {k: getattr(config, k) for k in defaults} == defaults
 
 
 def tiny_run(out_dir, *args):

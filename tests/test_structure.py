@@ -1,0 +1,151 @@
+"""The repository's structure rules (docs/architecture.md): the import graph of our modules has no
+cycle, and every config key of train.py has its default declared in one module only (the model's
+keys in ``model.ModelConfig``, the loop's in ``training.COMMON_DEFAULTS``, a task's in its module,
+those of a data set that several tasks train on in its data module (``CONFIG_DEFAULTS``); the eval scripts take a key that means the same from there and say why they redeclare the others).
+The rule that no attention family imports another is ``tests/attention/test_family_imports.py``."""
+import ast
+import pathlib
+
+import eval_mlm
+import eval_ppl
+import tasks
+import train
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PACKAGES = ("attention", "data", "scripts", "tasks")
+
+
+def our_modules():
+    """Dotted name -> path of every module of the repository (tests and the virtual environment
+    excluded); a package is named by its folder (``attention``) and its ``__init__.py``."""
+    modules = {path.stem: path for path in ROOT.glob("*.py")}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def module_level_imports(path, name, modules):
+    """Our modules that the module ``name`` at ``path`` imports when it is imported: import
+    statements outside functions (a function's import runs when it is called, so it cannot
+    close a cycle at import time), relative imports resolved; ``import a.b`` counts as ``a.b``
+    (and its package ``a``, which Python imports first)."""
+    is_package = path.name == "__init__.py"
+    package = name.split(".") if is_package else name.split(".")[:-1]
+    found = set()
+
+    def add(dotted):
+        parts = dotted.split(".")
+        for i in range(1, len(parts) + 1):
+            candidate = ".".join(parts[:i])
+            if candidate in modules and candidate != name:
+                found.add(candidate)
+
+    def visit(node):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    add(alias.name)
+            elif isinstance(child, ast.ImportFrom):
+                base = package[:len(package) - child.level + 1] if child.level else []
+                base = ".".join(base + (child.module.split(".") if child.module else []))
+                add(base)
+                for alias in child.names:
+                    add(f"{base}.{alias.name}")
+            visit(child)
+
+    visit(ast.parse(path.read_text(), filename=str(path)))
+    return found
+
+
+def find_cycle(graph):
+    """One cycle of ``graph`` (node -> set of nodes) as a list of nodes, or None."""
+    state, stack = {}, []
+
+    def walk(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                cycle = walk(nxt)
+                if cycle:
+                    return cycle
+        state[node] = "done"
+        stack.pop()
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = walk(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_find_cycle_finds_one_and_only_one():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_the_import_graph_has_no_cycle():
+    modules = our_modules()
+    assert {"train", "model", "checkpoint", "attention", "attention.registry", "tasks.lm"} <= set(modules)
+    graph = {name: module_level_imports(path, name, modules) for name, path in modules.items()}
+    # a package importing its own submodules (attention/__init__.py registers every family) is how
+    # packages work; the cycle rule is about modules reaching back up into whoever imports them
+    for name in graph:
+        graph[name] = {dep for dep in graph[name] if not dep.startswith(name + ".")}
+        if modules[name].name != "__init__.py":  # a submodule reaches its package's __init__ first
+            graph[name] = {dep for dep in graph[name] if not name.startswith(dep + ".")}
+    assert "model" in graph["train"] or "model" in graph["training"]
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def literal_keys(path, variable):
+    """The keyword names of ``variable = dict(...)`` at the top level of the Python file ``path``
+    (``**`` spreads are not declarations and are skipped)."""
+    for node in ast.parse(path.read_text()).body:
+        if (isinstance(node, ast.Assign) and any(getattr(t, "id", None) == variable for t in node.targets)
+                and isinstance(node.value, ast.Call) and getattr(node.value.func, "id", None) == "dict"):
+            return [kw.arg for kw in node.value.keywords if kw.arg is not None]
+    return []
+
+
+def model_config_keys(path):
+    """Fields of ``ModelConfig`` in ``path`` declared as config keys (``field = _key(...)``)."""
+    tree = ast.parse(path.read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelConfig")
+    return [n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.value, ast.Call)
+            and getattr(n.value.func, "id", None) == "_key"]
+
+
+def test_every_config_key_of_train_is_declared_once():
+    declared = {}
+    sources = [(ROOT / "training.py", literal_keys(ROOT / "training.py", "COMMON_DEFAULTS")),
+               (ROOT / "model.py", model_config_keys(ROOT / "model.py"))]
+    sources += [(ROOT / "tasks" / f"{tasks.REGISTRY[name].split('.')[-1]}.py", "DEFAULTS") for name in tasks.available()]
+    # keys that several tasks read because they train on the same data live in the data module
+    sources += [(path, "CONFIG_DEFAULTS") for path in (ROOT / "data").rglob("*.py")]
+    for path, keys in sources:
+        for key in literal_keys(path, keys) if isinstance(keys, str) else keys:
+            declared.setdefault(key, []).append(str(path.relative_to(ROOT)))
+    assert set(declared) == set(train.DEFAULTS), set(declared) ^ set(train.DEFAULTS)
+    assert declared["dataset_config"] == ["data/wikitext2/prepare.py"] and declared["n_layer"] == ["model.py"]
+    twice = {key: where for key, where in declared.items() if len(where) > 1}
+    assert not twice, f"config keys declared in more than one module: {twice}"
+
+
+def test_the_eval_scripts_redeclare_a_key_of_train_only_with_a_reason():
+    for script in (eval_ppl, eval_mlm):
+        path = pathlib.Path(script.__file__)
+        own = set(literal_keys(path, "DEFAULTS")) & set(train.DEFAULTS)
+        assert own == set(script.OWN_KEYS), (path.name, own ^ set(script.OWN_KEYS))
+        assert all(reason for reason in script.OWN_KEYS.values())
+        shared = set(script.DEFAULTS) & set(train.DEFAULTS) - own
+        assert shared and all(script.DEFAULTS[key] == train.DEFAULTS[key] for key in shared), path.name

@@ -1,47 +1,59 @@
-"""Copy training runs into ``results/`` without their checkpoints, and print the run links for
-``docs/results.md``.
+"""Archive training runs into ``results/``, one packed file per run without its checkpoints, and print
+the run links for ``docs/results.md``.
 
     python -m scripts.analysis.archive_runs results/gpt_mini_baselines out/gpt_mini/*_s1337
 
 ``out/`` is not in the repository; what a claim in ``docs/`` rests on is each run's provenance and
 logs. For every run directory given, the files of ``RUN_FILES`` it has (train.py's manifest, final
-metrics and logs, the sweep scripts' evaluation JSON and logs) are copied to ``DEST/<run name>/``;
-checkpoints (``*.pt``) and prepared data never are. Then one markdown bullet per run is printed,
-in the form docs/results.md lists runs:
+metrics and logs, the sweep scripts' evaluation JSON and log) are packed, byte for byte, into
+``DEST/<run name>.tar.xz`` (``scripts/analysis/runs.py``: a tar.xz of ``<run name>/<file>``, the same
+bytes for the same files; an existing one is replaced); checkpoints (``*.pt``) and prepared data never
+are. Every table tool reads the packed run as it reads the folder (``runs.open_run``). Then one
+markdown bullet per run is printed, in the form docs/results.md lists runs:
 
-    - `linear_s1337/`: [manifest.json](../results/gpt_mini_baselines/linear_s1337/manifest.json), ...
+    - `linear_s1337`: [linear_s1337.tar.xz](../results/gpt_mini_baselines/linear_s1337.tar.xz) (manifest.json, final_metrics.json, log.jsonl, train.log, eval_test.json, eval.log)
 
 Raises SystemExit (status 2) when a run directory does not exist or has no manifest.json (a run
 without provenance is not archived: train.py writes the manifest at the end of a run, or a
-``train_stopped_at_<iter>`` entry when it stops early).
+``train_stopped_at_<iter>`` entry when it stops early), or when ``DEST/<run name>/`` is a run folder
+(an archive of the old form: pack it with ``python -m scripts.analysis.runs pack``, or remove it).
 """
 import argparse
 import os
-import shutil
 import sys
+
+from scripts.analysis.runs import RUN_SUFFIX, write_packed
 
 RUN_FILES = ("manifest.json", "final_metrics.json", "log.jsonl", "train.log", "eval_test.json", "eval.log")
 
 
 def archive(dest, run_dirs):
-    """Copy the ``RUN_FILES`` of each run directory to ``dest/<name>/``; return [(name, [file, ...])]."""
+    """Pack the ``RUN_FILES`` of each run directory into ``dest/<name>.tar.xz``; return [(name, [file, ...])]."""
     archived = []
     for run_dir in run_dirs:
         name = os.path.basename(os.path.normpath(run_dir))
         if not os.path.isfile(os.path.join(run_dir, "manifest.json")):
             raise SystemExit(f"error: {run_dir} has no manifest.json (not a finished or stopped train.py run)")
+        if os.path.isdir(os.path.join(dest, name)):
+            raise SystemExit(f"error: {os.path.join(dest, name)}/ is a run folder already; pack it "
+                             f"(python -m scripts.analysis.runs pack {os.path.join(dest, name)}) or remove it")
         files = [f for f in RUN_FILES if os.path.isfile(os.path.join(run_dir, f))]
-        os.makedirs(os.path.join(dest, name), exist_ok=True)
+        contents = {}
         for f in files:
-            shutil.copy2(os.path.join(run_dir, f), os.path.join(dest, name, f))
+            with open(os.path.join(run_dir, f), "rb") as fh:
+                contents[f] = fh.read()
+        os.makedirs(dest, exist_ok=True)
+        write_packed(os.path.join(dest, name + RUN_SUFFIX), name, contents)
         archived.append((name, files))
     return archived
 
 
 def link_lines(dest, archived, docs_dir="docs"):
-    """The markdown bullets of docs/results.md for the archived runs (links relative to ``docs_dir``)."""
+    """The markdown bullets of docs/results.md for the archived runs (links relative to ``docs_dir``):
+    the packed file of each run and the files it holds."""
     rel = os.path.relpath(dest, docs_dir).replace(os.sep, "/")
-    return [f"  - `{name}/`: " + ", ".join(f"[{f}]({rel}/{name}/{f})" for f in files) for name, files in archived]
+    return [f"  - `{name}`: [{name}{RUN_SUFFIX}]({rel}/{name}{RUN_SUFFIX}) ({', '.join(files)})"
+            for name, files in archived]
 
 
 def main(argv=None):

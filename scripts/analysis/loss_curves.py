@@ -5,7 +5,8 @@ section 2.4), plus a CSV of every plotted point.
     python -m scripts.analysis.loss_curves out/shakespeare_dropout/none out/shakespeare_dropout/quadratic ... \\
         [--labels=none,quadratic,...] [--out=results/shakespeare_dropout/shakespeare_dropout] [--train_loss=eval|step]
 
-Input: each directory's ``log.jsonl`` as train.py writes it, one JSON object per line:
+Input: each run's ``log.jsonl`` as train.py writes it (its folder, or its packed file in results/:
+``scripts/analysis/runs.py``), one JSON object per line:
 ``{"iter", "eval": {"train_loss", "val_loss", ...}, "elapsed_s"}`` at every evaluation and
 ``{"iter", "loss", "lr", ...}`` every ``log_interval`` steps.
 
@@ -29,35 +30,31 @@ Outputs: ``<out>.png`` and ``<out>.csv`` (columns label, out_dir, curve, source,
 """
 import argparse
 import csv
-import json
 import os
 import sys
 
 import provenance
 from scripts import plot_style
+from scripts.analysis.runs import LOG, RunNotFound, open_run, packed_path
 
 TRAIN_SOURCES = ("eval", "step")
 
 
 def read_log(out_dir):
-    """The records of ``out_dir/log.jsonl`` in order.
+    """The records of the log.jsonl of the run ``out_dir`` (a run folder, or its packed file
+    ``<out_dir>.tar.xz``: ``scripts/analysis/runs.py``) in order.
 
     Raises:
-        FileNotFoundError: no log.jsonl (the message names the path).
+        FileNotFoundError: no run there, or it has no log.jsonl (the message names the path).
         ValueError: a line is not JSON (names the file and the line number).
     """
-    path = os.path.join(out_dir, "log.jsonl")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path} not found (train.py writes it into its out_dir)")
-    records = []
-    with open(path) as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{number} is not JSON ({e})") from None
+    try:
+        records = open_run(out_dir).log
+    except RunNotFound:
+        records = None
+    if records is None:
+        raise FileNotFoundError(f"{os.path.join(out_dir, LOG)} not found (train.py writes it into its out_dir; "
+                                f"a packed run is {packed_path(out_dir)})")
     return records
 
 
@@ -168,7 +165,7 @@ def plot(path, runs, train_loss, title=None, zoom=0.5):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("out_dirs", nargs="+", help="train.py out_dirs (each with log.jsonl)")
+    ap.add_argument("out_dirs", nargs="+", help="train.py out_dirs (each with log.jsonl) or packed runs")
     ap.add_argument("--labels", default="", help="comma-separated labels (default: the directory names)")
     ap.add_argument("--out", default="results/loss_curves/loss_curves", help="output path without extension")
     ap.add_argument("--train_loss", default="eval", choices=TRAIN_SOURCES,

@@ -35,7 +35,6 @@ Model name: the run directory's name without a trailing ``_seed<N>`` (``bert_min
 """
 import argparse
 import csv
-import json
 import os
 import re
 import sys
@@ -47,6 +46,7 @@ import eval_mlm
 import provenance
 from data import mlm as mlm_data
 from data import write_json
+from scripts.analysis.runs import RunNotFound, open_run
 
 SUMMARY_COLUMNS = ("model", "seed", "eval_len", "regime", "masked_loss", "context_free_loss", "margin")
 ALL_SELECTED_COLUMNS = ("model", "seed", "eval_len", "regime", "loss", "context_free_loss", "margin", "accuracy",
@@ -64,26 +64,27 @@ def model_name(run_dir):
 
 def train_seconds(run_dir):
     """Wall time of the training (evaluations included): the last ``elapsed_s`` of each (re)start
-    in ``run_dir/log.jsonl``, summed; None without a log."""
-    path = os.path.join(run_dir, "log.jsonl")
-    if not os.path.exists(path):
+    in the run's ``log.jsonl`` (its folder or packed file: ``scripts/analysis/runs.py``), summed; None
+    without a log."""
+    try:
+        records = open_run(run_dir).log
+    except RunNotFound:
+        return None
+    if records is None:
         return None
     total, last = 0.0, 0.0
-    with open(path) as f:
-        for line in f:
-            record = json.loads(line)
-            if "start" in record:
-                total, last = total + last, 0.0
-            elif "elapsed_s" in record:
-                last = record["elapsed_s"]
+    for record in records:
+        if "start" in record:
+            total, last = total + last, 0.0
+        elif "elapsed_s" in record:
+            last = record["elapsed_s"]
     return total + last
 
 
 def train_commit(run_dir):
-    """The commit train.py recorded in ``run_dir/manifest.json`` (the last train entry), or None."""
+    """The commit train.py recorded in the run's ``manifest.json`` (the last train entry), or None."""
     try:
-        with open(os.path.join(run_dir, "manifest.json")) as f:
-            manifest = json.load(f)
+        manifest = open_run(run_dir).manifest or {}
     except (OSError, ValueError):
         return None
     entries = [v for k, v in sorted(manifest.items()) if k.startswith("train")]

@@ -10,12 +10,13 @@ A library of ``scripts/analysis`` (like ``runs.py``): the table tools (``recall_
 Renderers (``RENDERERS``, the names a block's marker uses): each is ``fn(root, *args, **kwargs)``
 returning the block's markdown (ending in a newline); ``root`` is the repository root and every
 path argument is relative to it. Each reads only files under ``results/`` (a run's
-``final_metrics.json``, ``log.jsonl``, ``train.log``, ``manifest.json``; a tool's ``summary.csv``;
-a benchmark's ``.json``), and raises ``SourceMissing`` (a FileNotFoundError naming the file)
-when one is absent. Output is byte-stable: fixed row orders and fixed formats.
+``final_metrics.json``, ``log.jsonl``, ``train.log``, ``manifest.json``, through ``runs.open_run`` /
+``runs.find_runs``, from its packed file or its folder; a tool's ``summary.csv``; a benchmark's
+``.json``), and raises ``SourceMissing`` (a FileNotFoundError naming the file) when one is absent.
+Output is byte-stable: fixed row orders and fixed formats.
 
 - ``recall_ablation <folder> [base=<row>] [link_root=<prefix>]``: the ablation table of
-  ``recall_ablation_table`` from the run folders under ``<folder>``.
+  ``recall_ablation_table`` from the runs (packed files or folders) under ``<folder>``.
 - ``recall_glance <summary.csv> cells=<T/N/width>,... [params=<folder>]``: test accuracy mean ± sd
   over the seeds at the picked learning rate per attention x cell; a cell whose runs are all at one
   learning rate says so (nothing was picked there); ``params`` names a folder of runs whose
@@ -35,7 +36,7 @@ import os
 import re
 import statistics
 
-from scripts.analysis.runs import attention_label, find_runs, run_cpu
+from scripts.analysis.runs import FINAL_METRICS, RUN_SUFFIX, RunNotFound, attention_label, find_runs, open_run, run_cpu
 
 
 class SourceMissing(FileNotFoundError):
@@ -169,13 +170,14 @@ RECALL_COLUMNS = ("attention", "seq_len", "num_pairs", "d_model", "token_shift",
 
 
 def read_recall_runs(files, label_params=()):
-    """One dict per recall run (the RECALL_COLUMNS but ``picked``, plus ``path``, ``train_time_s``
-    and ``attention_params``) from train.py's final_metrics.json files; runs of other tasks are
-    skipped. The attention column is ``runs.attention_label(config, label_params)``."""
+    """One dict per recall run (the RECALL_COLUMNS but ``picked``, plus ``path``: its final_metrics.json,
+    in the run folder or the packed run; ``train_time_s`` and ``attention_params``) from train.py's final
+    metrics of the runs ``files`` (``runs.find_runs``'s Runs, or anything ``runs.open_run`` takes); runs of
+    other tasks are skipped. The attention column is ``runs.attention_label(config, label_params)``."""
     runs = []
-    for path in files:
-        with open(path) as f:
-            metrics = json.load(f)
+    for run in map(open_run, files):
+        metrics = run.final_metrics or {}
+        path = os.path.join(run.path, FINAL_METRICS)
         cfg = metrics.get("config", {})
         if cfg.get("task") != "recall" or "test_accuracy" not in metrics:
             continue
@@ -304,16 +306,19 @@ ABLATION_COLUMNS = ("row", "base", "changes", "test_accuracy", "best_val_accurac
                     "first_iter_val_acc_0.5", "last_train_loss", "cpu", "run")
 
 
-def read_log(path):
-    """(evaluations [(iter, val_accuracy)], last logged training loss or None) of a train.py log.jsonl."""
+def read_log(run):
+    """(evaluations [(iter, val_accuracy)], last logged training loss or None) of the log.jsonl of ``run``
+    (a Run or anything ``runs.open_run`` takes). Raises runs.RunNotFound when the run has no log."""
+    run = open_run(run)
+    records = run.log
+    if records is None:
+        raise RunNotFound(f"{run.source}: the run has no log.jsonl")
     evals, last = [], None
-    with open(path) as f:
-        for line in f:
-            record = json.loads(line)
-            if "eval" in record and "val_accuracy" in record["eval"]:
-                evals.append((record["iter"], record["eval"]["val_accuracy"]))
-            elif "loss" in record:
-                last = record["loss"]
+    for record in records:
+        if "eval" in record and "val_accuracy" in record["eval"]:
+            evals.append((record["iter"], record["eval"]["val_accuracy"]))
+        elif "loss" in record:
+            last = record["loss"]
     return evals, last
 
 
@@ -331,41 +336,41 @@ def _unused(key, cfg):
 
 
 def ablation_rows(root, base_row=""):
-    """The ablation table's rows (dicts of ``ABLATION_COLUMNS``) of the run folders under ``root``
-    (each with final_metrics.json and log.jsonl), base rows first, then by name. A row's base is the
+    """The ablation table's rows (dicts of ``ABLATION_COLUMNS``, and ``link``: the run's file or folder
+    name, what the markdown links) of the runs under ``root`` (run folders or packed runs, each with
+    final_metrics.json and log.jsonl), base rows first, then by name. A row's base is the
     row named by its name's part before the first "_", or ``base_row`` for every row; "changes" lists
     the ``ABLATION_COMPARED`` configuration keys whose values differ from the base's (but for keys
     the row's configuration does not use, ``_unused``)."""
     runs = {}
-    for path in find_runs([root]):
-        run_dir = os.path.dirname(path)
-        with open(path) as f:
-            runs[os.path.basename(run_dir)] = (run_dir, json.load(f))
+    for run in find_runs([root]):
+        runs[run.name] = (run, run.final_metrics)
     out = []
-    for name, (run_dir, final) in runs.items():
+    for name, (run, final) in runs.items():
         base = base_row or name.split("_", 1)[0]
         cfg, base_cfg = final["config"], runs.get(base, (None, {"config": {}}))[1]["config"]
         changes = [f"{k}={describe(cfg.get(k))}" for k in ABLATION_COMPARED if base != name and base_cfg
                    and cfg.get(k) != base_cfg.get(k) and not _unused(k, cfg)]
-        evals, last = read_log(os.path.join(run_dir, "log.jsonl"))
+        evals, last = read_log(run)
         best_iter, best = max(evals, key=lambda e: (e[1], -e[0])) if evals else (None, None)
         first = next((it for it, acc in evals if acc >= 0.5), None)
         out.append({"row": name, "base": base if base in runs else "", "changes": " ".join(changes) or
                     ("(the base)" if base == name else "(none)"), "test_accuracy": final.get("test_accuracy"),
                     "best_val_accuracy": best, "best_iter": best_iter,
                     "first_iter_val_acc_0.5": first if first is not None else "-", "last_train_loss": last,
-                    "cpu": run_cpu(run_dir) or "", "run": run_dir})
+                    "cpu": run_cpu(run) or "", "run": run.path,
+                    "link": os.path.basename(run.source) + ("" if run.packed else "/")})
     return sorted(out, key=lambda r: (r["base"], r["row"] != r["base"], r["row"]))
 
 
 def ablation_markdown(table, link_root=""):
-    """The ablation table (rows of ``ablation_rows``) as markdown; each row links its run folder
-    (``link_root`` + folder name)."""
+    """The ablation table (rows of ``ablation_rows``) as markdown; each row links its run: ``link_root`` +
+    the packed file's name, or the folder's name and "/"."""
     head = ("| row | changes from its base | test acc. | best val acc. (step) | val acc. >= 0.5 from step "
             "| last train loss | run |")
     lines = [head, "|---|---|---:|---:|---:|---:|---|"]
     for r in table:
-        link = f"[{os.path.basename(r['run'])}]({link_root}{os.path.basename(r['run'])}/)"
+        link = f"[{os.path.basename(r['run'])}]({link_root}{r.get('link', os.path.basename(r['run']) + '/')})"
         lines.append(f"| {r['row']} | {r['changes']} | {r['test_accuracy']:.4f} | {r['best_val_accuracy']:.4f} "
                      f"({r['best_iter']}) | {r['first_iter_val_acc_0.5']} | {r['last_train_loss']:.3f} | {link} |")
     return "\n".join(lines) + "\n"
@@ -395,16 +400,16 @@ def attention_name(run_dir, seed):
 
 
 def read_gpt_mini_runs(files):
-    """One dict per lm run (the GPT_MINI_COLUMNS and ``path``) from final_metrics.json files and the
-    eval_ppl.py result ``eval_test.json`` beside each (test_ppl None without it); other tasks skipped."""
+    """One dict per lm run (the GPT_MINI_COLUMNS and ``path``, the run path) from the final metrics of the
+    runs ``files`` (``runs.find_runs``'s Runs, or anything ``runs.open_run`` takes) and the eval_ppl.py
+    result ``eval_test.json`` of each (test_ppl None without it); other tasks skipped."""
     runs = []
-    for path in files:
-        with open(path) as f:
-            metrics = json.load(f)
+    for run in map(open_run, files):
+        metrics = run.final_metrics or {}
         cfg = metrics.get("config", {})
         if cfg.get("task") != "lm":
             continue
-        run_dir = os.path.dirname(path)
+        run_dir = run.path
         tokens = metrics["iters"] * cfg["batch_size"] * cfg["block_size"] * cfg.get("gradient_accumulation_steps", 1)
         best = metrics.get("best_metric") or {}
         row = {"attention": attention_name(run_dir, cfg["seed"]), "seed": cfg["seed"], "test_ppl": None,
@@ -412,12 +417,10 @@ def read_gpt_mini_runs(files):
                "best_iter": metrics.get("best_iter"), "iters": metrics["iters"], "tokens": tokens,
                "train_time_s": metrics.get("train_time_s"),
                "tokens_per_s": tokens / metrics["train_time_s"] if metrics.get("train_time_s") else None,
-               "num_threads": cfg.get("num_threads"), "cpu": run_cpu(run_dir),
+               "num_threads": cfg.get("num_threads"), "cpu": run_cpu(run),
                "attention_params": json.dumps(cfg.get("attention_params", {}), sort_keys=True), "path": run_dir}
-        evaluation = os.path.join(run_dir, "eval_test.json")
-        if os.path.exists(evaluation):
-            with open(evaluation) as f:
-                result = json.load(f)
+        result = run.read_json("eval_test.json")
+        if result is not None:
             row.update(test_ppl=result["value"], test_tokens=result["tokens_scored"], protocol=result["protocol"])
         runs.append(row)
     return runs
@@ -522,24 +525,26 @@ def task_column(cfg):
 
 
 def read_lra_runs(files, skipped=None):
-    """One record per LRA classification run: file, label, task, test/val accuracy, steps_per_s, iters,
-    best_iter, majority, test_examples, examples_seen, max_len, cpu (of the manifest.json beside the
-    file, None without one). Files of other runs are left out, and appended to ``skipped`` if given."""
+    """One record per LRA classification run of ``files`` (``runs.find_runs``'s Runs, or anything
+    ``runs.open_run`` takes): file (its final_metrics.json, in the run folder or the packed run), run (the
+    run path), label, task, test/val accuracy, steps_per_s, iters, best_iter, majority, test_examples,
+    examples_seen, max_len, cpu (of the run's manifest.json, None without one). Other runs are left out,
+    and their final_metrics.json paths appended to ``skipped`` if given."""
     runs = []
-    for f in files:
-        with open(f) as fh:
-            m = json.load(fh)
+    for run in map(open_run, files):
+        m = run.final_metrics or {}
+        f = os.path.join(run.path, FINAL_METRICS)
         cfg = m.get("config", {})
         if cfg.get("task", "classify") != "classify" or "test_accuracy" not in m:
             if skipped is not None:
                 skipped.append(f)
             continue
-        runs.append({"file": f, "label": attention_label(cfg), "task": task_column(cfg),
+        runs.append({"file": f, "run": run.path, "label": attention_label(cfg), "task": task_column(cfg),
                      "test_accuracy": m["test_accuracy"], "val_accuracy": m.get("val_accuracy"),
                      "steps_per_s": m.get("steps_per_s"), "iters": m.get("iters"), "best_iter": m.get("best_iter"),
                      "majority": m.get("test_majority"), "test_examples": m.get("test_examples"),
                      "examples_seen": (m.get("iters") or 0) * cfg.get("batch_size", 0),
-                     "max_len": cfg.get("max_len"), "cpu": run_cpu(os.path.dirname(f))})
+                     "max_len": cfg.get("max_len"), "cpu": run_cpu(run)})
     return runs
 
 
@@ -606,10 +611,21 @@ def build_tables(runs):
     return acc_rows, steps_rows, chosen, common
 
 
+def run_sources(root, pattern):
+    """The paths (relative to ``root``, sorted) matching the glob ``pattern``, and the run paths of the
+    packed runs matching ``pattern`` + RUN_SUFFIX (``results/lra/*_cpu`` finds ``text_dense_cpu.tar.xz``
+    as ``results/lra/text_dense_cpu``). Raises SourceMissing when none matches."""
+    found = {os.path.relpath(p, root) for p in glob.glob(os.path.join(root, pattern))}
+    found |= {os.path.relpath(p, root)[: -len(RUN_SUFFIX)] for p in glob.glob(os.path.join(root, pattern + RUN_SUFFIX))}
+    if not found:
+        raise SourceMissing(f"a rendered block needs {pattern}, which matches no file")
+    return sorted(found)
+
+
 def lra_chosen(root, pattern):
-    """``build_tables``'s chosen runs {(label, task): run} of the LRA runs in the folders matching the
-    glob ``pattern`` (searched recursively). Raises SourceMissing when none holds an LRA run."""
-    runs = read_lra_runs(find_runs([os.path.join(root, p) for p in sources(root, pattern)]))
+    """``build_tables``'s chosen runs {(label, task): run} of the LRA runs matching the glob ``pattern``
+    (``run_sources``; folders searched recursively). Raises SourceMissing when none holds an LRA run."""
+    runs = read_lra_runs(find_runs([os.path.join(root, p) for p in run_sources(root, pattern)]))
     if not runs:
         raise SourceMissing(f"a rendered block needs LRA runs (final_metrics.json) under {pattern}; there are none")
     return build_tables(runs)[2]
@@ -841,6 +857,16 @@ def read_text(root, rel):
         return f.read()
 
 
+def run_text(root, run, name):
+    """The text of the file ``name`` of the run ``root/run`` (its folder or packed file). Raises
+    SourceMissing when the run or the file does not exist."""
+    try:
+        return open_run(os.path.join(root, run)).read_text(name)
+    except RunNotFound:
+        raise SourceMissing(f"a rendered block needs {run}/{name} (in the run folder or {run}{RUN_SUFFIX}), "
+                            "which does not exist") from None
+
+
 def _gpt_mini_fields(root):
     """results/gpt_mini_wikitext2: the parameter count (train_stdout.log), the training time (the last
     elapsed_s of train_log.jsonl), the test perplexity and the context used (test_blocks.json)."""
@@ -923,7 +949,7 @@ def _danet_fields(root):
     short, long_ = lengths[0], lengths[-1]
     bert, danet_mlm = _mlm_row(mlm, "bert_mini", short), _mlm_row(mlm, "danet_mini", short)
     local, local_long = _mlm_row(mlm, "danet_mini_localpos", short), _mlm_row(mlm, "danet_mini_localpos", long_)
-    log = open(source(root, "results/mlm_wikitext2/runs/bert_mini_seed0/train.log")).read()
+    log = run_text(root, "results/mlm_wikitext2/runs/bert_mini_seed0", "train.log")
     window = re.search(r"attention=softmax \{'window': (\d+)\}", log)
     if not window:
         raise SourceMissing("a rendered block needs the softmax window in "
@@ -1055,11 +1081,9 @@ def _recall_fields(root):
              and (softmax_rate is None or r["learning_rate"] == softmax_rate)]
     ablation = {r["row"]: r for r in ablation_rows(source(root, "results/recall/ablation_64_4"))}
     solved = ablation["gpt_three_inits_constant_lr"]
-    with open(os.path.join(solved["run"], "final_metrics.json")) as f:
-        solved_cfg = json.load(f)["config"]
+    solved_cfg = open_run(solved["run"]).final_metrics["config"]
     hard = ablation_rows(source(root, "results/recall/ablation_256_16"), "zoology_s0")
-    with open(os.path.join(hard[0]["run"], "final_metrics.json")) as f:
-        hard_cfg = json.load(f)["config"]
+    hard_cfg = open_run(hard[0]["run"]).final_metrics["config"]
     best_hard = max(hard, key=lambda r: r["test_accuracy"])
     hard_text = ("no setting without the shift has learned yet" if best_hard["test_accuracy"] < 0.5 else
                  f"{best_hard['row']} reaches {best_hard['test_accuracy']:.3f} test without the shift")

@@ -3,7 +3,8 @@ what it changes from its base row, and how far it got.
 
     python -m scripts.analysis.recall_ablation_table out/recall_ablation --out=results/recall/ablation_64_4
 
-A row is a run folder ``<root>/<row>/`` with train.py's ``final_metrics.json`` and ``log.jsonl``. Its
+A row is a run ``<root>/<row>`` (a run folder, or its packed file ``<row>.tar.xz``: ``runs.py``) with
+train.py's ``final_metrics.json`` and ``log.jsonl``. Its
 base is the row named by the part of its name before the first "_" (``zoology_mlp`` -> ``zoology``),
 or the row ``--base`` names for every row;
 "changes" lists the configuration keys (``published.ABLATION_COMPARED``) whose values differ from the
@@ -11,7 +12,8 @@ base's, read from both runs' ``final_metrics.json`` (nothing typed by hand; the 
 are ``scripts/analysis/published.py``'s, which also renders them into docs/recall.md). Columns: test accuracy (the whole
 test split, weights of the best validation step), the best validation accuracy and its step, the
 first evaluated step with validation accuracy >= 0.5 ("-" if none: the plateau), the last
-training loss logged, the run's CPU, and the run folder (its logs, linked from the markdown).
+training loss logged, the run's CPU, and the run path (its packed file or folder, with the logs, is
+linked from the markdown).
 
 Writes ``<out>/summary.csv``, ``<out>/table.md`` and their entry ``table`` in ``<out>/manifest.json``;
 prints the markdown.
@@ -30,7 +32,7 @@ from scripts.analysis.published import ABLATION_COLUMNS, ablation_markdown, abla
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("root", help="folder of the run folders (OUT_ROOT of recall_ablation.sh, or the archive)")
+    ap.add_argument("root", help="folder of the runs (OUT_ROOT of recall_ablation.sh, or the archive in results/)")
     ap.add_argument("--out", default="", help="folder for summary.csv and table.md ('' = print only)")
     ap.add_argument("--link_root", default="", help="prefix of the run links in the markdown")
     ap.add_argument("--base", default="", help="the row every row is compared with ('' = its name's first part)")
@@ -44,7 +46,7 @@ def main(argv=None):
         from data import write_text
 
         buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=ABLATION_COLUMNS, lineterminator="\r\n")
+        writer = csv.DictWriter(buffer, fieldnames=ABLATION_COLUMNS, extrasaction="ignore", lineterminator="\r\n")
         writer.writeheader()
         writer.writerows(table)
         write_text(os.path.join(a.out, "summary.csv"), buffer.getvalue())

@@ -66,7 +66,6 @@ before a full grid and lower --record_examples if needed.
 """
 import argparse
 import csv
-import json
 import os
 import statistics
 import sys
@@ -80,6 +79,7 @@ import provenance
 from attention.tree.samplers import SAMPLERS
 from attention.tree.schedule import DESCENTS
 from scripts.analysis.capture import attention_weights, capture
+from scripts.analysis.runs import RunNotFound, open_run
 from scripts.analysis.tree_sweep_table import SAMPLER_LABEL
 from data import recall as recall_data
 from tasks import recall as recall_task
@@ -125,12 +125,13 @@ def test_split(out_dir, cfg):
     named in its final_metrics.json when it is still there (the exact examples, whatever the task's
     options have become since), else the folder of the run's options (``tasks.recall.load_data``,
     generated first if missing; options the run predates take the task's defaults)."""
-    final = os.path.join(out_dir, "final_metrics.json")
-    if os.path.exists(final):
-        with open(final) as f:
-            folder = (json.load(f).get("data") or {}).get("folder")
-        if folder and os.path.isdir(folder):
-            return folder, recall_data.load(folder, "test")
+    try:
+        final = open_run(out_dir).final_metrics or {}  # scripts/analysis/runs.py: a run folder or its packed file
+    except RunNotFound:
+        final = {}
+    folder = (final.get("data") or {}).get("folder")
+    if folder and os.path.isdir(folder):
+        return folder, recall_data.load(folder, "test")
     cfg = {**recall_task.DEFAULTS, **cfg}
     recall_task.prepare_data(cfg)  # nothing to do when the folder exists with the same manifest
     loaded = recall_task.load_data(cfg)

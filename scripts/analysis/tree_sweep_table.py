@@ -4,7 +4,10 @@ of "High Attention Scores and Where to Find Them" and a plot.
     python -m scripts.analysis.tree_sweep_table --in_dir results/tree_sweep [--out results/tree_sweep/tree_sweep_table] [--L 1024]
 
 Inputs: every *.json in --in_dir written by eval_ppl.py (keys "metric", "value", "mean_nll",
-"protocol", "attention", "attention_params", "attention_stats", "offset", "seed", ...).
+"protocol", "attention", "attention_params", "attention_stats", "offset", "seed", ...), and the lines
+of --in_dir/evals.jsonl, where results/ keeps a finished sweep's JSON files merged (one line per
+file: {"file": "<name>.json", ...its keys}; ``python -m scripts.analysis.runs merge`` writes it,
+``scripts/analysis/runs.py`` describes it).
 
 A configuration is (protocol, attention, sampler, normalization, E); its runs differ in the test
 slice (offset) and the sampling seed. Slices differ from each other far more than configurations
@@ -23,14 +26,12 @@ with one seed). Outputs:
 """
 import argparse
 import csv
-import glob
-import json
 import math
 import os
 import statistics
-import sys
 
 import provenance
+from scripts.analysis.runs import read_evals
 
 SAMPLER_ORDER = ["uniform", "edh", "alignment", "positive_alignment", "rff", "favor_plus", "favor_plus_relu"]
 SAMPLER_LABEL = {"uniform": "Uniform", "edh": "EDH", "alignment": "Align.", "positive_alignment": "Pos. Align.",
@@ -45,15 +46,11 @@ def _attention_label(d):
 
 
 def load_runs(in_dir):
-    """Read the run JSONs of ``in_dir`` into flat dicts (skips files that are not eval results)."""
+    """Read the eval results of ``in_dir`` (its eval_ppl.py JSON files and the lines of its merged
+    ``evals.jsonl``: ``runs.read_evals``) into flat dicts, in file name order (skips results that are
+    not eval results)."""
     runs = []
-    for path in sorted(glob.glob(os.path.join(in_dir, "*.json"))):
-        with open(path) as f:
-            try:
-                d = json.load(f)
-            except json.JSONDecodeError:
-                print(f"warning: {path} is not valid JSON, skipped", file=sys.stderr)
-                continue
+    for name, d in read_evals(in_dir):
         if "value" not in d or "protocol" not in d:
             continue
         tree = d.get("attention") == "tree"
@@ -62,7 +59,7 @@ def load_runs(in_dir):
         full = st.get("full_attention_inner_products") or 0
         frac = st.get("alignment_inner_products", 0) / full if full else (float("nan") if tree else 1.0)
         runs.append({
-            "file": os.path.basename(path),
+            "file": name,
             "attention": _attention_label(d),
             "sampler": params.get("sampler", ""),
             "E": float(params["E"]) if "E" in params else 1.0,

@@ -10,9 +10,15 @@ Config files are plain Python that assign known keys. ``--key=value`` values are
 (an int is accepted for a float). ``--attention.E=0.5`` sets ``attention_params["E"]``.
 ``--help`` / ``-h`` prints every key with its default and meaning and exits with status 0.
 ``run_cli(main)`` turns a ConfigError into ``error: <message>`` on stderr and exit status 2.
+
+``--import=FILE`` (or ``--import FILE``; repeatable; train.py, eval_ppl.py and the attention
+benchmark) imports a user's Python file before the keys are read, so that an attention or a task
+it registers (``attention.register``, ``tasks.register``) can be named without an edit of the
+repository (``import_files``).
 """
 import ast
 import difflib
+import importlib.util
 import os
 import sys
 
@@ -225,6 +231,58 @@ def check_device(device):
     if device == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
         raise ConfigError(f"device=mps but Apple's MPS backend is not available here (torch {torch.__version__}); "
                           f"use --device=cpu")
+
+
+def import_files(argv):
+    """Import the Python files that ``argv`` names with ``--import=FILE`` or ``--import FILE``, in
+    order, each as the module named by its file name (``cosformer.py`` -> ``cosformer``), and
+    return ``argv`` without them. A file registers what it defines when it is imported
+    (``attention.register``, ``tasks.register``); importing the same file again does nothing.
+
+    Returns:
+        (argv, paths): the other arguments, in order, and the absolute paths imported.
+
+    Raises:
+        ConfigError: ``--import`` without a file; a file that does not exist or is not a ``.py``
+            file; a file whose name is a module already imported from elsewhere (rename it).
+        Whatever the file raises while it runs (its own traceback: the error is in that code).
+    """
+    rest, paths = [], []
+    args = iter(argv)
+    for arg in args:
+        if arg == "--import":
+            path = next(args, None)
+            if path is None or path.startswith("--"):
+                raise ConfigError("--import needs a Python file: --import=path/to/my_attention.py")
+        elif arg.startswith("--import="):
+            path = arg[len("--import="):]
+        else:
+            rest.append(arg)
+            continue
+        paths.append(_import_file(path))
+    return rest, paths
+
+
+def _import_file(path):
+    full = os.path.abspath(os.path.expanduser(path))
+    if not path.endswith(".py") or not os.path.isfile(full):
+        raise ConfigError(f"--import={path}: not a Python file (expected an existing path/to/file.py)")
+    name = os.path.splitext(os.path.basename(full))[0]
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        if os.path.abspath(getattr(loaded, "__file__", "") or "") == full:
+            return full
+        raise ConfigError(f"--import={path}: a module named {name!r} is already imported from "
+                          f"{getattr(loaded, '__file__', None) or 'the standard library'}; rename the file")
+    spec = importlib.util.spec_from_file_location(name, full)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # before running it, as Python's own import does (pickling, self-imports)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return full
 
 
 def run_cli(main, argv=None):

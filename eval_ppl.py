@@ -364,6 +364,7 @@ def evaluate(cfg):
 def main(argv):
     """Parse ``argv`` (see HELP), evaluate, print a summary and write the JSON; returns the result dict."""
     torch.set_flush_denormal(True)
+    argv, _ = configurator.import_files(argv)  # a user's attention (--import=FILE), for --attention=NAME
     cfg = configurator.parse(DEFAULTS, argv, help=HELP)
     if cfg["num_threads"]:
         torch.set_num_threads(cfg["num_threads"])

@@ -51,6 +51,9 @@ def main(argv):
         ConfigError: bad configuration or data (``configurator.run_cli`` turns it into status 2).
     """
     torch.set_flush_denormal(True)  # subnormal floats make CPU backward passes much slower
+    command = provenance.command_line([os.path.abspath(__file__), *argv])
+    argv, _ = configurator.import_files(argv)  # a user's attention or task (--import=FILE)
+    T.config_keys()
     cfg, explicit = configurator.parse_explicit(T.DEFAULTS, argv, help=T.HELP)
     cfg["out_dir"] = T.resolve_out_dir(cfg, explicit, argv)  # unset: configs/lra/text.py + attention/fastmax1.py
     if cfg["init_from"] not in T.INIT_FROM:
@@ -69,7 +72,7 @@ def main(argv):
         torch.set_num_threads(cfg["num_threads"])
     dist = T.Dist(cfg)
     try:
-        return train(cfg, task, dist, ckpt, command=provenance.command_line([os.path.abspath(__file__), *argv]))
+        return train(cfg, task, dist, ckpt, command=command)
     finally:
         dist.close()
 

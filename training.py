@@ -101,7 +101,7 @@ COMMON_HELP = dict(
     wandb_project="wandb project name",
     wandb_run_name="wandb run name",
     wandb_mode="wandb mode: online | offline | disabled",
-    task=f"what to train: {' | '.join(tasks.available())} (modules in tasks/)",
+    task="what to train: a registered task (tasks.available(), modules in tasks/)",
     dataset="data set name; allowed values depend on the task (lm: wikitext2 | shakespeare_char; "
             "mlm: wikitext2 | hf:<path>[:<config>])",
     batch_size="sequences per micro-batch per process",
@@ -125,10 +125,25 @@ COMMON_HELP = dict(
     seed="seed of initialization, dropout and batches",
     num_threads="torch CPU threads per process, 0 = torch's default",
 )
-# The model's keys (model.RUN_KEYS: ModelConfig's fields declared with their defaults and help) and
-# every task's keys (tasks/__init__.py) are merged in, so that --help lists them and they are checked.
-DEFAULTS, HELP = tasks.merge_defaults({**COMMON_DEFAULTS, **model_lib.run_key_defaults()[0]},
-                                      {**COMMON_HELP, **model_lib.run_key_defaults()[1]})
+
+
+def config_keys():
+    """train.py's keys: (DEFAULTS, HELP), the loop's keys (``COMMON_DEFAULTS``), the model's
+    (``model.RUN_KEYS``: ModelConfig's fields with their defaults and help) and every registered
+    task's (tasks/__init__.py), so that --help lists them and they are checked. The module's
+    ``DEFAULTS`` and ``HELP`` are these dicts, updated in place by each call (a task registered by
+    ``--import`` adds its keys; train.py calls it after the imports)."""
+    model_defaults, model_help = model_lib.run_key_defaults()
+    common_help = dict(COMMON_HELP, task=f"what to train: {' | '.join(tasks.available())} (modules in tasks/)")
+    defaults, help = tasks.merge_defaults({**COMMON_DEFAULTS, **model_defaults}, {**common_help, **model_help})
+    for mine, new in ((DEFAULTS, defaults), (HELP, help)):
+        mine.clear()
+        mine.update(new)
+    return DEFAULTS, HELP
+
+
+DEFAULTS, HELP = {}, {}
+config_keys()
 
 LR_SCHEDULES = ("cosine", "constant", "rsqrt")
 INIT_FROM = ("scratch", "resume")

@@ -69,7 +69,8 @@ train.py key. Setting a key that only other tasks use, or a train.py key that th
 its ``IGNORED_KEYS``, is an error (``check_task_keys``). The model's keys (sizes, attention,
 architecture options) are ``ModelConfig``'s (``model.RUN_KEYS``), common to every task.
 
-Registering a task: add ``name: "tasks.<module>"`` to ``REGISTRY``. What several tasks share
+Registering a task: add ``name: "tasks.<module>"`` to ``REGISTRY``, or, from a file outside the
+repository, call ``register(name, __name__)`` in it and pass ``--import=FILE`` to train.py. What several tasks share
 (the batch seeds, the model config, evaluation over fixed batches) is in ``tasks/common.py``;
 task modules import it, never this package.
 """
@@ -87,6 +88,23 @@ REGISTRY = {
 
 REQUIRED = ("DEFAULTS", "HELP", "MODEL", "MODEL_KEYS", "DATA_KEYS", "BEST_METRIC", "prepare_data", "load_data", "build_model",
             "get_batch", "loss", "evaluate", "batch_tokens")
+
+
+def register(name, module):
+    """Register task ``name``, implemented by ``module`` (a module object, or its dotted name), so
+    that ``--task=name`` trains it and its checkpoints load. A task in this repository is a line
+    of ``REGISTRY``; a task in a user's file registers itself when the file is imported
+    (``--import=FILE``, ``configurator.import_files``): ``tasks.register("toy", __name__)``.
+    train.py's keys include the task's ``DEFAULTS`` from the next ``training.config_keys()`` on
+    (train.py calls it after its imports).
+
+    Raises:
+        ValueError: ``name`` is registered already.
+    """
+    if name in REGISTRY:
+        raise ValueError(f"task {name!r} is registered twice ({REGISTRY[name]} and "
+                         f"{module if isinstance(module, str) else module.__name__})")
+    REGISTRY[name] = module if isinstance(module, str) else module.__name__
 
 
 def available():

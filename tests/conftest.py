@@ -17,6 +17,18 @@ os.environ.setdefault("WANDB_MODE", "offline")
 torch.set_flush_denormal(True)
 
 
+def pytest_addoption(parser):
+    parser.addoption("--import", dest="user_imports", action="append", default=[], metavar="FILE",
+                     help="a Python file registering an attention or a task (configurator.import_files), imported "
+                          "before collection, so that e.g. tests/attention/test_contract.py checks it too")
+
+
+def pytest_configure(config):
+    import configurator
+
+    configurator.import_files([f"--import={path}" for path in config.getoption("user_imports")])
+
+
 # LRA sources the code reads from an environment variable (data/lra/text.py, data/lra/image.py: ENV),
 # for which the tests fall back to the small subsets in ../shared: variable -> (fallback, what it is).
 DATA_DIRS = {

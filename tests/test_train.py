@@ -591,9 +591,12 @@ def test_out_dir_is_named_from_the_config_layers(tmp_path, monkeypatch):
 def test_attention_config_files_build():
     import attention
     folder = os.path.join(ROOT, "configs", "attention")
+    covered = set()
     for name in sorted(os.listdir(folder)):
         cfg = configurator.parse(train.DEFAULTS, [os.path.join(folder, name)])
         attention.check_params(cfg["attention"], cfg["attention_params"])
+        covered.add(cfg["attention"])
+    assert covered == set(attention.registered()) - {"softmax_reference"}  # every method has its defaults' file
 
 
 @pytest.mark.parametrize("name,why", [("reformer", "depends on later tokens"), ("informer", "depends on later tokens"),

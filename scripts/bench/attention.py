@@ -81,6 +81,7 @@ import platform
 
 import torch
 
+import configurator
 from data import write_json
 import provenance
 from scripts import plot_style
@@ -103,6 +104,7 @@ REFERENCE_STYLE = {"color": "black", "marker": "s", "linestyle": "--"}  # the pl
 
 def measure_peak_child(spec):
     """In a fresh process: peak memory (MB) that one call adds on top of its inputs."""
+    configurator.import_files([f"--import={path}" for path in spec.get("imports", [])])
     torch.set_num_threads(spec["threads"])
     method = Method.from_dict(spec["method"])
     call, _ = make_call(method, spec["causal"], spec["T"], spec["D"], spec["heads"], spec["device"], spec["mode"])
@@ -161,7 +163,7 @@ def run_curve(method, mode, causal, D, Ts, args, max_bytes, probe_gflops):
             row["note"] = "leaky causal (attention.causal_support)"
         if args.memory == "subprocess" and (memory_T is None or T in memory_T):
             spec = dict(method=method.as_dict(), mode=mode, causal=causal, T=T, D=D, heads=args.heads,
-                        threads=args.threads, device=args.device)
+                        threads=args.threads, device=args.device, imports=args.imports)
             row["peak_mb"], note = measure_peak(spec)
             row["note"] = "; ".join(x for x in (row["note"], note) if x)
         return row
@@ -582,8 +584,14 @@ def main(argv=None):
     ap.add_argument("--layer_tokens", type=int, default=16384, help="--suite layer: tokens per call (B = this // T)")
     ap.add_argument("--plot_only", action="store_true",
                     help="only draw <out>.png again from <out>.json (no timing; --out, --plot_D apply)")
+    ap.add_argument("--import", dest="imports", action="append", default=[], metavar="FILE",
+                    help="a Python file that registers an attention (attention.register) to benchmark; repeatable")
     ap.add_argument("--_child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    try:
+        _, args.imports = configurator.import_files([f"--import={path}" for path in args.imports])
+    except configurator.ConfigError as e:
+        ap.error(str(e))
     if args._child:
         print(measure_peak_child(json.loads(args._child)))
         return None

@@ -1,6 +1,5 @@
 import functools
 import os
-import re
 
 import pytest
 import torch
@@ -108,18 +107,13 @@ def test_attention_class_is_the_registered_class():
         attention.attention_class("softmx")
 
 
-def test_architecture_doc_lists_the_registry():
-    """docs/architecture.md's list of names and of causal support is the registry's."""
-    with open(os.path.join(ROOT, "docs", "architecture.md")) as f:
-        text = " ".join(f.read().split())
+def test_python_m_attention_lists_the_registry():
+    from attention.__main__ import rows
 
-    def names(pattern):
-        return sorted(re.findall(r"`(\w+)`", re.search(pattern, text).group(1)))
-
-    assert names(r"Registered attention names: (.*?)\.") == attention.registered()
-    for support, pattern in (("leaky", r'Not exactly causal \("leaky"[^)]*\): (.*?);'),
-                             ("unsupported", r'no causal form \("unsupported"\): (.*?)\.')):
-        assert names(pattern) == [n for n in attention.registered() if attention.causal_support(n) == support]
+    table = rows()
+    assert [row[0] for row in table] == attention.registered()
+    assert {row[0]: row[1] for row in table} == {n: attention.causal_support(n) for n in attention.registered()}
+    assert dict((row[0], row[4]) for row in table)["softmax"] == "softmax_reference"
 
 
 def test_allowed_keys_is_none_when_everything_is_allowed():

@@ -1,0 +1,1 @@
+"""python -m scripts.scorecard: an attention's row on every testbed (see __main__.py)."""

@@ -1,0 +1,377 @@
+"""One command gives an attention its row beside every method (issue 45): the scorecard.
+
+    python -m scripts.scorecard SPEC [--tier quick|full] [--import FILE ...] [--plan]
+    python -m scripts.scorecard fastmax:p=2 --tier full
+    python -m scripts.scorecard my_attention --import my_attention.py        # a user's own (docs/scorecard.md)
+    python -m scripts.scorecard --leaderboard                                # only rebuild the leaderboard
+
+SPEC is the attention (the benchmark's method syntax: ``name:param=value,...``, the name of a file in
+``configs/attention/``, or a config file's path). For every testbed that applies
+(``scripts/scorecard/testbeds.py``: associative recall, speed against SDPA) the command runs the
+cells of the tier, one at a time, each as soon as the one before it ends, printing the plan and its
+estimated time first (from the measured times of earlier cells), then a line per cell with the
+time left. Each cell's result is appended to ``<results>/cells.jsonl`` when it ends (a stopped
+scorecard resumes where it stopped: a cell whose protocol has a result is not run again, and a
+run archived under ``results/`` with the same protocol is used instead of a new one). Training
+runs go to ``<out_root>/<label>/<cell>/``. The attention's card, ``<results>/cards/<label>_<tier>.json``
+(every cell with its protocol key, result and where it came from; why a testbed does not apply),
+and the leaderboard, ``<results>/leaderboard.csv`` and ``.md`` (a row per attention and tier:
+recall test accuracy mean +- sd over seeds with their number, "not separable" from softmax where
+both have 2 seeds or more and the means differ by less than 2 pooled sd; speed as the median time
+ratio to SDPA), are written at the end.
+
+Tiers: ``quick`` (a first look, marked as such: recall 64/4 one seed at the config's rate, speed
+at T = 1k, 4k) and ``full`` (the published protocol: recall's reference cell with the rate picked on
+seed 0 of three and two more seeds, 64/4 at that rate with three seeds, speed at T = 1k, 4k, 16k).
+``--train_args`` adds train.py arguments to every run (tests: tiny budgets; they are part of the
+protocol, so such runs never stand in for real ones).
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import configurator
+from data import write_json, write_text
+from scripts.scorecard import testbeds as tb
+
+DEFAULT_SECONDS = {"recall": 300.0, "speed": 30.0}  # a cell's time before one is measured
+
+
+def shown(path):
+    """``path`` relative to the repository when it is inside it, else absolute."""
+    full = os.path.abspath(path)
+    return os.path.relpath(full, tb.ROOT) if full.startswith(tb.ROOT + os.sep) else full
+
+
+def label_file(label):
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in label)
+
+
+class Store:
+    """``cells.jsonl``: one JSON object per finished cell, ``key`` its protocol key; appended as cells end."""
+
+    def __init__(self, path):
+        self.path, self.rows = path, {}
+        if os.path.exists(path):
+            with open(path) as f:
+                for n, line in enumerate(f, 1):
+                    if line.strip():
+                        try:
+                            row = json.loads(line)
+                        except json.JSONDecodeError as e:
+                            raise configurator.ConfigError(f"{path}:{n}: not a JSON line ({e.msg}); fix or remove "
+                                                           f"the line") from None
+                        self.rows[row["key"]] = row
+
+    def add(self, row):
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        with open(self.path, "a") as f:
+            f.write(json.dumps(row, sort_keys=True) + "\n")
+        self.rows[row["key"]] = row
+
+    def seconds(self, testbed):
+        """Median wall time of this testbed's cells that ran here (None before the first)."""
+        times = [r["wall_s"] for r in self.rows.values() if r["testbed"] == testbed and r.get("wall_s")]
+        return statistics.median(times) if times else None
+
+
+def archived_index(folders):
+    """Protocol key -> (run path, final metrics) of every packed run under ``folders`` whose
+    final_metrics.json holds its configuration (``scripts.analysis.runs``)."""
+    import training
+    from scripts.analysis.runs import find_runs
+
+    index = {}
+    for folder in folders:
+        full = os.path.join(tb.ROOT, folder)
+        if not os.path.isdir(full):
+            continue
+        for run in find_runs([full]):
+            metrics = run.final_metrics
+            if not metrics or "config" not in metrics or metrics["config"].get("task") != "recall":
+                continue
+            cfg = {**training.DEFAULTS, **metrics["config"]}  # a key added since takes its default
+            try:
+                key, _ = tb.protocol(tb.with_full_params(cfg), "recall", tb.RECALL_VERSION)
+            except ValueError:  # an attention no longer registered
+                continue
+            index.setdefault(key, (shown(run.source), metrics))
+    return index
+
+
+class Scorecard:
+    def __init__(self, spec, args):
+        self.spec, self.args = spec, args
+        self.store = Store(os.path.join(args.results, "cells.jsonl"))
+        self.card = {"label": spec.label, "spec": spec.text, "tier": args.tier, "attention": spec.name,
+                     "attention_params": spec.params, "config": spec.config, "cells": [], "not_applicable": {}}
+        self._archive = None
+        self.t0, self.done, self.planned = time.time(), 0, 0
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+    def estimate(self, testbed):
+        return self.store.seconds(testbed) or DEFAULT_SECONDS[testbed]
+
+    def progress(self, what, row):
+        self.done += 1
+        elapsed = time.time() - self.t0
+        left = max(self.planned - self.done, 0)
+        eta = left * (elapsed / self.done)
+        print(f"[{self.done}/{self.planned}] {what}: {row.get('summary', '')} ({row.get('source')}; "
+              f"elapsed {elapsed / 60:.1f} min, about {eta / 60:.1f} min left)", flush=True)
+
+    def archive(self):
+        if self._archive is None:
+            self._archive = archived_index(tb.RECALL_ARCHIVES)
+        return self._archive
+
+    # -- recall ----------------------------------------------------------------------------------
+    def recall_run(self, role, cell, lr, seed):
+        argv = [tb.RECALL_CONFIG, *self.spec.layers("recall"), *tb.recall_cell_args(cell, lr, seed),
+                *self.args.train_args]
+        cfg = tb.resolved_config(argv, self.args.imports)
+        key, fields = tb.protocol(cfg, "recall", tb.RECALL_VERSION)
+        name = tb.recall_cell_name(cell, lr, seed)
+        row = self.store.rows.get(key)
+        if row is None and key in self.archive():
+            path, metrics = self.archive()[key]
+            row = self.recall_row(key, fields, metrics, source=path, wall_s=None)
+            self.store.add(row)
+        if row is None:
+            out_dir = os.path.join(self.args.out_root, label_file(self.spec.label), name)
+            command = [sys.executable, "train.py", *(f"--import={p}" for p in self.args.imports), *argv,
+                       f"--out_dir={out_dir}", f"--num_threads={self.args.threads}"]
+            os.makedirs(out_dir, exist_ok=True)
+            start = time.time()
+            with open(os.path.join(out_dir, "scorecard.log"), "w") as log:
+                proc = subprocess.run(command, cwd=tb.ROOT, stdout=log, stderr=subprocess.STDOUT)
+            metrics_path = os.path.join(out_dir, "final_metrics.json")
+            if proc.returncode != 0 or not os.path.exists(metrics_path):
+                raise RuntimeError(f"recall run {name} failed (status {proc.returncode}); its log: "
+                                   f"{os.path.join(out_dir, 'scorecard.log')}")
+            with open(metrics_path) as f:
+                metrics = json.load(f)
+            row = self.recall_row(key, fields, metrics, source=shown(out_dir),
+                                  wall_s=time.time() - start)
+            self.store.add(row)
+        self.card["cells"].append({"role": role, "name": name, "key": key, "learning_rate": lr, "seed": seed,
+                                   "cell": list(cell), **{k: row[k] for k in ("test_accuracy", "val_accuracy",
+                                                                              "source")}})
+        self.progress(f"recall {name}", row)
+        return row
+
+    @staticmethod
+    def recall_row(key, fields, metrics, source, wall_s):
+        return {"key": key, "testbed": "recall", "protocol": fields, "source": source, "wall_s": wall_s,
+                "test_accuracy": metrics["test_accuracy"], "val_accuracy": metrics["best_metric"]["value"],
+                "summary": f"test accuracy {metrics['test_accuracy']:.4f}"}
+
+    def recall(self):
+        if self.args.tier == "quick":
+            default_lr = tb.resolved_config([tb.RECALL_CONFIG, *self.spec.layers("recall"), *self.args.train_args],
+                                            self.args.imports)["learning_rate"]
+            self.recall_run("recall_small", tb.RECALL_SMALL, default_lr, 0)
+            return
+        selection = [self.recall_run("recall_reference_selection", tb.RECALL_REFERENCE, lr, 0)
+                     for lr in tb.RECALL_RATES]
+        best = max(range(len(selection)), key=lambda i: (selection[i]["val_accuracy"], -i))  # ties: smaller rate
+        lr = tb.RECALL_RATES[best]
+        self.card["recall_rate"] = lr
+        for seed in tb.RECALL_SEEDS[1:]:
+            self.recall_run("recall_reference", tb.RECALL_REFERENCE, lr, seed)
+        for seed in tb.RECALL_SEEDS:
+            self.recall_run("recall_small", tb.RECALL_SMALL, lr, seed)
+
+    # -- speed -----------------------------------------------------------------------------------
+    def speed(self):
+        import torch
+
+        from scripts.bench.methods import parse_method, time_call
+
+        torch.set_num_threads(self.args.threads)
+        torch.set_flush_denormal(True)
+        cls, sdpa = self.spec.cls, parse_method("sdpa")
+        modes = ("forward", "forward_backward") if cls.trainable else ("forward",)
+        causals = (False,) if cls.causal == "unsupported" else (False, True)
+        for T in self.args.speed_T or tb.SPEED_T[self.args.tier]:
+            for causal in causals:
+                for mode in modes:
+                    key, fields = tb.speed_protocol(self.spec, T, causal, mode, self.args.threads)
+                    row = self.store.rows.get(key)
+                    if row is None:
+                        start = time.time()
+                        try:
+                            sdpa_s = time_call(sdpa, mode, causal, T, tb.SPEED_D, tb.SPEED_HEADS, "cpu", 3, 5.0)[0]
+                            own_s = time_call(self.spec.method, mode, causal, T, tb.SPEED_D, tb.SPEED_HEADS, "cpu",
+                                              3, 5.0)[0]
+                            note = ""
+                        except (RuntimeError, MemoryError) as e:
+                            sdpa_s = own_s = None
+                            note = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+                        ratio = own_s / sdpa_s if own_s and sdpa_s else None
+                        row = {"key": key, "testbed": "speed", "protocol": fields, "source": "measured",
+                               "wall_s": time.time() - start, "seconds": own_s, "sdpa_seconds": sdpa_s,
+                               "ratio": ratio, "note": note,
+                               "summary": f"{ratio:.2f}x SDPA's time" if ratio else note}
+                        self.store.add(row)
+                    self.card["cells"].append({"role": "speed", "name": f"speed_T{T}_{'causal' if causal else 'full'}"
+                                               f"_{mode}", "key": key, "T": T, "causal": causal, "mode": mode,
+                                               "ratio": row["ratio"], "source": row["source"]})
+                    self.progress(f"speed T={T} causal={causal} {mode}", row)
+
+    # -- the whole card --------------------------------------------------------------------------
+    def plan(self):
+        """(testbed, cells, estimated seconds) of the testbeds that apply; records the others."""
+        plan = []
+        for testbed in ("recall", "speed"):
+            reason = tb.applies(testbed, self.spec)
+            if reason:
+                self.card["not_applicable"][testbed] = reason
+                continue
+            if testbed == "recall":
+                n = 1 if self.args.tier == "quick" else len(tb.RECALL_RATES) + 2 + 3
+            else:
+                n = len(self.args.speed_T or tb.SPEED_T[self.args.tier]) * \
+                    (1 if self.spec.cls.causal == "unsupported" else 2) * (2 if self.spec.cls.trainable else 1)
+            plan.append((testbed, n, n * self.estimate(testbed)))
+        return plan
+
+    def run(self):
+        plan = self.plan()
+        self.planned = sum(n for _, n, _ in plan)
+        total = sum(s for _, _, s in plan)
+        print(f"scorecard of {self.spec.label} ({self.args.tier} tier): "
+              + ", ".join(f"{t} {n} cells" for t, n, _ in plan)
+              + "".join(f"; {t}: does not apply ({why})" for t, why in self.card["not_applicable"].items())
+              + f"; at most about {total / 60:.0f} min (cells already measured or archived are not run)", flush=True)
+        if self.args.plan:
+            return None
+        for testbed, _, _ in plan:
+            getattr(self, testbed)()
+        path = os.path.join(self.args.results, "cards", f"{label_file(self.spec.label)}_{self.args.tier}.json")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write_json(path, self.card)
+        return path
+
+
+# -- the leaderboard -------------------------------------------------------------------------------
+def mean_sd(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return None, None, 0
+    return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else None), len(values)
+
+
+def leaderboard_rows(cards):
+    """One row per (attention, tier) card: recall cells as (mean, sd, n), speed ratios by T."""
+    rows = []
+    for card in cards:
+        row = {"attention": card["label"], "tier": card["tier"], "not_applicable": card["not_applicable"]}
+        for role, column in (("recall_reference", "recall_256_16"), ("recall_small", "recall_64_4")):
+            cells = [c for c in card["cells"] if c["role"] in (role, role + "_selection")
+                     and c["learning_rate"] == card.get("recall_rate", c["learning_rate"])]
+            row[column] = mean_sd([c["test_accuracy"] for c in cells])
+        speed = [c for c in card["cells"] if c["role"] == "speed"]
+        mode = "forward_backward" if any(c["mode"] == "forward_backward" for c in speed) else "forward"
+        causal = any(c["causal"] for c in speed)
+        row["speed"] = {c["T"]: c["ratio"] for c in speed if c["mode"] == mode and c["causal"] == causal}
+        row["speed_kind"] = ("causal" if causal else "not causal") + (", forward only" if mode == "forward" else "")
+        rows.append(row)
+    return rows
+
+
+def format_cell(stat, softmax=None):
+    mean, sd, n = stat
+    if mean is None:
+        return "not run"
+    text = f"{mean:.3f}" + (f" ± {sd:.3f}" if sd is not None else "") + f" (n={n})"
+    if n < 2:
+        return text + ", one seed"
+    if softmax and softmax[2] >= 2 and softmax[1] is not None and sd is not None:
+        pooled = math.sqrt((sd ** 2 + softmax[1] ** 2) / 2)
+        if abs(mean - softmax[0]) < 2 * pooled:
+            text += ", not separable from softmax"
+    return text
+
+
+def write_leaderboard(results):
+    """``leaderboard.csv`` and ``.md`` from every card under ``results/cards``; returns the .md path."""
+    folder = os.path.join(results, "cards")
+    cards = []
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        with open(os.path.join(folder, name)) as f:
+            cards.append(json.load(f))
+    rows = leaderboard_rows(cards)
+    Ts = sorted({T for r in rows for T in r.get("speed", {})})
+    softmax = {r["tier"]: r for r in rows if r["attention"] == "softmax"}
+    header = ["attention", "tier", "recall 256/16 w64", "recall 64/4 w64",
+              *(f"time / SDPA, T={T} (causal, forward + backward)" for T in Ts)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    csv_lines = [",".join(["attention", "tier", "recall_256_16_mean", "recall_256_16_sd", "recall_256_16_n",
+                           "recall_64_4_mean", "recall_64_4_sd", "recall_64_4_n", *(f"speed_ratio_T{T}" for T in Ts)])]
+    for r in sorted(rows, key=lambda r: (r["tier"], r["attention"] != "softmax", r["attention"])):
+        base = softmax.get(r["tier"])
+        cells = []
+        for column in ("recall_256_16", "recall_64_4"):
+            if "recall" in r["not_applicable"]:
+                cells.append(f"does not apply ({r['not_applicable']['recall']})")
+            elif r["tier"] == "quick" and column == "recall_256_16":
+                cells.append("full tier only")
+            else:
+                cells.append(format_cell(r[column], base[column] if base and base is not r else None))
+        kind = "" if r["speed_kind"] == "causal" else f" ({r['speed_kind']})"
+        speed = [f"{r['speed'][T]:.2f}{kind}" if r["speed"].get(T) else "not run" for T in Ts]
+        tier = r["tier"] + (" (a first look)" if r["tier"] == "quick" else "")
+        lines.append("| " + " | ".join([r["attention"], tier, *cells, *speed]) + " |")
+        csv_lines.append(",".join(str(x) for x in [r["attention"], r["tier"], *r["recall_256_16"], *r["recall_64_4"],
+                                                   *(r.get("speed", {}).get(T) for T in Ts)]).replace("None", ""))
+    md = os.path.join(results, "leaderboard.md")
+    write_text(os.path.join(results, "leaderboard.csv"), "\n".join(csv_lines) + "\n")
+    write_text(md, "\n".join(lines) + "\n")
+    return md
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser(prog="python -m scripts.scorecard", description=__doc__.split("\n")[0])
+    ap.add_argument("spec", nargs="?", help="the attention: name[:param=value,...], a configs/attention name or a file")
+    ap.add_argument("--tier", choices=tb.TIERS, default="quick")
+    ap.add_argument("--import", dest="imports", action="append", default=[], metavar="FILE",
+                    help="a Python file that registers the attention (attention.register); repeatable")
+    ap.add_argument("--plan", action="store_true", help="print the plan and its estimated time, run nothing")
+    ap.add_argument("--leaderboard", action="store_true", help="only rebuild the leaderboard from the cards")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out_root", default="out/scorecard", help="where training runs go")
+    ap.add_argument("--results", default="results/scorecard", help="cells.jsonl, cards/, leaderboard.csv/.md")
+    ap.add_argument("--train_args", default="", help="more train.py arguments for every run (e.g. tiny budgets)")
+    ap.add_argument("--speed_T", default="", help="comma list of T for the speed cells instead of the tier's")
+    args = ap.parse_args(argv)
+    args.train_args = args.train_args.split()
+    args.speed_T = [int(t) for t in args.speed_T.split(",") if t.strip()]
+    try:
+        _, args.imports = configurator.import_files([f"--import={p}" for p in args.imports])
+        if args.leaderboard:
+            print(f"wrote {write_leaderboard(args.results)}")
+            return None
+        if not args.spec:
+            ap.error("give the attention (SPEC) or --leaderboard")
+        try:
+            spec = tb.Spec(args.spec)
+        except ValueError as e:
+            raise configurator.ConfigError(str(e)) from None
+        card = Scorecard(spec, args).run()
+        if card:
+            print(f"wrote {card} and {write_leaderboard(args.results)}")
+        return card
+    except configurator.ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+"""The scorecard's testbeds (a library: ``python -m scripts.scorecard`` runs them; issue 45): what an
+attention is measured on, each with one definition of its budget and protocol.
+
+- ``recall``: multi-query associative recall (tasks/recall.py, docs/recall.md; Zoology, Arora et al.
+  2023, "Zoology: Measuring and Improving Recall in Efficient Language Models", Figure 2), the model
+  of ``configs/recall/mqar.py`` (no token shift) with the attention's layer (its
+  ``configs/recall/attention/<name>.py`` where one exists, as ``scripts/sweeps/recall.sh``).
+  Full tier: the reference cell 256/16 width 64 at the learning rates ``RECALL_RATES`` on seed 0
+  (the selection seed), the rate with the best validation accuracy (ties: the smaller rate), then
+  seeds 1 and 2 at it; and 64/4 width 64 at that rate, seeds 0-2. Quick tier: 64/4 width 64,
+  seed 0, the config's rate. Metric: test accuracy. Causal methods that train only.
+- ``speed``: one call of the attention on (1, 8, T, 64) float32 inputs against SDPA
+  (``torch.nn.functional.scaled_dot_product_attention``) timed in the same process, causal and not,
+  forward and forward + backward (forward only for an inference-only method), by the attention
+  benchmark's measuring code (``scripts.bench.methods.time_call``: median of repeated calls).
+  Full tier: T = 1024, 4096, 16384; quick: 1024, 4096. Metric: time / SDPA's time.
+
+A cell's protocol (``protocol``) is everything that decides its result: for a training cell the
+fully resolved configuration of train.py (every model, attention and training key after defaults,
+the attention's parameters with the method's own defaults filled in; paths, logging and thread
+counts left out: ``NOT_PROTOCOL``) plus the testbed's version; for a speed cell the call's sizes,
+the method and the CPU. A cell whose protocol has a result (``results/scorecard/cells.jsonl``) is
+not run again; a training run under ``results/`` whose protocol matches (the testbed's ``ARCHIVES``,
+folders whose runs were made with the current code's defaults) is used, not repeated. Raise a
+testbed's version when its protocol changes in a way the configuration does not show.
+"""
+import hashlib
+import json
+import os
+import platform
+
+import attention
+from scripts.bench.common import ROOT
+
+RECALL_VERSION = 1
+SPEED_VERSION = 1
+RECALL_CONFIG = "configs/recall/mqar.py"
+RECALL_REFERENCE = (256, 16, 64)  # length, pairs, width
+RECALL_SMALL = (64, 4, 64)
+RECALL_RATES = (1e-3, 3e-3, 1e-2)
+RECALL_SEEDS = (0, 1, 2)  # seed 0 selects the rate
+# folders of archived recall runs made with the current defaults (moved out when a default changes)
+RECALL_ARCHIVES = ("results/recall/noshift_256_16", "results/scorecard/runs")
+SPEED_T = {"quick": (1024, 4096), "full": (1024, 4096, 16384)}
+SPEED_D, SPEED_HEADS = 64, 8
+TIERS = ("quick", "full")
+# train.py keys that say where files go, how much is printed or how fast it runs, not what is trained
+NOT_PROTOCOL = ("out_dir", "num_threads", "device", "wandb_log", "wandb_project", "wandb_run_name", "wandb_mode",
+                "log_interval", "eval_only", "init_from", "always_save_checkpoint", "recall_dir", "data_source_dir",
+                "data_source_file", "lra_dir", "bert_vocab", "compile")
+
+
+class Spec:
+    """The attention under test, from the text the user gives (the benchmark's method syntax,
+    ``scripts.bench.methods.parse_method``): a registered name with parameters (``fastmax:p=2``),
+    the name of a file in ``configs/attention/`` (``fastmax2``) or a config file's path.
+
+    Attributes:
+        text (str): as given; label (str): the leaderboard's row name; name (str): the registered
+        attention; params (dict): its parameters as given; config (str | None): the config file
+        (repository-relative where it is inside the repository).
+
+    Raises:
+        ValueError: an unknown attention or parameter, an unreadable config file.
+    """
+
+    def __init__(self, text):
+        from scripts.bench.methods import parse_method
+
+        self.text = text
+        named = os.path.join(ROOT, "configs", "attention", f"{text}.py")
+        if text.endswith(".py") or (":" not in text and os.path.exists(named)):
+            path = text if text.endswith(".py") else named
+            self.config = os.path.relpath(os.path.abspath(path), ROOT) if os.path.abspath(path).startswith(ROOT) \
+                else os.path.abspath(path)
+            method = parse_method("@" + (path if os.path.isabs(path) else os.path.join(ROOT, path)))
+            self.label = os.path.splitext(os.path.basename(path))[0]
+        else:
+            self.config = None
+            method = parse_method(text)
+            self.label = text
+        if method.kind != "registry":
+            raise ValueError(f"{text!r} is not an attention of the registry (the scorecard measures those)")
+        self.method = method
+        self.name, self.params = method.name, dict(method.params)
+
+    @property
+    def cls(self):
+        return attention.attention_class(self.name)
+
+    def layers(self, testbed):
+        """train.py arguments that select this attention in ``testbed`` ("recall", ...): its config
+        file (the recall override ``configs/recall/attention/<label>.py`` where one exists) or
+        ``--attention=`` and ``--attention.<param>=`` settings."""
+        if self.config is None:
+            return [f"--attention={self.name}", *(f"--attention.{k}={v!r}" for k, v in self.params.items())]
+        override = os.path.join("configs", testbed, "attention", os.path.basename(self.config))
+        return [override if os.path.exists(os.path.join(ROOT, override)) else self.config]
+
+
+def applies(testbed, spec):
+    """None if ``testbed`` applies to ``spec``'s attention, else why not (a short phrase)."""
+    cls = spec.cls
+    if testbed == "recall":
+        if cls.causal != "exact":
+            return "not exactly causal"
+        if not cls.trainable:
+            return "inference only"
+        return None
+    if testbed == "speed":
+        return None
+    raise ValueError(f"unknown testbed {testbed!r}; known: recall, speed")
+
+
+def resolved_config(argv, imports=()):
+    """The configuration train.py would run for ``argv`` (config files and --key=value), every key
+    after defaults, with the attention's parameters completed by the method's own defaults.
+
+    Raises:
+        configurator.ConfigError: what train.py would refuse.
+    """
+    import configurator
+    import training
+
+    configurator.import_files([f"--import={path}" for path in imports])
+    training.config_keys()
+    cfg = configurator.parse(training.DEFAULTS, list(argv))
+    return with_full_params(cfg)
+
+
+def with_full_params(cfg):
+    """``cfg`` (a train.py configuration) with ``attention_params`` completed by the attention's
+    defaults (``attention.accepted_params``), so that a default of the method is part of it."""
+    out = dict(cfg)
+    defaults = {k: v for k, v in attention.accepted_params(cfg["attention"]).items()}
+    out["attention_params"] = {**defaults, **cfg["attention_params"]}
+    return out
+
+
+def protocol(cfg, testbed, version):
+    """(key, fields): the protocol of a training cell, a dict of what decides its result (``cfg``
+    without ``NOT_PROTOCOL``, plus the testbed and its version), and its key, the first 16 hex
+    digits of the SHA-256 of the fields as sorted JSON."""
+    fields = {k: v for k, v in sorted(cfg.items()) if k not in NOT_PROTOCOL}
+    fields["testbed"], fields["testbed_version"] = testbed, version
+    return digest(fields), fields
+
+
+def speed_protocol(spec, T, causal, mode, threads):
+    """(key, fields) of a speed cell: the call's sizes and mode, the method with its parameters
+    completed, the threads and the CPU model (times are comparable on one machine only)."""
+    full = {**attention.accepted_params(spec.name), **spec.params}
+    fields = {"testbed": "speed", "testbed_version": SPEED_VERSION, "attention": spec.name,
+              "attention_params": dict(sorted(full.items())), "T": T, "D": SPEED_D, "heads": SPEED_HEADS,
+              "causal": causal, "mode": mode, "threads": threads, "cpu": cpu_model()}
+    return digest(fields), fields
+
+
+def digest(fields):
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=repr).encode()).hexdigest()[:16]
+
+
+def cpu_model():
+    """The CPU's model name (``/proc/cpuinfo``), else ``platform.processor()``."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def recall_cell_args(cell, lr, seed):
+    """train.py arguments of one recall run besides the config and attention layers."""
+    length, pairs, width = cell
+    return [f"--block_size={length}", f"--recall_pairs={pairs}", f"--n_embd={width}", f"--learning_rate={lr:g}",
+            f"--seed={seed}"]
+
+
+def recall_cell_name(cell, lr, seed):
+    length, pairs, width = cell
+    return f"recall_T{length}_N{pairs}_d{width}_lr{lr:g}_s{seed}"

@@ -1,0 +1,100 @@
+"""python -m scripts.scorecard (issue 45): the attention of docs/scorecard.md (cosFormer), written to a
+temporary folder, goes through the quick tier at tiny sizes via --import with no file of the
+repository changed, a second call runs nothing, and the protocol decides what counts as the same
+cell (archived sweep runs are found)."""
+import json
+import os
+import subprocess
+import sys
+
+from scripts.scorecard import testbeds as tb
+from scripts.scorecard.__main__ import archived_index, format_cell
+
+ROOT = tb.ROOT
+TINY = "--max_iters=3 --eval_interval=3 --recall_sizes={'train':64,'val':32,'test':32}"
+
+
+def docs_example():
+    """The Python block of docs/scorecard.md (the user's attention)."""
+    with open(os.path.join(ROOT, "docs", "scorecard.md")) as f:
+        text = f.read()
+    return text.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def scorecard(*args):
+    proc = subprocess.run([sys.executable, "-m", "scripts.scorecard", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def tracked_changes():
+    return subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+                          text=True).stdout
+
+
+def test_the_docs_attention_gets_its_quick_row_from_outside_the_repository(tmp_path):
+    (tmp_path / "cosformer.py").write_text(docs_example())
+    before = tracked_changes()
+    args = ["cosformer", f"--import={tmp_path / 'cosformer.py'}", f"--results={tmp_path / 'results'}",
+            f"--out_root={tmp_path / 'out'}", f"--train_args={TINY}", "--speed_T=32,64", "--threads=1"]
+    out = scorecard(*args)
+    assert "quick tier" in out and "[9/9]" in out
+    card = json.loads((tmp_path / "results" / "cards" / "cosformer_quick.json").read_text())
+    recall = [c for c in card["cells"] if c["role"] == "recall_small"]
+    assert len(recall) == 1 and recall[0]["seed"] == 0 and 0 <= recall[0]["test_accuracy"] <= 1
+    speed = [c for c in card["cells"] if c["role"] == "speed"]
+    assert {(c["T"], c["causal"], c["mode"]) for c in speed} == {
+        (T, causal, mode) for T in (32, 64) for causal in (False, True) for mode in ("forward", "forward_backward")}
+    assert all(c["ratio"] > 0 for c in speed)
+    board = (tmp_path / "results" / "leaderboard.md").read_text()
+    assert "| cosformer | quick (a first look) | full tier only | " in board and "one seed" in board
+    rows = (tmp_path / "results" / "cells.jsonl").read_text().splitlines()
+    assert len(rows) == 9
+    again = scorecard(*args)  # every cell has its result: nothing runs, nothing is added
+    assert len((tmp_path / "results" / "cells.jsonl").read_text().splitlines()) == 9 and "[9/9]" in again
+    assert tracked_changes() == before
+
+
+def test_the_protocol_is_the_resolved_configuration():
+    spec = tb.Spec("softmax")
+    argv = [tb.RECALL_CONFIG, *spec.layers("recall"), *tb.recall_cell_args(tb.RECALL_SMALL, 3e-3, 0)]
+    key, fields = tb.protocol(tb.resolved_config(argv), "recall", tb.RECALL_VERSION)
+    same, _ = tb.protocol(tb.resolved_config(argv + ["--num_threads=1", "--out_dir=elsewhere"]), "recall",
+                          tb.RECALL_VERSION)
+    assert same == key and fields["block_size"] == 64 and fields["token_shift"] is False
+    for change in ("--seed=1", "--max_iters=10", "--attention.implementation='reference'"):
+        assert tb.protocol(tb.resolved_config(argv + [change]), "recall", tb.RECALL_VERSION)[0] != key, change
+    assert tb.protocol(tb.resolved_config(argv), "recall", tb.RECALL_VERSION + 1)[0] != key
+    # an attention parameter left at its default and the same parameter given explicitly are one protocol
+    fastmax = [tb.RECALL_CONFIG, "--attention=fastmax", "--attention.p=2"]
+    explicit = fastmax + [f"--attention.normalization={tb.attention.accepted_params('fastmax')['normalization']!r}"]
+    assert tb.protocol(tb.resolved_config(fastmax), "recall", 1)[0] == \
+        tb.protocol(tb.resolved_config(explicit), "recall", 1)[0]
+
+
+def test_archived_sweep_runs_stand_in_for_their_cells():
+    folder = "results/recall/noshift_256_16"
+    index = archived_index((folder,))
+    assert index and all(path.startswith(folder) for path, _ in index.values())
+    spec = tb.Spec("softmax")
+    argv = [tb.RECALL_CONFIG, *spec.layers("recall"), *tb.recall_cell_args(tb.RECALL_REFERENCE, 1e-3, 0)]
+    key, _ = tb.protocol(tb.resolved_config(argv), "recall", tb.RECALL_VERSION)
+    path, metrics = index[key]
+    assert os.path.basename(path) == "softmax_T256_N16_d64_lr0.001_s0.tar.xz" and "test_accuracy" in metrics
+
+
+def test_spec_forms_and_what_applies():
+    assert tb.Spec("fastmax2").layers("recall") == ["configs/attention/fastmax2.py"]
+    assert tb.Spec("longformer").layers("recall") == ["configs/recall/attention/longformer.py"]
+    assert tb.Spec("fastmax:p=2").layers("recall") == ["--attention=fastmax", "--attention.p=2"]
+    assert tb.applies("recall", tb.Spec("reformer")) == "not exactly causal"
+    assert tb.applies("recall", tb.Spec("tree")) == "inference only"
+    assert tb.applies("speed", tb.Spec("tree")) is None
+
+
+def test_cells_say_how_many_seeds_and_whether_they_separate():
+    assert format_cell((0.5, None, 1)) == "0.500 (n=1), one seed"
+    assert format_cell((0.9, 0.01, 3), softmax=(0.91, 0.01, 3)).endswith("not separable from softmax")
+    assert format_cell((0.5, 0.01, 3), softmax=(0.91, 0.01, 3)) == "0.500 ± 0.010 (n=3)"
+    assert format_cell((None, None, 0)) == "not run"

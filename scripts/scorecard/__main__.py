@@ -7,7 +7,8 @@
 
 SPEC is the attention (the benchmark's method syntax: ``name:param=value,...``, the name of a file in
 ``configs/attention/``, or a config file's path). For every testbed that applies
-(``scripts/scorecard/testbeds.py``: associative recall, speed against SDPA) the command runs the
+(``scripts/scorecard/testbeds.py``: associative recall, the mini GPT on WikiText-2, speed against
+SDPA) the command runs the
 cells of the tier, one at a time, each as soon as the one before it ends, printing the plan and its
 estimated time first (from the measured times of earlier cells), then a line per cell with the
 time left. Each cell's result is appended to ``<results>/cells.jsonl`` when it ends (a stopped
@@ -23,8 +24,9 @@ ratio to SDPA), are written at the end.
 Tiers: ``quick`` (a first look, marked as such: recall 64/4 one seed at the config's rate, speed
 at T = 1k, 4k) and ``full`` (the published protocol: recall's reference cell with the rate picked on
 seed 0 of three and two more seeds, 64/4 at that rate with three seeds, speed at T = 1k, 4k, 16k).
-``--train_args`` adds train.py arguments to every run (tests: tiny budgets; they are part of the
-protocol, so such runs never stand in for real ones).
+``--train_args`` adds train.py arguments to every run and ``--eval_args`` eval_ppl.py arguments to
+the WikiText-2 evaluation (tests: tiny budgets; both are part of the protocol, so such runs never
+stand in for real ones).
 """
 import argparse
 import json
@@ -39,7 +41,9 @@ import configurator
 from data import write_json, write_text
 from scripts.scorecard import testbeds as tb
 
-DEFAULT_SECONDS = {"recall": 300.0, "speed": 30.0}  # a cell's time before one is measured
+DEFAULT_SECONDS = {"recall": 300.0, "wikitext2": 1800.0, "speed": 30.0}
+VERSIONS = {"recall": tb.RECALL_VERSION, "wikitext2": tb.WIKITEXT2_VERSION}
+EVALUATION = {"recall": (), "wikitext2": tb.WIKITEXT2_EVAL}  # a cell's time before one is measured
 
 
 def shown(path):
@@ -80,9 +84,10 @@ class Store:
         return statistics.median(times) if times else None
 
 
-def archived_index(folders):
-    """Protocol key -> (run path, final metrics) of every packed run under ``folders`` whose
-    final_metrics.json holds its configuration (``scripts.analysis.runs``)."""
+def archived_index(folders, testbed="recall"):
+    """Protocol key -> (run path, Run) of every run of ``testbed``'s task under ``folders`` whose
+    final_metrics.json holds its configuration (``scripts.analysis.runs``); a wikitext2 run needs
+    its eval_test.json too."""
     import training
     from scripts.analysis.runs import find_runs
 
@@ -93,14 +98,21 @@ def archived_index(folders):
             continue
         for run in find_runs([full]):
             metrics = run.final_metrics
-            if not metrics or "config" not in metrics or metrics["config"].get("task") != "recall":
+            task = "recall" if testbed == "recall" else "lm"
+            if not metrics or "config" not in metrics or metrics["config"].get("task") != task:
+                continue
+            if testbed == "wikitext2" and not run.has("eval_test.json"):
                 continue
             cfg = {**training.DEFAULTS, **metrics["config"]}  # a key added since takes its default
             try:
-                key, _ = tb.protocol(tb.with_full_params(cfg), "recall", tb.RECALL_VERSION)
+                key, _ = tb.protocol(tb.with_full_params(cfg), testbed, VERSIONS[testbed], EVALUATION[testbed])
             except ValueError:  # an attention no longer registered
                 continue
-            index.setdefault(key, (shown(run.source), metrics))
+            if testbed == "wikitext2":
+                evaluation = run.read_json("eval_test.json")
+                if [f"--split={evaluation['split']}", f"--protocol={evaluation['protocol']}"] != list(tb.WIKITEXT2_EVAL):
+                    continue
+            index.setdefault(key, (shown(run.source), run))
     return index
 
 
@@ -110,7 +122,7 @@ class Scorecard:
         self.store = Store(os.path.join(args.results, "cells.jsonl"))
         self.card = {"label": spec.label, "spec": spec.text, "tier": args.tier, "attention": spec.name,
                      "attention_params": spec.params, "config": spec.config, "cells": [], "not_applicable": {}}
-        self._archive = None
+        self._archive = {}
         self.t0, self.done, self.planned = time.time(), 0, 0
 
     # -- bookkeeping ---------------------------------------------------------------------------
@@ -125,51 +137,84 @@ class Scorecard:
         print(f"[{self.done}/{self.planned}] {what}: {row.get('summary', '')} ({row.get('source')}; "
               f"elapsed {elapsed / 60:.1f} min, about {eta / 60:.1f} min left)", flush=True)
 
-    def archive(self):
-        if self._archive is None:
-            self._archive = archived_index(tb.RECALL_ARCHIVES)
-        return self._archive
+    def archive(self, testbed):
+        if testbed not in self._archive:
+            folders = tb.RECALL_ARCHIVES if testbed == "recall" else tb.WIKITEXT2_ARCHIVES
+            self._archive[testbed] = archived_index(folders, testbed)
+        return self._archive[testbed]
 
-    # -- recall ----------------------------------------------------------------------------------
-    def recall_run(self, role, cell, lr, seed):
-        argv = [tb.RECALL_CONFIG, *self.spec.layers("recall"), *tb.recall_cell_args(cell, lr, seed),
-                *self.args.train_args]
+    # -- training cells --------------------------------------------------------------------------
+    def train_cell(self, testbed, role, name, argv, card_fields):
+        """The result row of one training cell (recall, wikitext2): the store's, an archived run's
+        with the same protocol, or a new run (train.py, then for wikitext2 eval_ppl.py) in
+        ``<out_root>/<label>/<name>``; added to the card with ``card_fields``."""
+        argv = [*argv, *self.args.train_args]
         cfg = tb.resolved_config(argv, self.args.imports)
-        key, fields = tb.protocol(cfg, "recall", tb.RECALL_VERSION)
-        name = tb.recall_cell_name(cell, lr, seed)
+        evaluation_args = [*EVALUATION[testbed], *(self.args.eval_args if EVALUATION[testbed] else [])]
+        key, fields = tb.protocol(cfg, testbed, VERSIONS[testbed], evaluation_args)
         row = self.store.rows.get(key)
-        if row is None and key in self.archive():
-            path, metrics = self.archive()[key]
-            row = self.recall_row(key, fields, metrics, source=path, wall_s=None)
+        if row is None and key in self.archive(testbed):
+            path, run = self.archive(testbed)[key]
+            evaluation = run.read_json("eval_test.json") if testbed == "wikitext2" else None
+            row = self.result_row(testbed, key, fields, run.final_metrics, evaluation, source=path, wall_s=None)
             self.store.add(row)
         if row is None:
             out_dir = os.path.join(self.args.out_root, label_file(self.spec.label), name)
-            command = [sys.executable, "train.py", *(f"--import={p}" for p in self.args.imports), *argv,
-                       f"--out_dir={out_dir}", f"--num_threads={self.args.threads}"]
             os.makedirs(out_dir, exist_ok=True)
+            imports = [f"--import={p}" for p in self.args.imports]
+            commands = [[sys.executable, "train.py", *imports, *argv, f"--out_dir={out_dir}",
+                         f"--num_threads={self.args.threads}"]]
+            if testbed == "wikitext2":
+                commands.append([sys.executable, "eval_ppl.py", *imports, f"--out_dir={out_dir}", *evaluation_args,
+                                 f"--num_threads={self.args.threads}", f"--out_json={out_dir}/eval_test.json"])
             start = time.time()
             with open(os.path.join(out_dir, "scorecard.log"), "w") as log:
-                proc = subprocess.run(command, cwd=tb.ROOT, stdout=log, stderr=subprocess.STDOUT)
-            metrics_path = os.path.join(out_dir, "final_metrics.json")
-            if proc.returncode != 0 or not os.path.exists(metrics_path):
-                raise RuntimeError(f"recall run {name} failed (status {proc.returncode}); its log: "
-                                   f"{os.path.join(out_dir, 'scorecard.log')}")
-            with open(metrics_path) as f:
+                for command in commands:
+                    status = subprocess.run(command, cwd=tb.ROOT, stdout=log, stderr=subprocess.STDOUT).returncode
+                    if status != 0:
+                        raise RuntimeError(f"{testbed} cell {name} failed (status {status}); its log: "
+                                           f"{os.path.join(out_dir, 'scorecard.log')}")
+            with open(os.path.join(out_dir, "final_metrics.json")) as f:
                 metrics = json.load(f)
-            row = self.recall_row(key, fields, metrics, source=shown(out_dir),
+            evaluation = None
+            if testbed == "wikitext2":
+                with open(os.path.join(out_dir, "eval_test.json")) as f:
+                    evaluation = json.load(f)
+            row = self.result_row(testbed, key, fields, metrics, evaluation, source=shown(out_dir),
                                   wall_s=time.time() - start)
             self.store.add(row)
-        self.card["cells"].append({"role": role, "name": name, "key": key, "learning_rate": lr, "seed": seed,
-                                   "cell": list(cell), **{k: row[k] for k in ("test_accuracy", "val_accuracy",
-                                                                              "source")}})
-        self.progress(f"recall {name}", row)
+        shown_fields = ("test_accuracy", "val_accuracy") if testbed == "recall" else (
+            "test_ppl", "tokens_per_s", "train_time_s")
+        self.card["cells"].append({"role": role, "name": name, "key": key, **card_fields,
+                                   **{k: row[k] for k in shown_fields}, "source": row["source"]})
+        self.progress(f"{testbed} {name}", row)
         return row
 
     @staticmethod
-    def recall_row(key, fields, metrics, source, wall_s):
-        return {"key": key, "testbed": "recall", "protocol": fields, "source": source, "wall_s": wall_s,
-                "test_accuracy": metrics["test_accuracy"], "val_accuracy": metrics["best_metric"]["value"],
-                "summary": f"test accuracy {metrics['test_accuracy']:.4f}"}
+    def result_row(testbed, key, fields, metrics, evaluation, source, wall_s):
+        row = {"key": key, "testbed": testbed, "protocol": fields, "source": source, "wall_s": wall_s}
+        if testbed == "recall":
+            row.update(test_accuracy=metrics["test_accuracy"], val_accuracy=metrics["best_metric"]["value"],
+                       summary=f"test accuracy {metrics['test_accuracy']:.4f}")
+        else:
+            cfg = metrics["config"]
+            tokens = cfg["batch_size"] * cfg["block_size"] * cfg["gradient_accumulation_steps"]
+            row.update(test_ppl=evaluation["value"], train_time_s=metrics["train_time_s"],
+                       tokens_per_s=(metrics["steps_per_s"] or 0) * tokens,
+                       summary=f"test perplexity {evaluation['value']:.2f}")
+        return row
+
+    def recall_run(self, role, cell, lr, seed):
+        argv = [tb.RECALL_CONFIG, *self.spec.layers("recall"), *tb.recall_cell_args(cell, lr, seed)]
+        return self.train_cell("recall", role, tb.recall_cell_name(cell, lr, seed), argv,
+                               {"learning_rate": lr, "seed": seed, "cell": list(cell)})
+
+    def wikitext2(self):
+        argv = [tb.WIKITEXT2_CONFIG, *self.spec.layers("wikitext2")]
+        if self.args.tier == "quick":
+            n = tb.WIKITEXT2_QUICK_ITERS
+            argv += [f"--max_iters={n}", f"--lr_decay_iters={n}", f"--eval_interval={n}"]
+        self.train_cell("wikitext2", "wikitext2", f"wikitext2_gpt_mini_{self.args.tier}", argv, {})
 
     def recall(self):
         if self.args.tier == "quick":
@@ -228,13 +273,15 @@ class Scorecard:
     def plan(self):
         """(testbed, cells, estimated seconds) of the testbeds that apply; records the others."""
         plan = []
-        for testbed in ("recall", "speed"):
+        for testbed in ("recall", "wikitext2", "speed"):
             reason = tb.applies(testbed, self.spec)
             if reason:
                 self.card["not_applicable"][testbed] = reason
                 continue
             if testbed == "recall":
                 n = 1 if self.args.tier == "quick" else len(tb.RECALL_RATES) + 2 + 3
+            elif testbed == "wikitext2":
+                n = 1
             else:
                 n = len(self.args.speed_T or tb.SPEED_T[self.args.tier]) * \
                     (1 if self.spec.cls.causal == "unsupported" else 2) * (2 if self.spec.cls.trainable else 1)
@@ -276,6 +323,8 @@ def leaderboard_rows(cards):
             cells = [c for c in card["cells"] if c["role"] in (role, role + "_selection")
                      and c["learning_rate"] == card.get("recall_rate", c["learning_rate"])]
             row[column] = mean_sd([c["test_accuracy"] for c in cells])
+        wikitext2 = [c for c in card["cells"] if c["role"] == "wikitext2"]
+        row["wikitext2"] = (wikitext2[0]["test_ppl"], wikitext2[0]["tokens_per_s"]) if wikitext2 else None
         speed = [c for c in card["cells"] if c["role"] == "speed"]
         mode = "forward_backward" if any(c["mode"] == "forward_backward" for c in speed) else "forward"
         causal = any(c["causal"] for c in speed)
@@ -309,11 +358,12 @@ def write_leaderboard(results):
     rows = leaderboard_rows(cards)
     Ts = sorted({T for r in rows for T in r.get("speed", {})})
     softmax = {r["tier"]: r for r in rows if r["attention"] == "softmax"}
-    header = ["attention", "tier", "recall 256/16 w64", "recall 64/4 w64",
+    header = ["attention", "tier", "recall 256/16 w64", "recall 64/4 w64", "WikiText-2 test ppl (tokens/s)",
               *(f"time / SDPA, T={T} (causal, forward + backward)" for T in Ts)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     csv_lines = [",".join(["attention", "tier", "recall_256_16_mean", "recall_256_16_sd", "recall_256_16_n",
-                           "recall_64_4_mean", "recall_64_4_sd", "recall_64_4_n", *(f"speed_ratio_T{T}" for T in Ts)])]
+                           "recall_64_4_mean", "recall_64_4_sd", "recall_64_4_n", "wikitext2_test_ppl",
+                           "wikitext2_tokens_per_s", *(f"speed_ratio_T{T}" for T in Ts)])]
     for r in sorted(rows, key=lambda r: (r["tier"], r["attention"] != "softmax", r["attention"])):
         base = softmax.get(r["tier"])
         cells = []
@@ -324,11 +374,16 @@ def write_leaderboard(results):
                 cells.append("full tier only")
             else:
                 cells.append(format_cell(r[column], base[column] if base and base is not r else None))
+        if "wikitext2" in r["not_applicable"]:
+            cells.append(f"does not apply ({r['not_applicable']['wikitext2']})")
+        else:
+            cells.append(f"{r['wikitext2'][0]:.2f} ({r['wikitext2'][1]:,.0f}), one seed" if r["wikitext2"] else "not run")
         kind = "" if r["speed_kind"] == "causal" else f" ({r['speed_kind']})"
         speed = [f"{r['speed'][T]:.2f}{kind}" if r["speed"].get(T) else "not run" for T in Ts]
         tier = r["tier"] + (" (a first look)" if r["tier"] == "quick" else "")
         lines.append("| " + " | ".join([r["attention"], tier, *cells, *speed]) + " |")
         csv_lines.append(",".join(str(x) for x in [r["attention"], r["tier"], *r["recall_256_16"], *r["recall_64_4"],
+                                                   *(r["wikitext2"] or (None, None)),
                                                    *(r.get("speed", {}).get(T) for T in Ts)]).replace("None", ""))
     md = os.path.join(results, "leaderboard.md")
     write_text(os.path.join(results, "leaderboard.csv"), "\n".join(csv_lines) + "\n")
@@ -349,9 +404,10 @@ def main(argv=None):
     ap.add_argument("--out_root", default="out/scorecard", help="where training runs go")
     ap.add_argument("--results", default="results/scorecard", help="cells.jsonl, cards/, leaderboard.csv/.md")
     ap.add_argument("--train_args", default="", help="more train.py arguments for every run (e.g. tiny budgets)")
+    ap.add_argument("--eval_args", default="", help="more eval_ppl.py arguments for the WikiText-2 evaluation (tests)")
     ap.add_argument("--speed_T", default="", help="comma list of T for the speed cells instead of the tier's")
     args = ap.parse_args(argv)
-    args.train_args = args.train_args.split()
+    args.train_args, args.eval_args = args.train_args.split(), args.eval_args.split()
     args.speed_T = [int(t) for t in args.speed_T.split(",") if t.strip()]
     try:
         _, args.imports = configurator.import_files([f"--import={p}" for p in args.imports])

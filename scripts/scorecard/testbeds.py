@@ -9,6 +9,12 @@ attention is measured on, each with one definition of its budget and protocol.
   (the selection seed), the rate with the best validation accuracy (ties: the smaller rate), then
   seeds 1 and 2 at it; and 64/4 width 64 at that rate, seeds 0-2. Quick tier: 64/4 width 64,
   seed 0, the config's rate. Metric: test accuracy. Causal methods that train only.
+- ``wikitext2``: the mini GPT on WikiText-2 (``configs/wikitext2_gpt_mini.py``, the softmax
+  baseline's budget: 650 steps of 4,096 tokens, seed 1337) with the attention's layer, as
+  ``scripts/sweeps/gpt_mini.sh``; then eval_ppl.py's test perplexity over blocks of 1,024 tokens
+  (``WIKITEXT2_EVAL``). Metrics: test perplexity, training tokens per second, training time. Quick
+  tier: the same model and evaluation after ``WIKITEXT2_QUICK_ITERS`` steps. Causal methods that
+  train only.
 - ``speed``: one call of the attention on (1, 8, T, 64) float32 inputs against SDPA
   (``torch.nn.functional.scaled_dot_product_attention``) timed in the same process, causal and not,
   forward and forward + backward (forward only for an inference-only method), by the attention
@@ -33,6 +39,7 @@ import attention
 from scripts.bench.common import ROOT
 
 RECALL_VERSION = 1
+WIKITEXT2_VERSION = 1
 SPEED_VERSION = 1
 RECALL_CONFIG = "configs/recall/mqar.py"
 RECALL_REFERENCE = (256, 16, 64)  # length, pairs, width
@@ -41,6 +48,10 @@ RECALL_RATES = (1e-3, 3e-3, 1e-2)
 RECALL_SEEDS = (0, 1, 2)  # seed 0 selects the rate
 # folders of archived recall runs made with the current defaults (moved out when a default changes)
 RECALL_ARCHIVES = ("results/recall/noshift_256_16", "results/scorecard/runs")
+WIKITEXT2_CONFIG = "configs/wikitext2_gpt_mini.py"
+WIKITEXT2_EVAL = ("--split=test", "--protocol=blocks")
+WIKITEXT2_QUICK_ITERS = 100
+WIKITEXT2_ARCHIVES = ("results/gpt_mini_baselines", "results/scorecard/runs")
 SPEED_T = {"quick": (1024, 4096), "full": (1024, 4096, 16384)}
 SPEED_D, SPEED_HEADS = 64, 8
 TIERS = ("quick", "full")
@@ -101,7 +112,7 @@ class Spec:
 def applies(testbed, spec):
     """None if ``testbed`` applies to ``spec``'s attention, else why not (a short phrase)."""
     cls = spec.cls
-    if testbed == "recall":
+    if testbed in ("recall", "wikitext2"):
         if cls.causal != "exact":
             return "not exactly causal"
         if not cls.trainable:
@@ -109,7 +120,7 @@ def applies(testbed, spec):
         return None
     if testbed == "speed":
         return None
-    raise ValueError(f"unknown testbed {testbed!r}; known: recall, speed")
+    raise ValueError(f"unknown testbed {testbed!r}; known: recall, wikitext2, speed")
 
 
 def resolved_config(argv, imports=()):
@@ -137,12 +148,14 @@ def with_full_params(cfg):
     return out
 
 
-def protocol(cfg, testbed, version):
+def protocol(cfg, testbed, version, evaluation=()):
     """(key, fields): the protocol of a training cell, a dict of what decides its result (``cfg``
-    without ``NOT_PROTOCOL``, plus the testbed and its version), and its key, the first 16 hex
-    digits of the SHA-256 of the fields as sorted JSON."""
+    without ``NOT_PROTOCOL``, plus the testbed, its version and the evaluation's arguments), and
+    its key, the first 16 hex digits of the SHA-256 of the fields as sorted JSON."""
     fields = {k: v for k, v in sorted(cfg.items()) if k not in NOT_PROTOCOL}
     fields["testbed"], fields["testbed_version"] = testbed, version
+    if evaluation:
+        fields["evaluation"] = list(evaluation)
     return digest(fields), fields
 
 

@@ -11,7 +11,7 @@ from scripts.scorecard import testbeds as tb
 from scripts.scorecard.__main__ import archived_index, format_cell
 
 ROOT = tb.ROOT
-TINY = "--max_iters=3 --eval_interval=3 --recall_sizes={'train':64,'val':32,'test':32}"
+TINY = "--max_iters=3 --eval_interval=3 --eval_iters=1"
 
 
 def docs_example():
@@ -37,9 +37,10 @@ def test_the_docs_attention_gets_its_quick_row_from_outside_the_repository(tmp_p
     (tmp_path / "cosformer.py").write_text(docs_example())
     before = tracked_changes()
     args = ["cosformer", f"--import={tmp_path / 'cosformer.py'}", f"--results={tmp_path / 'results'}",
-            f"--out_root={tmp_path / 'out'}", f"--train_args={TINY}", "--speed_T=32,64", "--threads=1"]
+            f"--out_root={tmp_path / 'out'}", f"--train_args={TINY}", "--eval_args=--fraction=0.004", "--speed_T=32,64",
+            "--threads=1"]
     out = scorecard(*args)
-    assert "quick tier" in out and "[9/9]" in out
+    assert "quick tier" in out and "[10/10]" in out
     card = json.loads((tmp_path / "results" / "cards" / "cosformer_quick.json").read_text())
     recall = [c for c in card["cells"] if c["role"] == "recall_small"]
     assert len(recall) == 1 and recall[0]["seed"] == 0 and 0 <= recall[0]["test_accuracy"] <= 1
@@ -50,9 +51,11 @@ def test_the_docs_attention_gets_its_quick_row_from_outside_the_repository(tmp_p
     board = (tmp_path / "results" / "leaderboard.md").read_text()
     assert "| cosformer | quick (a first look) | full tier only | " in board and "one seed" in board
     rows = (tmp_path / "results" / "cells.jsonl").read_text().splitlines()
-    assert len(rows) == 9
+    assert len(rows) == 10
+    wikitext2 = [c for c in card["cells"] if c["role"] == "wikitext2"]
+    assert len(wikitext2) == 1 and wikitext2[0]["test_ppl"] > 1 and wikitext2[0]["tokens_per_s"] > 0
     again = scorecard(*args)  # every cell has its result: nothing runs, nothing is added
-    assert len((tmp_path / "results" / "cells.jsonl").read_text().splitlines()) == 9 and "[9/9]" in again
+    assert len((tmp_path / "results" / "cells.jsonl").read_text().splitlines()) == 10 and "[10/10]" in again
     assert tracked_changes() == before
 
 

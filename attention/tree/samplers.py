@@ -69,8 +69,10 @@ def seed_int64(seed):
 def layer_seed(seed, layer_idx):
     """The seed every draw of one layer's tree attention is hashed from: splitmix64 of (seed,
     layer_idx), so the layers of a model draw independently (uniform and EDH would otherwise pick
-    the same buds in every layer). Returns an int in [0, 2^64)."""
-    h = _mix(_mix(torch.tensor(seed_int64(seed), dtype=torch.int64)) ^ int(layer_idx))
+    the same buds in every layer). Returns an int in [0, 2^64). Computed on the CPU whatever the
+    default device (a module built under ``torch.device("meta")``, as configurator's parameter
+    check builds it, needs the number)."""
+    h = _mix(_mix(torch.tensor(seed_int64(seed), dtype=torch.int64, device="cpu")) ^ int(layer_idx))
     return int(h) & _MASK64
 
 

@@ -7,8 +7,8 @@
 
 SPEC is the attention (the benchmark's method syntax: ``name:param=value,...``, the name of a file in
 ``configs/attention/``, or a config file's path). For every testbed that applies
-(``scripts/scorecard/testbeds.py``: associative recall, the mini GPT on WikiText-2, speed against
-SDPA) the command runs the
+(``scripts/scorecard/testbeds.py``: associative recall, the mini GPT on WikiText-2, an
+inference-only method swapped into a trained softmax model, speed against SDPA) the command runs the
 cells of the tier, one at a time, each as soon as the one before it ends, printing the plan and its
 estimated time first (from the measured times of earlier cells), then a line per cell with the
 time left. Each cell's result is appended to ``<results>/cells.jsonl`` when it ends (a stopped
@@ -41,7 +41,7 @@ import configurator
 from data import write_json, write_text
 from scripts.scorecard import testbeds as tb
 
-DEFAULT_SECONDS = {"recall": 300.0, "wikitext2": 1800.0, "speed": 30.0}
+DEFAULT_SECONDS = {"recall": 300.0, "wikitext2": 1800.0, "swap": 300.0, "speed": 30.0}
 VERSIONS = {"recall": tb.RECALL_VERSION, "wikitext2": tb.WIKITEXT2_VERSION}
 EVALUATION = {"recall": (), "wikitext2": tb.WIKITEXT2_EVAL}  # a cell's time before one is measured
 
@@ -232,6 +232,54 @@ class Scorecard:
         for seed in tb.RECALL_SEEDS:
             self.recall_run("recall_small", tb.RECALL_SMALL, lr, seed)
 
+    # -- swap ------------------------------------------------------------------------------------
+    def run_logged(self, commands, out_dir, what):
+        with open(os.path.join(out_dir, "scorecard.log"), "a") as log:
+            for command in commands:
+                status = subprocess.run(command, cwd=tb.ROOT, stdout=log, stderr=subprocess.STDOUT).returncode
+                if status != 0:
+                    raise RuntimeError(f"{what} failed (status {status}); its log: {os.path.join(out_dir, 'scorecard.log')}")
+
+    def swap(self):
+        """Test perplexity of the attention swapped into a softmax model trained once per protocol
+        (``<out_root>/_swap_base/<key>``; its softmax perplexity is the baseline)."""
+        argv = [*tb.SWAP_BASE[self.args.tier], "--attention=softmax", *self.args.train_args]
+        base_key, base_fields = tb.protocol(tb.resolved_config(argv, self.args.imports), "swap", tb.SWAP_VERSION,
+                                            tb.WIKITEXT2_EVAL)
+        base = os.path.join(self.args.out_root, "_swap_base", base_key)
+        start = time.time()
+        if not os.path.exists(os.path.join(base, "ckpt.pt")):
+            os.makedirs(base, exist_ok=True)
+            self.run_logged([[sys.executable, "train.py", *argv, f"--out_dir={base}",
+                              f"--num_threads={self.args.threads}"]], base, "the softmax model of the swap testbed")
+        results = {}
+        for label, attention_args in (("softmax", ["--attention=softmax"]), ("swapped", tb.eval_attention_args(self.spec))):
+            key = tb.digest({"base": base_key, "attention": attention_args, "evaluation": self.args.eval_args,
+                             "testbed": "swap", "testbed_version": tb.SWAP_VERSION})
+            row = self.store.rows.get(key)
+            if row is None:
+                out_json = os.path.join(base, f"eval_{key}.json")
+                imports = [f"--import={p}" for p in self.args.imports]
+                self.run_logged([[sys.executable, "eval_ppl.py", *imports, f"--out_dir={base}", *tb.WIKITEXT2_EVAL,
+                                  *self.args.eval_args, *attention_args, f"--num_threads={self.args.threads}",
+                                  f"--out_json={out_json}"]], base, f"the swap evaluation of {attention_args}")
+                with open(out_json) as f:
+                    value = json.load(f)["value"]
+                row = {"key": key, "testbed": "swap", "protocol": {"base": base_fields, "attention": attention_args,
+                                                                   "evaluation": self.args.eval_args},
+                       "source": shown(base), "wall_s": time.time() - start, "test_ppl": value,
+                       "summary": f"test perplexity {value:.2f} ({label})"}
+                self.store.add(row)
+                start = time.time()
+            results[label] = row
+        ratio = results["swapped"]["test_ppl"] / results["softmax"]["test_ppl"]
+        self.card["cells"].append({"role": "swap", "name": f"swap_{self.args.tier}", "key": results["swapped"]["key"],
+                                   "test_ppl": results["swapped"]["test_ppl"],
+                                   "softmax_test_ppl": results["softmax"]["test_ppl"], "ratio": ratio,
+                                   "source": results["swapped"]["source"]})
+        self.progress("swap into the trained softmax model", {**results["swapped"], "summary": (
+            f"test perplexity {results['swapped']['test_ppl']:.2f}, softmax's {results['softmax']['test_ppl']:.2f}")})
+
     # -- speed -----------------------------------------------------------------------------------
     def speed(self):
         import torch
@@ -273,14 +321,14 @@ class Scorecard:
     def plan(self):
         """(testbed, cells, estimated seconds) of the testbeds that apply; records the others."""
         plan = []
-        for testbed in ("recall", "wikitext2", "speed"):
+        for testbed in tb.TESTBEDS:
             reason = tb.applies(testbed, self.spec)
             if reason:
                 self.card["not_applicable"][testbed] = reason
                 continue
             if testbed == "recall":
                 n = 1 if self.args.tier == "quick" else len(tb.RECALL_RATES) + 2 + 3
-            elif testbed == "wikitext2":
+            elif testbed in ("wikitext2", "swap"):
                 n = 1
             else:
                 n = len(self.args.speed_T or tb.SPEED_T[self.args.tier]) * \
@@ -323,6 +371,8 @@ def leaderboard_rows(cards):
             cells = [c for c in card["cells"] if c["role"] in (role, role + "_selection")
                      and c["learning_rate"] == card.get("recall_rate", c["learning_rate"])]
             row[column] = mean_sd([c["test_accuracy"] for c in cells])
+        swap = [c for c in card["cells"] if c["role"] == "swap"]
+        row["swap"] = (swap[0]["test_ppl"], swap[0]["softmax_test_ppl"]) if swap else None
         wikitext2 = [c for c in card["cells"] if c["role"] == "wikitext2"]
         row["wikitext2"] = (wikitext2[0]["test_ppl"], wikitext2[0]["tokens_per_s"]) if wikitext2 else None
         speed = [c for c in card["cells"] if c["role"] == "speed"]
@@ -359,11 +409,13 @@ def write_leaderboard(results):
     Ts = sorted({T for r in rows for T in r.get("speed", {})})
     softmax = {r["tier"]: r for r in rows if r["attention"] == "softmax"}
     header = ["attention", "tier", "recall 256/16 w64", "recall 64/4 w64", "WikiText-2 test ppl (tokens/s)",
+              "swapped into softmax's model: test ppl (softmax's)",
               *(f"time / SDPA, T={T} (causal, forward + backward)" for T in Ts)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     csv_lines = [",".join(["attention", "tier", "recall_256_16_mean", "recall_256_16_sd", "recall_256_16_n",
                            "recall_64_4_mean", "recall_64_4_sd", "recall_64_4_n", "wikitext2_test_ppl",
-                           "wikitext2_tokens_per_s", *(f"speed_ratio_T{T}" for T in Ts)])]
+                           "wikitext2_tokens_per_s", "swap_test_ppl", "swap_softmax_test_ppl",
+                           *(f"speed_ratio_T{T}" for T in Ts)])]
     for r in sorted(rows, key=lambda r: (r["tier"], r["attention"] != "softmax", r["attention"])):
         base = softmax.get(r["tier"])
         cells = []
@@ -378,12 +430,16 @@ def write_leaderboard(results):
             cells.append(f"does not apply ({r['not_applicable']['wikitext2']})")
         else:
             cells.append(f"{r['wikitext2'][0]:.2f} ({r['wikitext2'][1]:,.0f}), one seed" if r["wikitext2"] else "not run")
+        if "swap" in r["not_applicable"]:
+            cells.append(f"does not apply ({r['not_applicable']['swap']})")
+        else:
+            cells.append(f"{r['swap'][0]:.2f} ({r['swap'][1]:.2f})" if r["swap"] else "not run")
         kind = "" if r["speed_kind"] == "causal" else f" ({r['speed_kind']})"
         speed = [f"{r['speed'][T]:.2f}{kind}" if r["speed"].get(T) else "not run" for T in Ts]
         tier = r["tier"] + (" (a first look)" if r["tier"] == "quick" else "")
         lines.append("| " + " | ".join([r["attention"], tier, *cells, *speed]) + " |")
         csv_lines.append(",".join(str(x) for x in [r["attention"], r["tier"], *r["recall_256_16"], *r["recall_64_4"],
-                                                   *(r["wikitext2"] or (None, None)),
+                                                   *(r["wikitext2"] or (None, None)), *(r["swap"] or (None, None)),
                                                    *(r.get("speed", {}).get(T) for T in Ts)]).replace("None", ""))
     md = os.path.join(results, "leaderboard.md")
     write_text(os.path.join(results, "leaderboard.csv"), "\n".join(csv_lines) + "\n")

@@ -15,6 +15,10 @@ attention is measured on, each with one definition of its budget and protocol.
   (``WIKITEXT2_EVAL``). Metrics: test perplexity, training tokens per second, training time. Quick
   tier: the same model and evaluation after ``WIKITEXT2_QUICK_ITERS`` steps. Causal methods that
   train only.
+- ``swap``: an inference-time approximation (an attention that does not train, e.g. tree
+  attention) swapped into a trained softmax mini GPT (``configs/wikitext2_gpt_mini.py``; quick tier:
+  ``configs/wikitext2_gpt_tiny.py`` trained for 500 steps), trained once per protocol and reused: eval_ppl.py's test
+  perplexity with the attention (``--attention=``) beside the same model's with softmax.
 - ``speed``: one call of the attention on (1, 8, T, 64) float32 inputs against SDPA
   (``torch.nn.functional.scaled_dot_product_attention``) timed in the same process, causal and not,
   forward and forward + backward (forward only for an inference-only method), by the attention
@@ -52,9 +56,13 @@ WIKITEXT2_CONFIG = "configs/wikitext2_gpt_mini.py"
 WIKITEXT2_EVAL = ("--split=test", "--protocol=blocks")
 WIKITEXT2_QUICK_ITERS = 100
 WIKITEXT2_ARCHIVES = ("results/gpt_mini_baselines", "results/scorecard/runs")
+SWAP_VERSION = 1
+SWAP_BASE = {"quick": ["configs/wikitext2_gpt_tiny.py", "--max_iters=500", "--lr_decay_iters=500", "--eval_interval=500"],
+             "full": [WIKITEXT2_CONFIG]}
 SPEED_T = {"quick": (1024, 4096), "full": (1024, 4096, 16384)}
 SPEED_D, SPEED_HEADS = 64, 8
 TIERS = ("quick", "full")
+TESTBEDS = ("recall", "wikitext2", "swap", "speed")
 # train.py keys that say where files go, how much is printed or how fast it runs, not what is trained
 NOT_PROTOCOL = ("out_dir", "num_threads", "device", "wandb_log", "wandb_project", "wandb_run_name", "wandb_mode",
                 "log_interval", "eval_only", "init_from", "always_save_checkpoint", "recall_dir", "data_source_dir",
@@ -118,9 +126,15 @@ def applies(testbed, spec):
         if not cls.trainable:
             return "inference only"
         return None
+    if testbed == "swap":
+        if cls.trainable:
+            return "trains (its own runs are the WikiText-2 testbed)"
+        if cls.causal != "exact":
+            return "not exactly causal"
+        return None
     if testbed == "speed":
         return None
-    raise ValueError(f"unknown testbed {testbed!r}; known: recall, wikitext2, speed")
+    raise ValueError(f"unknown testbed {testbed!r}; known: {', '.join(TESTBEDS)}")
 
 
 def resolved_config(argv, imports=()):
@@ -157,6 +171,12 @@ def protocol(cfg, testbed, version, evaluation=()):
     if evaluation:
         fields["evaluation"] = list(evaluation)
     return digest(fields), fields
+
+
+def eval_attention_args(spec):
+    """eval_ppl.py arguments that swap ``spec``'s attention into a model (its parameters as the
+    method resolves them, a config file's included)."""
+    return [f"--attention={spec.name}", *(f"--attention.{k}={v!r}" for k, v in spec.params.items())]
 
 
 def speed_protocol(spec, T, causal, mode, threads):

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import attention
+import configurator
 from attention.testing import build_example, causal_cases, random_qkv
 
 B, H, T, D = 2, 2, 23, 8  # T = 23 is prime: no block, chunk or bucket size of the examples divides it
@@ -107,6 +108,13 @@ def test_padded_keys_change_no_real_output(name, causal):
     real = mask[:, None, :, None].expand_as(out)
     assert torch.isfinite(out[real]).all()
     torch.testing.assert_close(other[real], out[real], rtol=EXACT, atol=EXACT)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_parameter_check_builds_it_on_the_meta_device(name):
+    """train.py and eval_ppl.py check an attention's parameters by building it under
+    torch.device("meta") (configurator.check_attention_params) before any data is read."""
+    configurator.check_attention_params(name, dict(metadata(name).example_params), CONTEXT)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -59,6 +59,21 @@ def test_the_docs_attention_gets_its_quick_row_from_outside_the_repository(tmp_p
     assert tracked_changes() == before
 
 
+def test_an_inference_only_method_is_swapped_into_a_trained_softmax_model(tmp_path):
+    args = ["tree:E=0.5", f"--results={tmp_path / 'results'}", f"--out_root={tmp_path / 'out'}", f"--train_args={TINY}",
+            "--eval_args=--fraction=0.01", "--speed_T=32", "--threads=1"]
+    out = scorecard(*args)
+    assert "recall: does not apply (inference only)" in out and "[3/3]" in out
+    card = json.loads((tmp_path / "results" / "cards" / "tree_E_0.5_quick.json").read_text())
+    assert set(card["not_applicable"]) == {"recall", "wikitext2"}
+    (swap,) = [c for c in card["cells"] if c["role"] == "swap"]
+    assert swap["test_ppl"] > 1 and swap["softmax_test_ppl"] > 1 and swap["ratio"] == swap["test_ppl"] / swap["softmax_test_ppl"]
+    speed = [c for c in card["cells"] if c["role"] == "speed"]
+    assert {c["mode"] for c in speed} == {"forward"}  # it does not train
+    board = (tmp_path / "results" / "leaderboard.md").read_text()
+    assert "| tree:E=0.5 | quick (a first look) | does not apply (inference only) |" in board
+
+
 def test_the_protocol_is_the_resolved_configuration():
     spec = tb.Spec("softmax")
     argv = [tb.RECALL_CONFIG, *spec.layers("recall"), *tb.recall_cell_args(tb.RECALL_SMALL, 3e-3, 0)]
@@ -83,8 +98,8 @@ def test_archived_sweep_runs_stand_in_for_their_cells():
     spec = tb.Spec("softmax")
     argv = [tb.RECALL_CONFIG, *spec.layers("recall"), *tb.recall_cell_args(tb.RECALL_REFERENCE, 1e-3, 0)]
     key, _ = tb.protocol(tb.resolved_config(argv), "recall", tb.RECALL_VERSION)
-    path, metrics = index[key]
-    assert os.path.basename(path) == "softmax_T256_N16_d64_lr0.001_s0.tar.xz" and "test_accuracy" in metrics
+    path, run = index[key]
+    assert os.path.basename(path) == "softmax_T256_N16_d64_lr0.001_s0.tar.xz" and "test_accuracy" in run.final_metrics
 
 
 def test_spec_forms_and_what_applies():

@@ -224,6 +224,10 @@ class Attention(nn.Module):
     - ``float32_tolerance`` (dict, default rtol 1e-5, atol 1e-6): ``torch.testing.assert_close``'s
       tolerance of float32 outputs against float64 ones on the contract test's inputs (standard
       normal q, k, v); a method that computes in lower precision declares a wider one.
+    - ``defaults_date`` (str | None, ISO 8601): when a default of the method last changed what it
+      computes (a new parameter whose default differs from the earlier behaviour, a new default
+      value); a run made before it is not the same protocol as one made after, although their
+      configurations read the same (the scorecard reuses archived runs only from after it).
     - ``flops(params, T, D, causal, heads=1)`` (class method) and ``flop_formula`` (str): the
       analytic forward FLOPs of one call and their formula in words (scripts/bench/attention.py);
       None: no formula. ``reported_flops(T, D, heads)``: FLOPs of one call from the module's own
@@ -248,6 +252,7 @@ class Attention(nn.Module):
     reference_params = None
     float32_tolerance = {"rtol": 1e-5, "atol": 1e-6}
     flop_formula = None
+    defaults_date = None
 
     @classmethod
     def flops(cls, params, T, D, causal, heads=1):

@@ -7,7 +7,7 @@
 
 SPEC is the attention (the benchmark's method syntax: ``name:param=value,...``, the name of a file in
 ``configs/attention/``, or a config file's path). For every testbed that applies
-(``scripts/scorecard/testbeds.py``: associative recall, the mini GPT on WikiText-2, an
+(``scripts/scorecard/testbeds.py``: associative recall, the mini GPT on WikiText-2, LRA Text, an
 inference-only method swapped into a trained softmax model, speed against SDPA) the command runs the
 cells of the tier, one at a time, each as soon as the one before it ends, printing the plan and its
 estimated time first (from the measured times of earlier cells), then a line per cell with the
@@ -41,9 +41,11 @@ import configurator
 from data import write_json, write_text
 from scripts.scorecard import testbeds as tb
 
-DEFAULT_SECONDS = {"recall": 300.0, "wikitext2": 1800.0, "swap": 300.0, "speed": 30.0}
-VERSIONS = {"recall": tb.RECALL_VERSION, "wikitext2": tb.WIKITEXT2_VERSION}
-EVALUATION = {"recall": (), "wikitext2": tb.WIKITEXT2_EVAL}  # a cell's time before one is measured
+DEFAULT_SECONDS = {"recall": 300.0, "wikitext2": 1800.0, "lra": 3000.0, "swap": 300.0, "speed": 30.0}
+VERSIONS = {"recall": tb.RECALL_VERSION, "wikitext2": tb.WIKITEXT2_VERSION, "lra": tb.LRA_VERSION}
+EVALUATION = {"recall": (), "wikitext2": tb.WIKITEXT2_EVAL, "lra": ()}
+ARCHIVES = {"recall": tb.RECALL_ARCHIVES, "wikitext2": tb.WIKITEXT2_ARCHIVES, "lra": tb.LRA_ARCHIVES}
+TASK = {"recall": "recall", "wikitext2": "lm", "lra": "classify"}  # a cell's time before one is measured
 
 
 def shown(path):
@@ -98,8 +100,7 @@ def archived_index(folders, testbed="recall"):
             continue
         for run in find_runs([full]):
             metrics = run.final_metrics
-            task = "recall" if testbed == "recall" else "lm"
-            if not metrics or "config" not in metrics or metrics["config"].get("task") != task:
+            if not metrics or "config" not in metrics or metrics["config"].get("task") != TASK[testbed]:
                 continue
             if testbed == "wikitext2" and not run.has("eval_test.json"):
                 continue
@@ -108,12 +109,27 @@ def archived_index(folders, testbed="recall"):
                 key, _ = tb.protocol(tb.with_full_params(cfg), testbed, VERSIONS[testbed], EVALUATION[testbed])
             except ValueError:  # an attention no longer registered
                 continue
+            if not made_after_defaults(run, cfg["attention"]):
+                continue
             if testbed == "wikitext2":
                 evaluation = run.read_json("eval_test.json")
                 if [f"--split={evaluation['split']}", f"--protocol={evaluation['protocol']}"] != list(tb.WIKITEXT2_EVAL):
                     continue
             index.setdefault(key, (shown(run.source), run))
     return index
+
+
+def made_after_defaults(run, name):
+    """Whether ``run`` started after attention ``name``'s last change of a default
+    (``Attention.defaults_date``; its manifest's first ``train`` entry's ``date``); a run without a
+    date counts as older."""
+    from datetime import datetime
+
+    since = tb.attention.attention_class(name).defaults_date
+    if since is None:
+        return True
+    date = (run.manifest or {}).get("train", {}).get("date")
+    return date is not None and datetime.fromisoformat(date) >= datetime.fromisoformat(since)
 
 
 class Scorecard:
@@ -139,8 +155,7 @@ class Scorecard:
 
     def archive(self, testbed):
         if testbed not in self._archive:
-            folders = tb.RECALL_ARCHIVES if testbed == "recall" else tb.WIKITEXT2_ARCHIVES
-            self._archive[testbed] = archived_index(folders, testbed)
+            self._archive[testbed] = archived_index(ARCHIVES[testbed], testbed)
         return self._archive[testbed]
 
     # -- training cells --------------------------------------------------------------------------
@@ -183,8 +198,8 @@ class Scorecard:
             row = self.result_row(testbed, key, fields, metrics, evaluation, source=shown(out_dir),
                                   wall_s=time.time() - start)
             self.store.add(row)
-        shown_fields = ("test_accuracy", "val_accuracy") if testbed == "recall" else (
-            "test_ppl", "tokens_per_s", "train_time_s")
+        shown_fields = {"recall": ("test_accuracy", "val_accuracy"), "lra": ("test_accuracy", "steps_per_s"),
+                        "wikitext2": ("test_ppl", "tokens_per_s", "train_time_s")}[testbed]
         self.card["cells"].append({"role": role, "name": name, "key": key, **card_fields,
                                    **{k: row[k] for k in shown_fields}, "source": row["source"]})
         self.progress(f"{testbed} {name}", row)
@@ -195,6 +210,9 @@ class Scorecard:
         row = {"key": key, "testbed": testbed, "protocol": fields, "source": source, "wall_s": wall_s}
         if testbed == "recall":
             row.update(test_accuracy=metrics["test_accuracy"], val_accuracy=metrics["best_metric"]["value"],
+                       summary=f"test accuracy {metrics['test_accuracy']:.4f}")
+        elif testbed == "lra":
+            row.update(test_accuracy=metrics["test_accuracy"], steps_per_s=metrics["steps_per_s"],
                        summary=f"test accuracy {metrics['test_accuracy']:.4f}")
         else:
             cfg = metrics["config"]
@@ -208,6 +226,11 @@ class Scorecard:
         argv = [tb.RECALL_CONFIG, *self.spec.layers("recall"), *tb.recall_cell_args(cell, lr, seed)]
         return self.train_cell("recall", role, tb.recall_cell_name(cell, lr, seed), argv,
                                {"learning_rate": lr, "seed": seed, "cell": list(cell)})
+
+    def lra(self):
+        n = tb.LRA_ITERS[self.args.tier]
+        argv = [tb.LRA_CONFIG, *self.spec.layers("lra"), f"--max_iters={n}", f"--lr_decay_iters={n}"]
+        self.train_cell("lra", "lra", f"lra_text_{n}", argv, {"steps": n})
 
     def wikitext2(self):
         argv = [tb.WIKITEXT2_CONFIG, *self.spec.layers("wikitext2")]
@@ -328,7 +351,7 @@ class Scorecard:
                 continue
             if testbed == "recall":
                 n = 1 if self.args.tier == "quick" else len(tb.RECALL_RATES) + 2 + 3
-            elif testbed in ("wikitext2", "swap"):
+            elif testbed in ("wikitext2", "lra", "swap"):
                 n = 1
             else:
                 n = len(self.args.speed_T or tb.SPEED_T[self.args.tier]) * \
@@ -371,6 +394,8 @@ def leaderboard_rows(cards):
             cells = [c for c in card["cells"] if c["role"] in (role, role + "_selection")
                      and c["learning_rate"] == card.get("recall_rate", c["learning_rate"])]
             row[column] = mean_sd([c["test_accuracy"] for c in cells])
+        lra = [c for c in card["cells"] if c["role"] == "lra"]
+        row["lra"] = (lra[0]["test_accuracy"], lra[0]["steps_per_s"]) if lra else None
         swap = [c for c in card["cells"] if c["role"] == "swap"]
         row["swap"] = (swap[0]["test_ppl"], swap[0]["softmax_test_ppl"]) if swap else None
         wikitext2 = [c for c in card["cells"] if c["role"] == "wikitext2"]
@@ -409,12 +434,12 @@ def write_leaderboard(results):
     Ts = sorted({T for r in rows for T in r.get("speed", {})})
     softmax = {r["tier"]: r for r in rows if r["attention"] == "softmax"}
     header = ["attention", "tier", "recall 256/16 w64", "recall 64/4 w64", "WikiText-2 test ppl (tokens/s)",
-              "swapped into softmax's model: test ppl (softmax's)",
+              "LRA Text test accuracy (steps/s)", "swapped into softmax's model: test ppl (softmax's)",
               *(f"time / SDPA, T={T} (causal, forward + backward)" for T in Ts)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     csv_lines = [",".join(["attention", "tier", "recall_256_16_mean", "recall_256_16_sd", "recall_256_16_n",
                            "recall_64_4_mean", "recall_64_4_sd", "recall_64_4_n", "wikitext2_test_ppl",
-                           "wikitext2_tokens_per_s", "swap_test_ppl", "swap_softmax_test_ppl",
+                           "wikitext2_tokens_per_s", "lra_text_test_accuracy", "lra_text_steps_per_s", "swap_test_ppl", "swap_softmax_test_ppl",
                            *(f"speed_ratio_T{T}" for T in Ts)])]
     for r in sorted(rows, key=lambda r: (r["tier"], r["attention"] != "softmax", r["attention"])):
         base = softmax.get(r["tier"])
@@ -430,6 +455,10 @@ def write_leaderboard(results):
             cells.append(f"does not apply ({r['not_applicable']['wikitext2']})")
         else:
             cells.append(f"{r['wikitext2'][0]:.2f} ({r['wikitext2'][1]:,.0f}), one seed" if r["wikitext2"] else "not run")
+        if "lra" in r["not_applicable"]:
+            cells.append(f"does not apply ({r['not_applicable']['lra']})")
+        else:
+            cells.append(f"{100 * r['lra'][0]:.2f}% ({r['lra'][1]:.2f}), one seed" if r["lra"] else "not run")
         if "swap" in r["not_applicable"]:
             cells.append(f"does not apply ({r['not_applicable']['swap']})")
         else:
@@ -439,7 +468,8 @@ def write_leaderboard(results):
         tier = r["tier"] + (" (a first look)" if r["tier"] == "quick" else "")
         lines.append("| " + " | ".join([r["attention"], tier, *cells, *speed]) + " |")
         csv_lines.append(",".join(str(x) for x in [r["attention"], r["tier"], *r["recall_256_16"], *r["recall_64_4"],
-                                                   *(r["wikitext2"] or (None, None)), *(r["swap"] or (None, None)),
+                                                   *(r["wikitext2"] or (None, None)), *(r["lra"] or (None, None)),
+                                                   *(r["swap"] or (None, None)),
                                                    *(r.get("speed", {}).get(T) for T in Ts)]).replace("None", ""))
     md = os.path.join(results, "leaderboard.md")
     write_text(os.path.join(results, "leaderboard.csv"), "\n".join(csv_lines) + "\n")

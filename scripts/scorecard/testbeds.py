@@ -15,6 +15,12 @@ attention is measured on, each with one definition of its budget and protocol.
   (``WIKITEXT2_EVAL``). Metrics: test perplexity, training tokens per second, training time. Quick
   tier: the same model and evaluation after ``WIKITEXT2_QUICK_ITERS`` steps. Causal methods that
   train only.
+- ``lra``: Long Range Arena Text (tasks/classify.py, docs/lra.md; Tay et al. 2021, "Long Range
+  Arena: A Benchmark for Efficient Transformers") with the CPU model of ``configs/lra/text_cpu.py``,
+  the attention's layer and its LRA override (``configs/lra/<name>/text_cpu.py``), as
+  ``scripts/sweeps/lra.sh``; full tier: the 8,000-step schedule of docs/lra.md's Text runs, quick:
+  500 steps. Metric: test accuracy (the best validation accuracy's weights), steps per second.
+  Trainable methods (the task is not causal).
 - ``swap``: an inference-time approximation (an attention that does not train, e.g. tree
   attention) swapped into a trained softmax mini GPT (``configs/wikitext2_gpt_mini.py``; quick tier:
   ``configs/wikitext2_gpt_tiny.py`` trained for 500 steps), trained once per protocol and reused: eval_ppl.py's test
@@ -30,8 +36,10 @@ fully resolved configuration of train.py (every model, attention and training ke
 the attention's parameters with the method's own defaults filled in; paths, logging and thread
 counts left out: ``NOT_PROTOCOL``) plus the testbed's version; for a speed cell the call's sizes,
 the method and the CPU. A cell whose protocol has a result (``results/scorecard/cells.jsonl``) is
-not run again; a training run under ``results/`` whose protocol matches (the testbed's ``ARCHIVES``,
-folders whose runs were made with the current code's defaults) is used, not repeated. Raise a
+not run again; a training run under ``results/`` whose protocol matches (the testbed's ``ARCHIVES``)
+and that started after its attention's last change of a default (``Attention.defaults_date``: a
+run of fastmax before normalization="paper" became the default reads the same) is used, not
+repeated. Raise a
 testbed's version when its protocol changes in a way the configuration does not show.
 """
 import hashlib
@@ -56,13 +64,17 @@ WIKITEXT2_CONFIG = "configs/wikitext2_gpt_mini.py"
 WIKITEXT2_EVAL = ("--split=test", "--protocol=blocks")
 WIKITEXT2_QUICK_ITERS = 100
 WIKITEXT2_ARCHIVES = ("results/gpt_mini_baselines", "results/scorecard/runs")
+LRA_VERSION = 1
+LRA_CONFIG = "configs/lra/text_cpu.py"
+LRA_ITERS = {"quick": 500, "full": 8000}
+LRA_ARCHIVES = ("results/lra/text_8k", "results/scorecard/runs")
 SWAP_VERSION = 1
 SWAP_BASE = {"quick": ["configs/wikitext2_gpt_tiny.py", "--max_iters=500", "--lr_decay_iters=500", "--eval_interval=500"],
              "full": [WIKITEXT2_CONFIG]}
 SPEED_T = {"quick": (1024, 4096), "full": (1024, 4096, 16384)}
 SPEED_D, SPEED_HEADS = 64, 8
 TIERS = ("quick", "full")
-TESTBEDS = ("recall", "wikitext2", "swap", "speed")
+TESTBEDS = ("recall", "wikitext2", "lra", "swap", "speed")
 # train.py keys that say where files go, how much is printed or how fast it runs, not what is trained
 NOT_PROTOCOL = ("out_dir", "num_threads", "device", "wandb_log", "wandb_project", "wandb_run_name", "wandb_mode",
                 "log_interval", "eval_only", "init_from", "always_save_checkpoint", "recall_dir", "data_source_dir",
@@ -108,11 +120,15 @@ class Spec:
         return attention.attention_class(self.name)
 
     def layers(self, testbed):
-        """train.py arguments that select this attention in ``testbed`` ("recall", ...): its config
-        file (the recall override ``configs/recall/attention/<label>.py`` where one exists) or
-        ``--attention=`` and ``--attention.<param>=`` settings."""
+        """train.py arguments that select this attention in ``testbed`` ("recall", "lra", ...): its
+        config file (for recall the override ``configs/recall/attention/<label>.py`` instead where
+        one exists; for LRA Text the override ``configs/lra/<label>/text_cpu.py`` after it, as
+        lra.sh layers it) or ``--attention=`` and ``--attention.<param>=`` settings."""
         if self.config is None:
             return [f"--attention={self.name}", *(f"--attention.{k}={v!r}" for k, v in self.params.items())]
+        if testbed == "lra":
+            override = os.path.join("configs", "lra", self.label, os.path.basename(LRA_CONFIG))
+            return [self.config, *([override] if os.path.exists(os.path.join(ROOT, override)) else [])]
         override = os.path.join("configs", testbed, "attention", os.path.basename(self.config))
         return [override if os.path.exists(os.path.join(ROOT, override)) else self.config]
 
@@ -126,6 +142,8 @@ def applies(testbed, spec):
         if not cls.trainable:
             return "inference only"
         return None
+    if testbed == "lra":
+        return None if cls.trainable else "inference only"
     if testbed == "swap":
         if cls.trainable:
             return "trains (its own runs are the WikiText-2 testbed)"
@@ -166,7 +184,11 @@ def protocol(cfg, testbed, version, evaluation=()):
     """(key, fields): the protocol of a training cell, a dict of what decides its result (``cfg``
     without ``NOT_PROTOCOL``, plus the testbed, its version and the evaluation's arguments), and
     its key, the first 16 hex digits of the SHA-256 of the fields as sorted JSON."""
+    import tasks
+
     fields = {k: v for k, v in sorted(cfg.items()) if k not in NOT_PROTOCOL}
+    for key, entries in getattr(tasks.get(cfg["task"]), "RUN_ONLY_ENTRIES", {}).items():  # e.g. LRA's workers
+        fields[key] = {k: v for k, v in fields[key].items() if k not in entries}
     fields["testbed"], fields["testbed_version"] = testbed, version
     if evaluation:
         fields["evaluation"] = list(evaluation)

@@ -40,7 +40,7 @@ def test_the_docs_attention_gets_its_quick_row_from_outside_the_repository(tmp_p
             f"--out_root={tmp_path / 'out'}", f"--train_args={TINY}", "--eval_args=--fraction=0.004", "--speed_T=32,64",
             "--threads=1"]
     out = scorecard(*args)
-    assert "quick tier" in out and "[10/10]" in out
+    assert "quick tier" in out and "[11/11]" in out
     card = json.loads((tmp_path / "results" / "cards" / "cosformer_quick.json").read_text())
     recall = [c for c in card["cells"] if c["role"] == "recall_small"]
     assert len(recall) == 1 and recall[0]["seed"] == 0 and 0 <= recall[0]["test_accuracy"] <= 1
@@ -51,11 +51,13 @@ def test_the_docs_attention_gets_its_quick_row_from_outside_the_repository(tmp_p
     board = (tmp_path / "results" / "leaderboard.md").read_text()
     assert "| cosformer | quick (a first look) | full tier only | " in board and "one seed" in board
     rows = (tmp_path / "results" / "cells.jsonl").read_text().splitlines()
-    assert len(rows) == 10
+    assert len(rows) == 11
     wikitext2 = [c for c in card["cells"] if c["role"] == "wikitext2"]
     assert len(wikitext2) == 1 and wikitext2[0]["test_ppl"] > 1 and wikitext2[0]["tokens_per_s"] > 0
+    (lra,) = [c for c in card["cells"] if c["role"] == "lra"]
+    assert 0 <= lra["test_accuracy"] <= 1 and lra["steps"] == tb.LRA_ITERS["quick"]
     again = scorecard(*args)  # every cell has its result: nothing runs, nothing is added
-    assert len((tmp_path / "results" / "cells.jsonl").read_text().splitlines()) == 10 and "[10/10]" in again
+    assert len((tmp_path / "results" / "cells.jsonl").read_text().splitlines()) == 11 and "[11/11]" in again
     assert tracked_changes() == before
 
 
@@ -65,7 +67,7 @@ def test_an_inference_only_method_is_swapped_into_a_trained_softmax_model(tmp_pa
     out = scorecard(*args)
     assert "recall: does not apply (inference only)" in out and "[3/3]" in out
     card = json.loads((tmp_path / "results" / "cards" / "tree_E_0.5_quick.json").read_text())
-    assert set(card["not_applicable"]) == {"recall", "wikitext2"}
+    assert set(card["not_applicable"]) == {"recall", "wikitext2", "lra"}
     (swap,) = [c for c in card["cells"] if c["role"] == "swap"]
     assert swap["test_ppl"] > 1 and swap["softmax_test_ppl"] > 1 and swap["ratio"] == swap["test_ppl"] / swap["softmax_test_ppl"]
     speed = [c for c in card["cells"] if c["role"] == "speed"]
@@ -102,6 +104,15 @@ def test_archived_sweep_runs_stand_in_for_their_cells():
     assert os.path.basename(path) == "softmax_T256_N16_d64_lr0.001_s0.tar.xz" and "test_accuracy" in run.final_metrics
 
 
+def test_runs_older_than_a_methods_default_change_are_not_reused():
+    """fastmax's LRA Text run predates normalization="paper" (Fastmax.defaults_date): its
+    configuration reads the same as today's, so only the date tells them apart."""
+    index = archived_index(tb.LRA_ARCHIVES, "lra")
+    names = {os.path.basename(path) for path, _ in index.values()}
+    assert "text_softmax_cpu.tar.xz" in names and "text_fastmax2_cpu.tar.xz" not in names
+    assert tb.attention.attention_class("fastmax").defaults_date is not None
+
+
 def test_spec_forms_and_what_applies():
     assert tb.Spec("fastmax2").layers("recall") == ["configs/attention/fastmax2.py"]
     assert tb.Spec("longformer").layers("recall") == ["configs/recall/attention/longformer.py"]
@@ -109,6 +120,8 @@ def test_spec_forms_and_what_applies():
     assert tb.applies("recall", tb.Spec("reformer")) == "not exactly causal"
     assert tb.applies("recall", tb.Spec("tree")) == "inference only"
     assert tb.applies("speed", tb.Spec("tree")) is None
+    assert tb.applies("lra", tb.Spec("reformer")) is None and tb.applies("swap", tb.Spec("softmax"))
+    assert tb.Spec("dense").layers("lra") == ["configs/attention/dense.py", "configs/lra/dense/text_cpu.py"]
 
 
 def test_cells_say_how_many_seeds_and_whether_they_separate():

@@ -24,6 +24,9 @@ Output is byte-stable: fixed row orders and fixed formats.
 - ``gpt_mini_table <folder>``: the WikiText-2 table of ``gpt_mini_table``.
 - ``lra_text <folder>``: our LRA Text runs under ``<folder>`` beside the published Text numbers.
 - ``bench_aims``: issue 27's performance aims (``BENCH`` and ``TREE_BENCH`` name the files).
+- ``leaderboard FOLDER``: the scorecard's leaderboard from ``FOLDER/cards/*.json``
+  (``scripts/scorecard/leaderboard.py``, which ``python -m scripts.scorecard`` also writes to
+  ``FOLDER/leaderboard.md``).
 - ``readme_results``: README.md's Results table (``README_ROWS``: a template per row, its fields
   computed from the files each row function names).
 """
@@ -1228,7 +1231,15 @@ def render_readme_results(root):
     return _markdown(["experiment", "result", "page"], [readme_row(root, row) for row in README_ROWS])
 
 
+def render_leaderboard(root, folder):
+    """The scorecard's leaderboard of the cards under ``root/folder/cards`` (``scripts.scorecard.leaderboard``)."""
+    from scripts.scorecard.leaderboard import read_cards, tables
+
+    return tables(read_cards(os.path.join(root, folder)))[0]
+
+
 RENDERERS = {
+    "leaderboard": render_leaderboard,
     "recall_ablation": render_recall_ablation,
     "recall_glance": render_recall_glance,
     "gpt_mini_table": render_gpt_mini_table,

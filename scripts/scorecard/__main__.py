@@ -30,7 +30,6 @@ stand in for real ones).
 """
 import argparse
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -38,8 +37,9 @@ import sys
 import time
 
 import configurator
-from data import write_json, write_text
+from data import write_json
 from scripts.scorecard import testbeds as tb
+from scripts.scorecard.leaderboard import write_leaderboard
 
 DEFAULT_SECONDS = {"recall": 300.0, "wikitext2": 1800.0, "lra": 3000.0, "swap": 300.0, "speed": 30.0}
 VERSIONS = {"recall": tb.RECALL_VERSION, "wikitext2": tb.WIKITEXT2_VERSION, "lra": tb.LRA_VERSION}
@@ -139,19 +139,21 @@ class Scorecard:
         self.card = {"label": spec.label, "spec": spec.text, "tier": args.tier, "attention": spec.name,
                      "attention_params": spec.params, "config": spec.config, "cells": [], "not_applicable": {}}
         self._archive = {}
-        self.t0, self.done, self.planned = time.time(), 0, 0
+        self.t0, self.done, self.planned, self.remaining = time.time(), 0, 0, {}
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def estimate(self, testbed):
         return self.store.seconds(testbed) or DEFAULT_SECONDS[testbed]
 
     def progress(self, what, row):
+        """One line per finished cell: its result, where it came from, and the time left (the
+        remaining cells of each testbed times that testbed's measured median, ``estimate``)."""
         self.done += 1
-        elapsed = time.time() - self.t0
-        left = max(self.planned - self.done, 0)
-        eta = left * (elapsed / self.done)
+        testbed = row["testbed"]
+        self.remaining[testbed] = max(self.remaining.get(testbed, 0) - 1, 0)
+        left = sum(n * self.estimate(t) for t, n in self.remaining.items())
         print(f"[{self.done}/{self.planned}] {what}: {row.get('summary', '')} ({row.get('source')}; "
-              f"elapsed {elapsed / 60:.1f} min, about {eta / 60:.1f} min left)", flush=True)
+              f"elapsed {(time.time() - self.t0) / 60:.1f} min, at most about {left / 60:.0f} min left)", flush=True)
 
     def archive(self, testbed):
         if testbed not in self._archive:
@@ -344,7 +346,7 @@ class Scorecard:
     def plan(self):
         """(testbed, cells, estimated seconds) of the testbeds that apply; records the others."""
         plan = []
-        for testbed in tb.TESTBEDS:
+        for testbed in self.args.testbeds or tb.TESTBEDS:
             reason = tb.applies(testbed, self.spec)
             if reason:
                 self.card["not_applicable"][testbed] = reason
@@ -362,6 +364,7 @@ class Scorecard:
     def run(self):
         plan = self.plan()
         self.planned = sum(n for _, n, _ in plan)
+        self.remaining = {testbed: n for testbed, n, _ in plan}
         total = sum(s for _, _, s in plan)
         print(f"scorecard of {self.spec.label} ({self.args.tier} tier): "
               + ", ".join(f"{t} {n} cells" for t, n, _ in plan)
@@ -372,109 +375,16 @@ class Scorecard:
         for testbed, _, _ in plan:
             getattr(self, testbed)()
         path = os.path.join(self.args.results, "cards", f"{label_file(self.spec.label)}_{self.args.tier}.json")
+        if os.path.exists(path):  # a call with --testbeds keeps the other testbeds' cells of earlier calls
+            with open(path) as f:
+                old = json.load(f)
+            ran = {testbed for testbed, _, _ in plan} | set(self.card["not_applicable"])
+            self.card["cells"] = [c for c in old["cells"] if c["role"].split("_")[0] not in ran] + self.card["cells"]
+            if "recall" not in ran and "recall_rate" in old:
+                self.card["recall_rate"] = old["recall_rate"]
         os.makedirs(os.path.dirname(path), exist_ok=True)
         write_json(path, self.card)
         return path
-
-
-# -- the leaderboard -------------------------------------------------------------------------------
-def mean_sd(values):
-    values = [v for v in values if v is not None]
-    if not values:
-        return None, None, 0
-    return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else None), len(values)
-
-
-def leaderboard_rows(cards):
-    """One row per (attention, tier) card: recall cells as (mean, sd, n), speed ratios by T."""
-    rows = []
-    for card in cards:
-        row = {"attention": card["label"], "tier": card["tier"], "not_applicable": card["not_applicable"]}
-        for role, column in (("recall_reference", "recall_256_16"), ("recall_small", "recall_64_4")):
-            cells = [c for c in card["cells"] if c["role"] in (role, role + "_selection")
-                     and c["learning_rate"] == card.get("recall_rate", c["learning_rate"])]
-            row[column] = mean_sd([c["test_accuracy"] for c in cells])
-        lra = [c for c in card["cells"] if c["role"] == "lra"]
-        row["lra"] = (lra[0]["test_accuracy"], lra[0]["steps_per_s"]) if lra else None
-        swap = [c for c in card["cells"] if c["role"] == "swap"]
-        row["swap"] = (swap[0]["test_ppl"], swap[0]["softmax_test_ppl"]) if swap else None
-        wikitext2 = [c for c in card["cells"] if c["role"] == "wikitext2"]
-        row["wikitext2"] = (wikitext2[0]["test_ppl"], wikitext2[0]["tokens_per_s"]) if wikitext2 else None
-        speed = [c for c in card["cells"] if c["role"] == "speed"]
-        mode = "forward_backward" if any(c["mode"] == "forward_backward" for c in speed) else "forward"
-        causal = any(c["causal"] for c in speed)
-        row["speed"] = {c["T"]: c["ratio"] for c in speed if c["mode"] == mode and c["causal"] == causal}
-        row["speed_kind"] = ("causal" if causal else "not causal") + (", forward only" if mode == "forward" else "")
-        rows.append(row)
-    return rows
-
-
-def format_cell(stat, softmax=None):
-    mean, sd, n = stat
-    if mean is None:
-        return "not run"
-    text = f"{mean:.3f}" + (f" ± {sd:.3f}" if sd is not None else "") + f" (n={n})"
-    if n < 2:
-        return text + ", one seed"
-    if softmax and softmax[2] >= 2 and softmax[1] is not None and sd is not None:
-        pooled = math.sqrt((sd ** 2 + softmax[1] ** 2) / 2)
-        if abs(mean - softmax[0]) < 2 * pooled:
-            text += ", not separable from softmax"
-    return text
-
-
-def write_leaderboard(results):
-    """``leaderboard.csv`` and ``.md`` from every card under ``results/cards``; returns the .md path."""
-    folder = os.path.join(results, "cards")
-    cards = []
-    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
-        with open(os.path.join(folder, name)) as f:
-            cards.append(json.load(f))
-    rows = leaderboard_rows(cards)
-    Ts = sorted({T for r in rows for T in r.get("speed", {})})
-    softmax = {r["tier"]: r for r in rows if r["attention"] == "softmax"}
-    header = ["attention", "tier", "recall 256/16 w64", "recall 64/4 w64", "WikiText-2 test ppl (tokens/s)",
-              "LRA Text test accuracy (steps/s)", "swapped into softmax's model: test ppl (softmax's)",
-              *(f"time / SDPA, T={T} (causal, forward + backward)" for T in Ts)]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    csv_lines = [",".join(["attention", "tier", "recall_256_16_mean", "recall_256_16_sd", "recall_256_16_n",
-                           "recall_64_4_mean", "recall_64_4_sd", "recall_64_4_n", "wikitext2_test_ppl",
-                           "wikitext2_tokens_per_s", "lra_text_test_accuracy", "lra_text_steps_per_s", "swap_test_ppl", "swap_softmax_test_ppl",
-                           *(f"speed_ratio_T{T}" for T in Ts)])]
-    for r in sorted(rows, key=lambda r: (r["tier"], r["attention"] != "softmax", r["attention"])):
-        base = softmax.get(r["tier"])
-        cells = []
-        for column in ("recall_256_16", "recall_64_4"):
-            if "recall" in r["not_applicable"]:
-                cells.append(f"does not apply ({r['not_applicable']['recall']})")
-            elif r["tier"] == "quick" and column == "recall_256_16":
-                cells.append("full tier only")
-            else:
-                cells.append(format_cell(r[column], base[column] if base and base is not r else None))
-        if "wikitext2" in r["not_applicable"]:
-            cells.append(f"does not apply ({r['not_applicable']['wikitext2']})")
-        else:
-            cells.append(f"{r['wikitext2'][0]:.2f} ({r['wikitext2'][1]:,.0f}), one seed" if r["wikitext2"] else "not run")
-        if "lra" in r["not_applicable"]:
-            cells.append(f"does not apply ({r['not_applicable']['lra']})")
-        else:
-            cells.append(f"{100 * r['lra'][0]:.2f}% ({r['lra'][1]:.2f}), one seed" if r["lra"] else "not run")
-        if "swap" in r["not_applicable"]:
-            cells.append(f"does not apply ({r['not_applicable']['swap']})")
-        else:
-            cells.append(f"{r['swap'][0]:.2f} ({r['swap'][1]:.2f})" if r["swap"] else "not run")
-        kind = "" if r["speed_kind"] == "causal" else f" ({r['speed_kind']})"
-        speed = [f"{r['speed'][T]:.2f}{kind}" if r["speed"].get(T) else "not run" for T in Ts]
-        tier = r["tier"] + (" (a first look)" if r["tier"] == "quick" else "")
-        lines.append("| " + " | ".join([r["attention"], tier, *cells, *speed]) + " |")
-        csv_lines.append(",".join(str(x) for x in [r["attention"], r["tier"], *r["recall_256_16"], *r["recall_64_4"],
-                                                   *(r["wikitext2"] or (None, None)), *(r["lra"] or (None, None)),
-                                                   *(r["swap"] or (None, None)),
-                                                   *(r.get("speed", {}).get(T) for T in Ts)]).replace("None", ""))
-    md = os.path.join(results, "leaderboard.md")
-    write_text(os.path.join(results, "leaderboard.csv"), "\n".join(csv_lines) + "\n")
-    write_text(md, "\n".join(lines) + "\n")
-    return md
 
 
 def main(argv=None):
@@ -484,6 +394,8 @@ def main(argv=None):
     ap.add_argument("--tier", choices=tb.TIERS, default="quick")
     ap.add_argument("--import", dest="imports", action="append", default=[], metavar="FILE",
                     help="a Python file that registers the attention (attention.register); repeatable")
+    ap.add_argument("--testbeds", default="", help=f"comma list: only these of {','.join(tb.TESTBEDS)} (default: all); "
+                    "the card keeps the cells of earlier calls")
     ap.add_argument("--plan", action="store_true", help="print the plan and its estimated time, run nothing")
     ap.add_argument("--leaderboard", action="store_true", help="only rebuild the leaderboard from the cards")
     ap.add_argument("--threads", type=int, default=2)
@@ -494,6 +406,10 @@ def main(argv=None):
     ap.add_argument("--speed_T", default="", help="comma list of T for the speed cells instead of the tier's")
     args = ap.parse_args(argv)
     args.train_args, args.eval_args = args.train_args.split(), args.eval_args.split()
+    args.testbeds = [t for t in args.testbeds.split(",") if t.strip()]
+    unknown = sorted(set(args.testbeds) - set(tb.TESTBEDS))
+    if unknown:
+        ap.error(f"unknown testbed(s) {', '.join(unknown)}; known: {', '.join(tb.TESTBEDS)}")
     args.speed_T = [int(t) for t in args.speed_T.split(",") if t.strip()]
     try:
         _, args.imports = configurator.import_files([f"--import={p}" for p in args.imports])

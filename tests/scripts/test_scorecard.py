@@ -8,7 +8,8 @@ import subprocess
 import sys
 
 from scripts.scorecard import testbeds as tb
-from scripts.scorecard.__main__ import archived_index, format_cell
+from scripts.scorecard.__main__ import archived_index
+from scripts.scorecard.leaderboard import format_cell
 
 ROOT = tb.ROOT
 TINY = "--max_iters=3 --eval_interval=3 --eval_iters=1"

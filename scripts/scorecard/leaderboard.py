@@ -1,0 +1,148 @@
+"""The scorecard's leaderboard (a library: ``python -m scripts.scorecard`` writes it, ``python -m
+scripts.analysis.publish`` renders it into the README): one row per attention and tier from the
+cards under ``results/scorecard/cards`` (``scripts/scorecard/__main__.py`` says what a card holds).
+
+A recall cell is the mean ± sd of the test accuracy over its seeds and their number ("one seed": no
+spread); where softmax and the method both have two seeds or more and the means differ by less than
+two pooled standard deviations, "not separable from softmax". WikiText-2 and LRA Text are one seed
+each; the swap column is the test perplexity of the method in softmax's trained model beside
+softmax's own; speed is the time of one causal forward + backward call (forward only, or not causal,
+where the method has no such call: said in the cell) over SDPA's, measured in the same process.
+The papers' published LRA Text numbers follow in a table of their own.
+"""
+import json
+import math
+import os
+import statistics
+
+from data import write_text
+
+
+def mean_sd(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return None, None, 0
+    return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else None), len(values)
+
+
+def leaderboard_rows(cards):
+    """One row per (attention, tier) card: recall cells as (mean, sd, n), speed ratios by T."""
+    rows = []
+    for card in cards:
+        row = {"attention": card["label"], "tier": card["tier"], "not_applicable": card["not_applicable"]}
+        for role, column in (("recall_reference", "recall_256_16"), ("recall_small", "recall_64_4")):
+            cells = [c for c in card["cells"] if c["role"] in (role, role + "_selection")
+                     and c["learning_rate"] == card.get("recall_rate", c["learning_rate"])]
+            row[column] = mean_sd([c["test_accuracy"] for c in cells])
+        lra = [c for c in card["cells"] if c["role"] == "lra"]
+        row["lra"] = (lra[0]["test_accuracy"], lra[0]["steps_per_s"]) if lra else None
+        swap = [c for c in card["cells"] if c["role"] == "swap"]
+        row["swap"] = (swap[0]["test_ppl"], swap[0]["softmax_test_ppl"]) if swap else None
+        wikitext2 = [c for c in card["cells"] if c["role"] == "wikitext2"]
+        row["wikitext2"] = (wikitext2[0]["test_ppl"], wikitext2[0]["tokens_per_s"]) if wikitext2 else None
+        speed = [c for c in card["cells"] if c["role"] == "speed"]
+        mode = "forward_backward" if any(c["mode"] == "forward_backward" for c in speed) else "forward"
+        causal = any(c["causal"] for c in speed)
+        row["speed"] = {c["T"]: c["ratio"] for c in speed if c["mode"] == mode and c["causal"] == causal}
+        row["speed_kind"] = ("causal" if causal else "not causal") + (", forward only" if mode == "forward" else "")
+        rows.append(row)
+    return rows
+
+
+def format_cell(stat, softmax=None):
+    mean, sd, n = stat
+    if mean is None:
+        return "not run"
+    text = f"{mean:.3f}" + (f" ± {sd:.3f}" if sd is not None else "") + f" (n={n})"
+    if n < 2:
+        return text + ", one seed"
+    if softmax and softmax[2] >= 2 and softmax[1] is not None and sd is not None:
+        pooled = math.sqrt((sd ** 2 + softmax[1] ** 2) / 2)
+        if abs(mean - softmax[0]) < 2 * pooled:
+            text += ", not separable from softmax"
+    return text
+
+
+def read_cards(results):
+    """Every card (dict) under ``<results>/cards``, by file name; [] when there is none."""
+    folder = os.path.join(results, "cards")
+    cards = []
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        if name.endswith(".json"):
+            with open(os.path.join(folder, name)) as f:
+                cards.append(json.load(f))
+    return cards
+
+
+def tables(cards):
+    """(markdown, csv) of the leaderboard of ``cards``: one row per attention and tier, softmax
+    first within a tier, then the published rows (never mixed with ours)."""
+    rows = leaderboard_rows(cards)
+    Ts = sorted({T for r in rows for T in r.get("speed", {})})
+    softmax = {r["tier"]: r for r in rows if r["attention"] == "softmax"}
+    header = ["attention", "tier", "recall 256/16 w64", "recall 64/4 w64", "WikiText-2 test ppl (tokens/s)",
+              "LRA Text test accuracy (steps/s)", "swapped into softmax's model: test ppl (softmax's)",
+              *(f"time / SDPA, T={T} (causal, forward + backward)" for T in Ts)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    csv_lines = [",".join(["attention", "tier", "recall_256_16_mean", "recall_256_16_sd", "recall_256_16_n",
+                           "recall_64_4_mean", "recall_64_4_sd", "recall_64_4_n", "wikitext2_test_ppl",
+                           "wikitext2_tokens_per_s", "lra_text_test_accuracy", "lra_text_steps_per_s", "swap_test_ppl", "swap_softmax_test_ppl",
+                           *(f"speed_ratio_T{T}" for T in Ts)])]
+    for r in sorted(rows, key=lambda r: (r["tier"], r["attention"] != "softmax", r["attention"])):
+        base = softmax.get(r["tier"])
+        cells = []
+        for column in ("recall_256_16", "recall_64_4"):
+            if "recall" in r["not_applicable"]:
+                cells.append(f"does not apply ({r['not_applicable']['recall']})")
+            elif r["tier"] == "quick" and column == "recall_256_16":
+                cells.append("full tier only")
+            else:
+                cells.append(format_cell(r[column], base[column] if base and base is not r else None))
+        if "wikitext2" in r["not_applicable"]:
+            cells.append(f"does not apply ({r['not_applicable']['wikitext2']})")
+        else:
+            cells.append(f"{r['wikitext2'][0]:.2f} ({r['wikitext2'][1]:,.0f}), one seed" if r["wikitext2"] else "not run")
+        if "lra" in r["not_applicable"]:
+            cells.append(f"does not apply ({r['not_applicable']['lra']})")
+        else:
+            cells.append(f"{100 * r['lra'][0]:.2f}% ({r['lra'][1]:.2f}), one seed" if r["lra"] else "not run")
+        if "swap" in r["not_applicable"]:
+            cells.append(f"does not apply ({r['not_applicable']['swap']})")
+        else:
+            cells.append(f"{r['swap'][0]:.2f} ({r['swap'][1]:.2f})" if r["swap"] else "not run")
+        kind = "" if r["speed_kind"] == "causal" else f" ({r['speed_kind']})"
+        speed = [f"{r['speed'][T]:.2f}{kind}" if r["speed"].get(T) else "not run" for T in Ts]
+        tier = r["tier"] + (" (a first look)" if r["tier"] == "quick" else "")
+        lines.append("| " + " | ".join([r["attention"], tier, *cells, *speed]) + " |")
+        csv_lines.append(",".join(str(x) for x in [r["attention"], r["tier"], *r["recall_256_16"], *r["recall_64_4"],
+                                                   *(r["wikitext2"] or (None, None)), *(r["lra"] or (None, None)),
+                                                   *(r["swap"] or (None, None)),
+                                                   *(r.get("speed", {}).get(T) for T in Ts)]).replace("None", ""))
+    if not rows:
+        lines = ["No attention has a card yet: `python -m scripts.scorecard softmax --tier full` makes the first."]
+    lines += ["", *published_rows(cards)]
+    return "\n".join(lines) + "\n", "\n".join(csv_lines) + "\n"
+
+
+def published_rows(cards):
+    """Markdown lines: the papers' LRA Text accuracies of the attentions on the leaderboard (or of
+    every method when it is empty), as printed in their tables; for reference, not comparable
+    (GPU, full-size models and budgets)."""
+    from scripts.analysis.published import PUBLISHED_ACCURACY, SHORT_SOURCES, TASKS
+
+    names = {card["attention"] for card in cards} | {card["label"] for card in cards}
+    text = TASKS.index("text")
+    lines = ["Published LRA Text accuracies of these methods (their papers' GPU runs at full size: a reference, not "
+             "a row of this leaderboard):", "", "| attention | source | LRA Text test accuracy |", "|---|---|---|"]
+    for name, source, accuracies, _ in PUBLISHED_ACCURACY:
+        if not names or name in names:
+            lines.append(f"| {name} | {SHORT_SOURCES.get(source, source)} | {accuracies[text]:.2f}% |")
+    return lines
+
+
+def write_leaderboard(results):
+    """``leaderboard.md`` and ``.csv`` from every card under ``<results>/cards``; returns the .md path."""
+    md, csv = tables(read_cards(results))
+    write_text(os.path.join(results, "leaderboard.csv"), csv)
+    write_text(os.path.join(results, "leaderboard.md"), md)
+    return os.path.join(results, "leaderboard.md")

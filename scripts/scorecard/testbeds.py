@@ -46,6 +46,7 @@ import hashlib
 import json
 import os
 import platform
+import sys
 
 import attention
 from scripts.bench.common import ROOT
@@ -237,3 +238,36 @@ def recall_cell_args(cell, lr, seed):
 def recall_cell_name(cell, lr, seed):
     length, pairs, width = cell
     return f"recall_T{length}_N{pairs}_d{width}_lr{lr:g}_s{seed}"
+
+
+def shell_values():
+    """The definitions the sweep scripts read instead of keeping their own (``scripts/sweeps/recall.sh``,
+    ``gpt_mini.sh``): name -> text, lists space-separated."""
+    return {"recall_config": RECALL_CONFIG, "recall_rates": " ".join(f"{lr:g}" for lr in RECALL_RATES),
+            "recall_seeds": " ".join(str(seed) for seed in RECALL_SEEDS[1:]),
+            "wikitext2_config": WIKITEXT2_CONFIG, "wikitext2_eval": " ".join(WIKITEXT2_EVAL)}
+
+
+def main(argv):
+    """``python -m scripts.scorecard.testbeds NAME`` prints one of ``shell_values``;
+    ``... layers TESTBED SPEC`` the train.py arguments that select SPEC's attention in TESTBED
+    (``Spec.layers``), one per line. The sweep scripts call it, so a sweep and the scorecard run
+    the same protocol."""
+    values = shell_values()
+    if len(argv) == 3 and argv[0] == "layers":
+        try:
+            print("\n".join(Spec(argv[2]).layers(argv[1])))
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        return 0
+    if len(argv) != 1 or argv[0] not in values:
+        print(f"usage: python -m scripts.scorecard.testbeds {{{'|'.join(values)}}} | layers TESTBED SPEC",
+              file=sys.stderr)
+        return 2
+    print(values[argv[0]])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

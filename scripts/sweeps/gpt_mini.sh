@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The mini GPT on WikiText-2 with every causal attention at the softmax baseline's budget (issue 26:
 # the same iterations, batch and tokens), then the test perplexity of each run and the table
-# (scripts/analysis/gpt_mini_table.py). A run's config layers are
+# (scripts/analysis/gpt_mini_table.py); the config and the evaluation are the scorecard's WikiText-2
+# testbed's (scripts/scorecard/testbeds.py, through `python -m scripts.scorecard.testbeds`). A run's config layers are
 #   configs/wikitext2_gpt_mini.py configs/attention/<attention>.py
 # except "danet", the DANet mini of the DenseAttention paper's setting (configs/wikitext2_danet_gpt_mini.py:
 # 5 one-head DANet blocks, local / shifted-local / global layers, its own schedule); "dense" is
@@ -18,7 +19,7 @@
 #   SEEDS       ["1337"]                   training seeds (1337 is the config's)
 #   OUT_ROOT    [out/gpt_mini]             run dir OUT_ROOT/<attention>_s<seed>
 #   THREADS     [2]                        torch threads of training and evaluation (--num_threads)
-#   EVAL_ARGS   ["--protocol=blocks"]      eval_ppl.py arguments (the split is test); its JSON goes to
+#   EVAL_ARGS   [the testbed's: --split=test --protocol=blocks]  eval_ppl.py arguments; its JSON goes to
 #                                          OUT_ROOT/<attention>_s<seed>/eval_test.json
 #   FORCE       [0]                        1 = rerun a run whose final_metrics.json exists (else skipped;
 #                                          a missing evaluation is still made)
@@ -33,14 +34,14 @@ ATTENTIONS=${ATTENTIONS:-"softmax fastmax1 fastmax2 dense danet linear performer
 SEEDS=${SEEDS:-1337}
 OUT_ROOT=${OUT_ROOT:-out/gpt_mini}
 THREADS=${THREADS:-2}
-EVAL_ARGS=${EVAL_ARGS:-"--protocol=blocks"}
+PYTHON=${PYTHON:-python}
+EVAL_ARGS=${EVAL_ARGS:-"$($PYTHON -m scripts.scorecard.testbeds wikitext2_eval)"}
 FORCE=${FORCE:-0}
 TABLE_OUT=${TABLE_OUT:-results/gpt_mini_baselines}
-PYTHON=${PYTHON:-python}
 
 model_configs() {  # the config layers of an attention name
   if [ "$1" = danet ]; then echo "configs/wikitext2_danet_gpt_mini.py"
-  else echo "configs/wikitext2_gpt_mini.py configs/attention/$1.py"; fi
+  else echo "$($PYTHON -m scripts.scorecard.testbeds wikitext2_config) configs/attention/$1.py"; fi
 }
 
 failed=()
@@ -71,7 +72,7 @@ for attn in $ATTENTIONS; do
     fi
     if [ ! -f "$out/eval_test.json" ] || [ "$FORCE" = 1 ]; then
       # shellcheck disable=SC2086  # EVAL_ARGS is a list of arguments
-      if OMP_NUM_THREADS=$THREADS $PYTHON eval_ppl.py --out_dir="$out" --split=test $EVAL_ARGS \
+      if OMP_NUM_THREADS=$THREADS $PYTHON eval_ppl.py --out_dir="$out" $EVAL_ARGS \
           --num_threads="$THREADS" --out_json="$out/eval_test.json" > "$out/eval.log" 2>&1; then
         echo "== $name: done $(date '+%F %T'), $(grep -o '"value": [0-9.]*' "$out/eval_test.json" | head -1)"
       else

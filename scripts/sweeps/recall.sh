@@ -4,7 +4,10 @@
 # accuracy; test is never looked at), then SEEDS more runs at the picked rate; then the table
 # (scripts/analysis/recall_table.py). A run's layers are
 #   configs/recall/mqar.py configs/attention/<attention>.py
-# with the cell's --block_size, --recall_pairs, --n_embd on the command line.
+# with the cell's --block_size, --recall_pairs, --n_embd on the command line. The config, the rates,
+# the seeds and an attention's layer come from the scorecard's recall testbed
+# (scripts/scorecard/testbeds.py, through `python -m scripts.scorecard.testbeds`), so this sweep and
+# `python -m scripts.scorecard` run the same protocol.
 #
 #   scripts/sweeps/recall.sh                                    # the default grid below
 #   ATTENTIONS="softmax linear" CELLS="64:4:64" scripts/sweeps/recall.sh --max_iters=100
@@ -15,8 +18,8 @@
 #               where it exists (sparse methods whose defaults would cover a whole MQAR sequence),
 #               else configs/attention/<name>.py
 #   CELLS       ["64:4:64 64:4:128 256:16:64 256:16:128"]  seq_len:num_pairs:width
-#   LRS         ["1e-3 3e-3 1e-2"]  learning rates tried on seed 0
-#   SEEDS       ["1 2"]            seeds run at the picked rate (seed 0 is the picking run; "" = none)
+#   LRS         [the testbed's: 0.001 0.003 0.01]  learning rates tried on seed 0
+#   SEEDS       [the testbed's: 1 2]  seeds run at the picked rate (seed 0 is the picking run; "" = none)
 #   OUT_ROOT    [out/recall]       run dir OUT_ROOT/<attention>_T<len>_N<pairs>_d<width>_lr<lr %g>_s<seed>
 #   THREADS     [2]                torch threads per run (--num_threads)
 #   FORCE       [0]                1 = rerun a run whose final_metrics.json exists (else skipped)
@@ -29,13 +32,15 @@ set -u
 cd "$(dirname "$0")/../.."
 ATTENTIONS=${ATTENTIONS:-"softmax fastmax1 fastmax2 dense linear performer longformer bigbird"}
 CELLS=${CELLS:-"64:4:64 64:4:128 256:16:64 256:16:128"}
-LRS=${LRS:-"1e-3 3e-3 1e-2"}
-SEEDS=${SEEDS-"1 2"}
+PYTHON=${PYTHON:-python}
+testbed() { $PYTHON -m scripts.scorecard.testbeds "$@"; }
+CONFIG=$(testbed recall_config) || exit 2
+LRS=${LRS:-"$(testbed recall_rates)"}
+SEEDS=${SEEDS-"$(testbed recall_seeds)"}
 OUT_ROOT=${OUT_ROOT:-out/recall}
 THREADS=${THREADS:-2}
 FORCE=${FORCE:-0}
 TABLE_OUT=${TABLE_OUT:-results/recall}
-PYTHON=${PYTHON:-python}
 
 failed=()
 run() {  # run <attention> <len> <pairs> <width> <lr> <seed> [extra args]
@@ -49,7 +54,7 @@ run() {  # run <attention> <len> <pairs> <width> <lr> <seed> [extra args]
   fi
   mkdir -p "$out"
   echo "== $name: $(date '+%F %T')"
-  if OMP_NUM_THREADS=$THREADS $PYTHON train.py configs/recall/mqar.py "$(attention_config "$attn")" \
+  if OMP_NUM_THREADS=$THREADS $PYTHON train.py "$CONFIG" "$(attention_config "$attn")" \
       --block_size="$len" --recall_pairs="$pairs" --n_embd="$width" --learning_rate="$lr" --seed="$seed" \
       --out_dir="$out" --num_threads="$THREADS" "$@" > "$out/train.log" 2>&1; then
     echo "== $name: done $(date '+%F %T'), $(grep -o '"test_accuracy": [0-9.]*' "$out/final_metrics.json")"
@@ -59,14 +64,13 @@ run() {  # run <attention> <len> <pairs> <width> <lr> <seed> [extra args]
   fi
 }
 
-attention_config() {  # the attention layer of a name: the recall override if there is one
-  if [ -f "configs/recall/attention/$1.py" ]; then echo "configs/recall/attention/$1.py"
-  else echo "configs/attention/$1.py"; fi
+attention_config() {  # the attention layer of a name: the recall override if there is one (the testbed's rule)
+  testbed layers recall "$1"
 }
 
 for attn in $ATTENTIONS; do
-  if [ ! -f "$(attention_config "$attn")" ]; then
-    echo "== no configs/attention/${attn}.py, skipped" >&2
+  if ! attention_config "$attn" > /dev/null; then
+    echo "== ${attn}: not an attention config or registered name, skipped" >&2
     failed+=("$attn")
     continue
   fi

@@ -22,30 +22,19 @@ import argparse
 import os
 import sys
 
-from scripts.analysis.runs import RUN_SUFFIX, write_packed
-
-RUN_FILES = ("manifest.json", "final_metrics.json", "log.jsonl", "train.log", "eval_test.json", "eval.log")
+from scripts.analysis.runs import RUN_SUFFIX, RunNotFound, archive_run
 
 
 def archive(dest, run_dirs):
-    """Pack the ``RUN_FILES`` of each run directory into ``dest/<name>.tar.xz``; return [(name, [file, ...])]."""
-    archived = []
-    for run_dir in run_dirs:
-        name = os.path.basename(os.path.normpath(run_dir))
-        if not os.path.isfile(os.path.join(run_dir, "manifest.json")):
-            raise SystemExit(f"error: {run_dir} has no manifest.json (not a finished or stopped train.py run)")
-        if os.path.isdir(os.path.join(dest, name)):
-            raise SystemExit(f"error: {os.path.join(dest, name)}/ is a run folder already; pack it "
-                             f"(python -m scripts.analysis.runs pack {os.path.join(dest, name)}) or remove it")
-        files = [f for f in RUN_FILES if os.path.isfile(os.path.join(run_dir, f))]
-        contents = {}
-        for f in files:
-            with open(os.path.join(run_dir, f), "rb") as fh:
-                contents[f] = fh.read()
-        os.makedirs(dest, exist_ok=True)
-        write_packed(os.path.join(dest, name + RUN_SUFFIX), name, contents)
-        archived.append((name, files))
-    return archived
+    """Pack each run directory into ``dest/<name>.tar.xz`` (``runs.archive_run``); return [(name, [file, ...])].
+
+    Raises:
+        SystemExit (status 2, one error line): a run without manifest.json, or ``dest/<name>/`` a run folder.
+    """
+    try:
+        return [archive_run(run_dir, dest) for run_dir in run_dirs]
+    except (RunNotFound, FileExistsError) as e:
+        raise SystemExit(f"error: {e.args[0] if e.args else e}") from None
 
 
 def link_lines(dest, archived, docs_dir="docs"):

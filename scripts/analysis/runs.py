@@ -323,6 +323,36 @@ def write_packed(path, name, files):
     return path
 
 
+RUN_FILES = ("manifest.json", "final_metrics.json", "log.jsonl", "train.log", "eval_test.json", "eval.log")
+
+
+def archive_run(run_dir, dest):
+    """Pack the ``RUN_FILES`` that the train.py run folder ``run_dir`` has (never checkpoints) into
+    ``dest/<run name>.tar.xz`` (``write_packed``; an existing one is replaced).
+
+    Returns:
+        (name, [file, ...]): the run's name and the files packed.
+
+    Raises:
+        RunNotFound: ``run_dir`` has no manifest.json (not a finished or stopped train.py run).
+        FileExistsError: ``dest/<run name>/`` is a run folder (an archive of the old form).
+    """
+    name = os.path.basename(os.path.normpath(run_dir))
+    if not os.path.isfile(os.path.join(run_dir, MANIFEST)):
+        raise RunNotFound(f"{run_dir} has no manifest.json (not a finished or stopped train.py run)")
+    if os.path.isdir(os.path.join(dest, name)):
+        raise FileExistsError(f"{os.path.join(dest, name)}/ is a run folder already; pack it "
+                              f"(python -m scripts.analysis.runs pack {os.path.join(dest, name)}) or remove it")
+    files = [f for f in RUN_FILES if os.path.isfile(os.path.join(run_dir, f))]
+    contents = {}
+    for f in files:
+        with open(os.path.join(run_dir, f), "rb") as fh:
+            contents[f] = fh.read()
+    os.makedirs(dest, exist_ok=True)
+    write_packed(os.path.join(dest, name + RUN_SUFFIX), name, contents)
+    return name, files
+
+
 def run_folders(paths):
     """The run folders under ``paths`` (folders searched recursively): folders holding one of
     RUN_MARKERS, sorted."""

@@ -14,7 +14,8 @@ estimated time first (from the measured times of earlier cells), then a line per
 time left. Each cell's result is appended to ``<results>/cells.jsonl`` when it ends (a stopped
 scorecard resumes where it stopped: a cell whose protocol has a result is not run again, and a
 run archived under ``results/`` with the same protocol is used instead of a new one). Training
-runs go to ``<out_root>/<label>/<cell>/``. The attention's card, ``<results>/cards/<label>_<tier>.json``
+runs go to ``<out_root>/<label>/<cell>_<protocol key>/`` and, when the card is written, are packed
+into ``<results>/runs/<label>/`` (no checkpoints), which the cells then name. The attention's card, ``<results>/cards/<label>_<tier>.json``
 (every cell with its protocol key, result and where it came from; why a testbed does not apply),
 and the leaderboard, ``<results>/leaderboard.csv`` and ``.md`` (a row per attention and tier:
 recall test accuracy mean +- sd over seeds with their number, "not separable" from softmax where
@@ -164,7 +165,7 @@ class Scorecard:
     def train_cell(self, testbed, role, name, argv, card_fields):
         """The result row of one training cell (recall, wikitext2): the store's, an archived run's
         with the same protocol, or a new run (train.py, then for wikitext2 eval_ppl.py) in
-        ``<out_root>/<label>/<name>``; added to the card with ``card_fields``."""
+        ``<out_root>/<label>/<name>_<key>``; added to the card with ``card_fields``."""
         argv = [*argv, *self.args.train_args]
         cfg = tb.resolved_config(argv, self.args.imports)
         evaluation_args = [*EVALUATION[testbed], *(self.args.eval_args if EVALUATION[testbed] else [])]
@@ -176,7 +177,7 @@ class Scorecard:
             row = self.result_row(testbed, key, fields, run.final_metrics, evaluation, source=path, wall_s=None)
             self.store.add(row)
         if row is None:
-            out_dir = os.path.join(self.args.out_root, label_file(self.spec.label), name)
+            out_dir = os.path.join(self.args.out_root, label_file(self.spec.label), f"{name}_{key[:8]}")
             os.makedirs(out_dir, exist_ok=True)
             imports = [f"--import={p}" for p in self.args.imports]
             commands = [[sys.executable, "train.py", *imports, *argv, f"--out_dir={out_dir}",
@@ -342,6 +343,21 @@ class Scorecard:
                                                "ratio": row["ratio"], "source": row["source"]})
                     self.progress(f"speed T={T} causal={causal} {mode}", row)
 
+    def archive_new_runs(self):
+        """Pack the card's training runs that are still run folders (in ``out_root``) into
+        ``<results>/runs/<label>/`` (``runs.archive_run``: manifest, metrics, logs, no checkpoints), so
+        that every cell's source is a file under results/; the store gets the new source."""
+        from scripts.analysis.runs import RUN_SUFFIX, archive_run
+
+        dest = os.path.join(self.args.results, "runs", label_file(self.spec.label))
+        for cell in self.card["cells"]:
+            folder = os.path.join(tb.ROOT, cell["source"]) if not os.path.isabs(cell["source"]) else cell["source"]
+            if cell["role"] == "swap" or not os.path.isfile(os.path.join(folder, "manifest.json")):
+                continue
+            name, _ = archive_run(folder, dest)
+            cell["source"] = shown(os.path.join(dest, name + RUN_SUFFIX))
+            self.store.add({**self.store.rows[cell["key"]], "source": cell["source"]})
+
     # -- the whole card --------------------------------------------------------------------------
     def plan(self):
         """(testbed, cells, estimated seconds) of the testbeds that apply; records the others."""
@@ -375,6 +391,7 @@ class Scorecard:
         for testbed, _, _ in plan:
             getattr(self, testbed)()
         path = os.path.join(self.args.results, "cards", f"{label_file(self.spec.label)}_{self.args.tier}.json")
+        self.archive_new_runs()
         if os.path.exists(path):  # a call with --testbeds keeps the other testbeds' cells of earlier calls
             with open(path) as f:
                 old = json.load(f)

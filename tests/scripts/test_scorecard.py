@@ -52,13 +52,15 @@ def test_the_docs_attention_gets_its_quick_row_from_outside_the_repository(tmp_p
     board = (tmp_path / "results" / "leaderboard.md").read_text()
     assert "| cosformer | quick (a first look) | full tier only | " in board and "one seed" in board
     rows = (tmp_path / "results" / "cells.jsonl").read_text().splitlines()
-    assert len(rows) == 11
+    assert len(rows) == 11 + 3  # the three training cells again, with their packed run as the source
+    assert all(c["source"].startswith(str(tmp_path / "results" / "runs" / "cosformer"))
+               for c in card["cells"] if c["role"] in ("recall_small", "wikitext2", "lra"))
     wikitext2 = [c for c in card["cells"] if c["role"] == "wikitext2"]
     assert len(wikitext2) == 1 and wikitext2[0]["test_ppl"] > 1 and wikitext2[0]["tokens_per_s"] > 0
     (lra,) = [c for c in card["cells"] if c["role"] == "lra"]
     assert 0 <= lra["test_accuracy"] <= 1 and lra["steps"] == tb.LRA_ITERS["quick"]
     again = scorecard(*args)  # every cell has its result: nothing runs, nothing is added
-    assert len((tmp_path / "results" / "cells.jsonl").read_text().splitlines()) == 11 and "[11/11]" in again
+    assert len((tmp_path / "results" / "cells.jsonl").read_text().splitlines()) == 14 and "[11/11]" in again
     assert tracked_changes() == before
 
 

@@ -481,6 +481,12 @@ def render_gpt_mini_table(root, folder):
     return gpt_mini_table(runs)
 
 
+# Zoology's Figure 2 as its text says and its plot shows (the recall table and the leaderboard quote it)
+ZOOLOGY_NOTE = ("Zoology (Arora et al. 2023, Figure 2; 2 layers, one head, no MLP, 100k examples, best of 4 "
+                "learning rates in 1e-4..1e-2, 64 epochs): attention about 1.0 in every cell; at 256/16 "
+                "BaseConv, H3, RWKV and Hyena 0.05-0.14 at width 64 and 0.54-0.82 at width 256.")
+
+
 # ----------------------------------------------------------------------------- Long Range Arena
 
 TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")

@@ -40,13 +40,10 @@ import sys
 
 import provenance
 from data import write_text
-from scripts.analysis.published import (RECALL_COLUMNS, cell_key, cell_label, mark_picked, pick_rate, picked_runs,
-                                        read_recall_runs, recall_order, spread)
+from scripts.analysis.published import (RECALL_COLUMNS, ZOOLOGY_NOTE, cell_key, cell_label, mark_picked, pick_rate,
+                                        picked_runs, read_recall_runs, recall_order, spread)
 from scripts.analysis.runs import find_runs
 
-ZOOLOGY_NOTE = ("Zoology (Arora et al. 2023, Figure 2; 2 layers, one head, no MLP, 100k examples, best of 4 "
-                "learning rates in 1e-4..1e-2, 64 epochs): attention about 1.0 in every cell; at 256/16 "
-                "BaseConv, H3, RWKV and Hyena 0.05-0.14 at width 64 and 0.54-0.82 at width 256.")
 
 
 def tables(runs):

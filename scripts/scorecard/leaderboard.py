@@ -128,7 +128,7 @@ def published_rows(cards):
     """Markdown lines: the papers' LRA Text accuracies of the attentions on the leaderboard (or of
     every method when it is empty), as printed in their tables; for reference, not comparable
     (GPU, full-size models and budgets)."""
-    from scripts.analysis.published import PUBLISHED_ACCURACY, SHORT_SOURCES, TASKS
+    from scripts.analysis.published import PUBLISHED_ACCURACY, SHORT_SOURCES, TASKS, ZOOLOGY_NOTE
 
     names = {card["attention"] for card in cards} | {card["label"] for card in cards}
     text = TASKS.index("text")
@@ -137,6 +137,7 @@ def published_rows(cards):
     for name, source, accuracies, _ in PUBLISHED_ACCURACY:
         if not names or name in names:
             lines.append(f"| {name} | {SHORT_SOURCES.get(source, source)} | {accuracies[text]:.2f}% |")
+    lines += ["", f"Associative recall, published (values read from the paper's plot, not a table): {ZOOLOGY_NOTE}"]
     return lines
 
 

@@ -38,6 +38,7 @@ import sys
 import time
 
 import configurator
+import provenance
 from data import write_json
 from scripts.scorecard import testbeds as tb
 from scripts.scorecard.leaderboard import write_leaderboard
@@ -141,6 +142,7 @@ class Scorecard:
                      "attention_params": spec.params, "config": spec.config, "cells": [], "not_applicable": {}}
         self._archive = {}
         self.t0, self.done, self.planned, self.remaining = time.time(), 0, 0, {}
+        self.commit = provenance.git_commit()  # the code that makes the card, not code edited while it runs
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def estimate(self, testbed):
@@ -362,10 +364,12 @@ class Scorecard:
     def plan(self):
         """(testbed, cells, estimated seconds) of the testbeds that apply; records the others."""
         plan = []
-        for testbed in self.args.testbeds or tb.TESTBEDS:
+        for testbed in tb.TESTBEDS:
             reason = tb.applies(testbed, self.spec)
             if reason:
                 self.card["not_applicable"][testbed] = reason
+                continue
+            if self.args.testbeds and testbed not in self.args.testbeds:
                 continue
             if testbed == "recall":
                 n = 1 if self.args.tier == "quick" else len(tb.RECALL_RATES) + 2 + 3
@@ -401,7 +405,17 @@ class Scorecard:
                 self.card["recall_rate"] = old["recall_rate"]
         os.makedirs(os.path.dirname(path), exist_ok=True)
         write_json(path, self.card)
+        provenance.record(path[:-len(".json")], commit=self.commit,
+                          extra={"cells": len(self.card["cells"]), "testbeds": self.args.testbeds or list(tb.TESTBEDS)})
         return path
+
+
+def leaderboard(results):
+    """Write the leaderboard of ``results`` and its manifest entry; returns the .md path."""
+    path = write_leaderboard(results)
+    provenance.record(path[:-len(".md")], extra={"cards": sorted(n for n in os.listdir(os.path.join(results, "cards"))
+                                                          if n != "manifest.json")})
+    return path
 
 
 def main(argv=None):
@@ -431,7 +445,7 @@ def main(argv=None):
     try:
         _, args.imports = configurator.import_files([f"--import={p}" for p in args.imports])
         if args.leaderboard:
-            print(f"wrote {write_leaderboard(args.results)}")
+            print(f"wrote {leaderboard(args.results)}")
             return None
         if not args.spec:
             ap.error("give the attention (SPEC) or --leaderboard")
@@ -441,7 +455,7 @@ def main(argv=None):
             raise configurator.ConfigError(str(e)) from None
         card = Scorecard(spec, args).run()
         if card:
-            print(f"wrote {card} and {write_leaderboard(args.results)}")
+            print(f"wrote {card} and {leaderboard(args.results)}")
         return card
     except configurator.ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -16,6 +16,7 @@ import os
 import statistics
 
 from data import write_text
+from scripts.scorecard.testbeds import SPEED_T
 
 
 def mean_sd(values):
@@ -68,7 +69,7 @@ def read_cards(results):
     folder = os.path.join(results, "cards")
     cards = []
     for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
-        if name.endswith(".json"):
+        if name.endswith(".json") and name != "manifest.json":
             with open(os.path.join(folder, name)) as f:
                 cards.append(json.load(f))
     return cards
@@ -78,7 +79,7 @@ def tables(cards):
     """(markdown, csv) of the leaderboard of ``cards``: one row per attention and tier, softmax
     first within a tier, then the published rows (never mixed with ours)."""
     rows = leaderboard_rows(cards)
-    Ts = sorted({T for r in rows for T in r.get("speed", {})})
+    Ts = sorted({T for r in rows for T in r.get("speed", {})} | set(SPEED_T["full"]))
     softmax = {r["tier"]: r for r in rows if r["attention"] == "softmax"}
     header = ["attention", "tier", "recall 256/16 w64", "recall 64/4 w64", "WikiText-2 test ppl (tokens/s)",
               "LRA Text test accuracy (steps/s)", "swapped into softmax's model: test ppl (softmax's)",

@@ -147,7 +147,7 @@ def applies(testbed, spec):
         return None if cls.trainable else "inference only"
     if testbed == "swap":
         if cls.trainable:
-            return "trains (its own runs are the WikiText-2 testbed)"
+            return "it trains: see its WikiText-2 column"
         if cls.causal != "exact":
             return "not exactly causal"
         return None

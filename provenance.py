@@ -32,13 +32,14 @@ PACKAGES = ("torch", "numpy", "triton", "transformers", "tiktoken", "datasets")
 
 def git_commit():
     """The repository's HEAD commit, "+dirty" when tracked code differs from it (changes under
-    results/ and docs/ do not count), or "unknown" (no git, not a checkout). Call it when a run
+    results/ and docs/ and in README.md, whose tables are rendered from results/, do not count),
+    or "unknown" (no git, not a checkout). Call it when a run
     starts: code edited during a long run is not what made the result."""
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                               check=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
-                                ":!results", ":!docs"], cwd=ROOT,
+                                ":!results", ":!docs", ":!README.md"], cwd=ROOT,
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"

@@ -188,12 +188,7 @@ class Scorecard:
                 commands.append([sys.executable, "eval_ppl.py", *imports, f"--out_dir={out_dir}", *evaluation_args,
                                  f"--num_threads={self.args.threads}", f"--out_json={out_dir}/eval_test.json"])
             start = time.time()
-            with open(os.path.join(out_dir, "scorecard.log"), "w") as log:
-                for command in commands:
-                    status = subprocess.run(command, cwd=tb.ROOT, stdout=log, stderr=subprocess.STDOUT).returncode
-                    if status != 0:
-                        raise RuntimeError(f"{testbed} cell {name} failed (status {status}); its log: "
-                                           f"{os.path.join(out_dir, 'scorecard.log')}")
+            self.run_logged(commands, out_dir, f"{testbed} cell {name}", mode="w")
             with open(os.path.join(out_dir, "final_metrics.json")) as f:
                 metrics = json.load(f)
             evaluation = None
@@ -261,8 +256,15 @@ class Scorecard:
             self.recall_run("recall_small", tb.RECALL_SMALL, lr, seed)
 
     # -- swap ------------------------------------------------------------------------------------
-    def run_logged(self, commands, out_dir, what):
-        with open(os.path.join(out_dir, "scorecard.log"), "a") as log:
+    @staticmethod
+    def run_logged(commands, out_dir, what, mode="a"):
+        """Run ``commands`` (argument lists) one after the other from the repository root, their
+        output into ``out_dir/scorecard.log`` (``mode``: "w" starts it anew, "a" appends).
+
+        Raises:
+            RuntimeError: a command exits with a non-zero status (names ``what`` and the log).
+        """
+        with open(os.path.join(out_dir, "scorecard.log"), mode) as log:
             for command in commands:
                 status = subprocess.run(command, cwd=tb.ROOT, stdout=log, stderr=subprocess.STDOUT).returncode
                 if status != 0:

@@ -53,12 +53,18 @@ def on(device, *tensors):
     return [None if t is None else t.to(device) for t in tensors]
 
 
+def cuda_case(device, name, causal, size):
+    """(the float64 CPU reference (output, gradients), the example module on ``device`` in the
+    mode its class trains in, its float32 inputs q, k, v, mask, output gradient on ``device``)."""
+    reference, (q, k, v), mask, grad = reference_and_inputs(name, causal, size)
+    module = build_example(name, context(*size)).to(device).train(attention.attention_class(name).trainable)
+    return reference, module, on(device, q.float(), k.float(), v.float(), mask, None if grad is None else grad.float())
+
+
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"T{s[2]}_D{s[3]}")
 @pytest.mark.parametrize("name,causal", causal_cases())
 def test_float32_matches_the_float64_reference(device, name, causal, size):
-    (ref_out, ref_grads), (q, k, v), mask, grad = reference_and_inputs(name, causal, size)
-    module = build_example(name, context(*size)).to(device).train(attention.attention_class(name).trainable)
-    q, k, v, mask, grad = on(device, q.float(), k.float(), v.float(), mask, None if grad is None else grad.float())
+    (ref_out, ref_grads), module, (q, k, v, mask, grad) = cuda_case(device, name, causal, size)
     out, grads = forward_and_gradients(module, q, k, v, causal, mask, grad)
     tol = attention.attention_class(name).float32_tolerance
     assert out.dtype == torch.float32 and torch.isfinite(out).all()
@@ -79,9 +85,7 @@ def assert_close_scaled(got, expected, tolerance):
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"T{s[2]}_D{s[3]}")
 @pytest.mark.parametrize("name,causal", causal_cases())
 def test_bfloat16_autocast_within_bounds(device, name, causal, size):
-    (ref_out, ref_grads), (q, k, v), mask, grad = reference_and_inputs(name, causal, size)
-    module = build_example(name, context(*size)).to(device).train(attention.attention_class(name).trainable)
-    q, k, v, mask, grad = on(device, q.float(), k.float(), v.float(), mask, None if grad is None else grad.float())
+    (ref_out, ref_grads), module, (q, k, v, mask, grad) = cuda_case(device, name, causal, size)
     out, grads = forward_and_gradients(module, q, k, v, causal, mask, grad, autocast=torch.bfloat16)
     assert torch.isfinite(out).all()
     error = relative_error(out, ref_out)

@@ -135,7 +135,11 @@ def blockwise(q, k, v, causal, real, block, num_random_blocks, num_window_blocks
     out = block_sparse(q, k, v, block, key_blocks, key_valid.repeat_interleave(block, dim=2), pattern, real)
     rows = (is_global.nonzero() * block + torch.arange(block, device=device)).flatten()
     if rows.numel():
-        out = out.index_copy(2, rows, attend_rows(q[:, :, rows], rows, k, v, causal, real))
+        global_out = attend_rows(q[:, :, rows], rows, k, v, causal, real)
+        # under CUDA autocast the two parts can differ in dtype (bfloat16 block products, float32
+        # here) and index_copy, unlike under CPU autocast, is not promoted for us
+        dtype = torch.promote_types(out.dtype, global_out.dtype)
+        out = out.to(dtype).index_copy(2, rows, global_out.to(dtype))
     return out[:, :, :T]
 
 

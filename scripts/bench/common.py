@@ -86,14 +86,16 @@ def cuda_event_timer():
     return timed
 
 
-def median_seconds(once, repeats, long_call, sync=lambda: None, timer=None, min_sample=None):
+def median_seconds(once, repeats, long_call, sync=lambda: None, timer=None, min_sample=None, max_total=None):
     """(median over ``repeats`` samples of the wall time per call of ``once``, repeats), after a
     warm-up call. A sample is one call, or for calls shorter than ``min_sample`` seconds (default
     MIN_SAMPLE_SECONDS) the mean of a loop of calls lasting about that long. A warm-up is never a
     sample (it may hold one-time costs: a kernel's JIT compilation, lazy initialisation): after a
     warm-up longer than ``long_call`` seconds one more call is timed, and if it too is longer it is
-    the only sample (repeats = 1). ``timer`` (default ``wall_timer(sync)``) measures a function's
-    time, e.g. ``cuda_event_timer()``."""
+    the only sample (repeats = 1). ``max_total`` (seconds, default none) caps the samples: fewer
+    than ``repeats`` (at least 1) when they would take longer, as estimated from the last call
+    before them (the returned repeats say how many). ``timer`` (default ``wall_timer(sync)``)
+    measures a function's time, e.g. ``cuda_event_timer()``."""
     timer = timer or wall_timer(sync)
     first = timer(once)
     if first > long_call:
@@ -102,6 +104,8 @@ def median_seconds(once, repeats, long_call, sync=lambda: None, timer=None, min_
             return first, 1
     min_sample = MIN_SAMPLE_SECONDS if min_sample is None else min_sample
     calls = max(1, math.ceil(min_sample / max(first, 1e-9)))
+    if max_total is not None:
+        repeats = max(1, min(repeats, int(max_total / max(first * calls, 1e-9))))
 
     def loop():
         for _ in range(calls):

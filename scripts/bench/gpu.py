@@ -7,7 +7,7 @@ GPU tests, and the merge of the folders two device runs bring back.
     python -m scripts.bench.gpu folder [--name_only]     results/gpu/<date>_<gpu> for this machine
     python -m scripts.bench.gpu warm [--D 32,64,128]     compile the Triton kernels, one process per kernel
     python -m scripts.bench.gpu bench --out FOLDER       the benchmark (below); --dry_run: tiny sizes on the CPU
-    python -m scripts.bench.gpu record_tests --out FOLDER   manifest entry "tests" (tests.log, tests.xml)
+    python -m scripts.bench.gpu record_tests --out FOLDER   manifest entry "tests" (tests_progress.jsonl)
     python -m scripts.bench.gpu plot FOLDER              draw FOLDER/bench.png again from FOLDER/bench.json
     python -m scripts.bench.gpu collect SRC... --into results/gpu/<name>   copy folders, merging manifests
 
@@ -24,19 +24,25 @@ so. A reference path (softmax_reference) and tree attention's float64 CUDA path 
 
 Per cell: the peak memory one call adds (``torch.cuda.max_memory_allocated`` growth) and the median
 time of ``--repeats`` samples after a warm-up (CUDA events, samples of at least ``--min_sample``
-seconds; ``scripts/bench/methods.py``). A cell is skipped when its call is predicted longer than
-``--call_s`` (log-log extrapolation from the method's smaller T), its estimated memory exceeds
-80% of the GPU's, or the run's time ``--budget_s`` is used up; a cell whose first full-size call
-(the memory measurement's) takes longer than ``--call_s`` is timed by that call alone (the cap per
-cell); a failed cell stops its method's curve. Groups of methods run in child processes (the Triton kernels first, then the linear family
-with FLA, then the rest), so that a broken CUDA context ends one group, not the run; each child
-appends a cell's row to bench.csv as soon as it is measured.
+seconds, fewer samples when they would take longer than ``--sample_s``; ``scripts/bench/methods.py``).
+Before its first cell a curve makes one untimed call at the first T (``warm_up``: compilation and
+CUDA's lazy loading happen there; its wall time is the rows' ``warmup_s``); ``cell_s`` is a cell's
+wall time (memory, warm-up and samples), a check on the CUDA-event times. A cell is skipped when its
+call is predicted longer than ``--call_s`` (log-log extrapolation from the method's smaller T), its
+estimated memory exceeds 80% of the GPU's, or its group's share of ``--budget_s`` (``GROUP_SHARES``;
+time a group leaves passes on) is used up; a cell whose first full-size call (the memory
+measurement's) takes longer than ``--call_s`` is timed by one more call alone (the cap per cell); a
+failed cell stops its method's curve. Groups of methods run in child processes (the Triton kernels
+first, then the linear family with FLA, then the rest), so that a broken CUDA context ends one
+group, not the run; each child appends a cell's row to bench.csv as soon as it is measured; within a
+group the cheap curves run first (``curves``).
 
 Outputs, one flat folder (``--out``; scripts/bench/gpu_check.sh: results/gpu/<date>_<gpu>):
 bench.csv (the rows), bench.json (environment, settings, methods, the rows, the same-function
 comparisons with FLA, the Based / Fastmax and linear / FLA statements, the aims of issue 43),
 bench.md (tables), bench.png (time against T) and the entry "bench" of manifest.json
-(``provenance.record``); with tests.log and tests.xml of ``gpu_check.sh tests``, seven files.
+(``provenance.record``), bench_profile.txt (``profile_triton``: where the Triton path's time goes);
+with tests.log and tests_progress.jsonl of ``gpu_check.sh tests``, eight files.
 """
 import argparse
 import concurrent.futures
@@ -62,18 +68,20 @@ from data import write_json
 import provenance
 from scripts import plot_style
 from scripts.bench import fla_baselines
-from scripts.bench.common import ROOT, loglog_axes, make_inputs, parse_list, peak_added_mb, run_once
+from scripts.bench.common import ROOT, loglog_axes, make_inputs, parse_list, peak_added_mb, run_once, synchronize
 from scripts.bench.methods import (CONFIG_DIR, estimated_bytes, first_line, flop_count, make_call, measure_call,
                                    parse_method, predicted_seconds, unsupported)
 
 FIELDS = ["group", "method", "spec", "kind", "mode", "causal", "T", "D", "heads", "device", "dtype", "seconds",
-          "repeats", "peak_mb", "gflop", "gflop_per_s", "sdpa_backend", "note"]
+          "repeats", "peak_mb", "gflop", "gflop_per_s", "sdpa_backend", "warmup_s", "cell_s", "note"]
+# the groups' shares of the benchmark's time (a group's unused time passes on to the next)
+GROUP_SHARES = {"triton": 0.3, "linear_family": 0.4, "others": 0.3}
 MODES = ("forward", "forward_backward")
 MAX_T_SLOW_PATHS = 16384  # issue 43: no reference path and no float64 tree path above 16k
 FLOAT64_PATHS = {"tree": "tree attention's CUDA path (vectorized) computes in float64"}
 STICKY = ("CUDA error", "illegal memory access", "device-side assert", "unspecified launch failure")
 TRITON_METHODS = ("fastmax1_triton", "fastmax2_triton")
-DRY_RUN = dict(T="32,64", D=16, D_based=16, heads=2, repeats=1, min_sample=0.0, call_s=5.0, budget_s=120.0,
+DRY_RUN = dict(T="32,64", D=16, D_based=16, heads=2, repeats=1, min_sample=0.0, call_s=5.0, budget_s=300.0,
                device="cpu")
 
 
@@ -188,16 +196,19 @@ def _compiling_worker():
 def curves(D_main, D_based):
     """The benchmark's curves by group, in the order they run: dicts with group, label, kind
     ("registry", "sdpa" or "fla"), spec (a ``parse_method`` text or an FLA label), D, causal, mode.
-    Within a group the causal curves come first (issue 43's aims are causal)."""
+    Within a group the cheap curves come first (SDPA and FLA, the comparisons of issue 43's aims,
+    then p = 1 before p = 2 and the small head dim before the large), and causal before non-causal
+    (the aims are causal), so that a group stopped by its time box has measured what matters most."""
     configs = ["@" + os.path.relpath(os.path.join(CONFIG_DIR, f), ROOT)
                for f in sorted(os.listdir(CONFIG_DIR)) if f.endswith(".py")]
     groups = {
-        "triton": [(m, D_main, c) for c in (True, False) for m in TRITON_METHODS] + [("fastmax2_triton", D_based, True)],
-        "linear_family": ([(m, D_main, True) for m in ("sdpa", "@configs/attention/fastmax1.py",
-                                                        "@configs/attention/fastmax2.py", "@configs/attention/linear.py",
-                                                        "fla_chunk_linear_attn", "fla_parallel_based")]
-                          + [(m, D_based, True) for m in ("sdpa", "@configs/attention/fastmax2.py",
-                                                          "fla_fused_chunk_based")]),
+        "triton": ([("fastmax1_triton", D_main, c) for c in (True, False)] + [("fastmax2_triton", D_based, True)]
+                   + [("fastmax2_triton", D_main, c) for c in (True, False)]),
+        "linear_family": ([(m, D_main, True) for m in ("sdpa", "fla_chunk_linear_attn", "@configs/attention/fastmax1.py",
+                                                        "@configs/attention/linear.py")]
+                          + [(m, D_based, True) for m in ("sdpa", "fla_fused_chunk_based",
+                                                          "@configs/attention/fastmax2.py")]
+                          + [(m, D_main, True) for m in ("fla_parallel_based", "@configs/attention/fastmax2.py")]),
     }
     done = {(m, D, c) for entries in groups.values() for m, D, c in entries}
     groups["others"] = [(m, D_main, c) for c in (True, False) for m in ["sdpa", *configs, "softmax_reference"]
@@ -236,28 +247,48 @@ def empty_row(curve, T, settings, note=""):
     return dict(group=curve["group"], method=curve["label"], spec=curve["spec"], kind=curve["kind"], mode=curve["mode"],
                 causal=curve["causal"], T=T, D=curve["D"], heads=settings["heads"], device=settings["device"],
                 dtype=settings["dtype"], seconds=None, repeats=0, peak_mb=None, gflop=None, gflop_per_s=None,
-                sdpa_backend="", note=note)
+                sdpa_backend="", warmup_s=None, cell_s=None, note=note)
 
 
 class StickyCudaError(RuntimeError):
     """A CUDA error that leaves the process's context unusable: the group ends."""
 
 
+def _call(curve, T, heads, device, dtype):
+    """(call(q, k, v), sdpa_backend) of ``curve`` at ``T``."""
+    if curve["kind"] == "fla":
+        return fla_baselines.fla_call(curve["label"]), ""
+    method = parse_method(curve["spec"])
+    backends, backend = None, ""
+    if method.kind == "sdpa":
+        from torch.nn.attention import SDPBackend
+        backends, backend = [SDPBackend.FLASH_ATTENTION], "flash (forced)"
+    elif method.kind == "registry" and method.name == "softmax":
+        backend = "torch's choice"
+    call, _ = make_call(method, curve["causal"], T, curve["D"], heads, device, curve["mode"], dtype, backends)
+    return call, backend
+
+
+def warm_up(curve, T, settings, dtype):
+    """One untimed call of ``curve`` at ``T`` (the first T of the run), so that what a first call
+    costs once (a kernel's compilation, CUDA's lazy loading of a kernel module, autotuning) is never
+    inside a cell's time. Returns its wall seconds, or None when it failed (the cell then says why)."""
+    device, heads = settings["device"], settings["heads"]
+    try:
+        start = time.perf_counter()
+        call, _ = _call(curve, T, heads, device, dtype)
+        q, k, v = make_inputs(T, curve["D"], heads, device, curve["mode"] == "forward_backward", dtype=dtype)
+        run_once(call, q, k, v, curve["mode"], torch.randn_like(q))
+        synchronize(device)
+        return time.perf_counter() - start
+    except Exception:  # noqa: BLE001  (the cell's own call reports the failure)
+        return None
+
+
 def _measure(curve, T, heads, device, dtype, settings):
     """(seconds, repeats, peak_mb, sdpa_backend) of one cell in ``dtype``."""
-    D, mode, causal = curve["D"], curve["mode"], curve["causal"]
-    backend = ""
-    if curve["kind"] == "fla":
-        call = fla_baselines.fla_call(curve["label"])
-    else:
-        method = parse_method(curve["spec"])
-        backends = None
-        if method.kind == "sdpa":
-            from torch.nn.attention import SDPBackend
-            backends, backend = [SDPBackend.FLASH_ATTENTION], "flash (forced)"
-        elif method.kind == "registry" and method.name == "softmax":
-            backend = "torch's choice"
-        call, _ = make_call(method, causal, T, D, heads, device, mode, dtype, backends)
+    D, mode = curve["D"], curve["mode"]
+    call, backend = _call(curve, T, heads, device, dtype)
     if device == "cuda":
         torch.cuda.empty_cache()
     peak = None
@@ -265,10 +296,14 @@ def _measure(curve, T, heads, device, dtype, settings):
         start = time.perf_counter()
         peak = peak_added_mb(call, T, D, heads, device, mode, dtype)
         first = time.perf_counter() - start  # the cell's first full-size call (and a small one)
-        if first > settings["call_s"]:  # the cap per cell: no more calls of this size
-            return first, 1, peak, backend
+        if first > settings["call_s"]:  # the cap per cell: at most one more call of this size
+            start = time.perf_counter()
+            q, k, v = make_inputs(T, D, heads, device, mode == "forward_backward", dtype=dtype)
+            run_once(call, q, k, v, mode, torch.randn_like(q))
+            synchronize(device)
+            return time.perf_counter() - start, 1, peak, backend
     seconds, repeats, _ = measure_call(call, mode, T, D, heads, device, settings["repeats"], settings["call_s"], dtype,
-                                       settings["min_sample"])
+                                       settings["min_sample"], settings.get("sample_s"))
     return seconds, repeats, peak, backend
 
 
@@ -288,11 +323,14 @@ def run_curve(curve, settings, write):
     else:
         method = parse_method(curve["spec"])
         reason, slow = unsupported(method, curve["mode"], curve["causal"]), slow_path(method)
-    points, stop = [], None
+    points, stop, warmup = [], None, None
     if curve["kind"] == "fla" and not reason:
         stop = _autotune_fla(curve, settings, dtype)
+    if not reason and not stop and time.time() < settings["deadline"]:
+        warmup = warm_up(curve, settings["T"][0], settings, dtype)
     for T in settings["T"]:
         row = empty_row(curve, T, settings)
+        row["warmup_s"] = warmup
         flops = flop_count(method, T, curve["D"], heads, curve["causal"]) if method is not None else None
         if flops is not None:
             row["gflop"] = flops * (3 if curve["mode"] == "forward_backward" else 1) / 1e9
@@ -304,14 +342,17 @@ def run_curve(curve, settings, write):
         elif slow and T > MAX_T_SLOW_PATHS:
             row["note"] = f"skipped: {slow}, not run above T = {MAX_T_SLOW_PATHS}"
         elif time.time() > settings["deadline"]:
-            row["note"] = f"skipped: the run's time (--budget_s {settings['budget_s']:g}) is used up"
+            row["note"] = (f"skipped: the group's share of the run's time (--budget_s {settings['budget_s']:g}, "
+                           f"GROUP_SHARES) is used up")
         elif predicted is not None and predicted > settings["call_s"]:
             row["note"] = f"skipped: predicted {predicted:.2f} s per call > --call_s {settings['call_s']:g}"
         elif method is not None and estimated_bytes(method, T, curve["D"], heads, curve["causal"],
                                                     curve["mode"]) > settings["max_bytes"]:
             row["note"] = f"skipped: estimated memory above {settings['max_bytes'] / 2 ** 30:.0f} GiB"
         else:
+            start = time.perf_counter()
             _fill(row, curve, T, dtype, settings)
+            row["cell_s"] = time.perf_counter() - start  # memory, warm-up and samples: check of the timer
             if row["seconds"] is None:
                 stop = f"skipped: failed at T = {T}"
             else:
@@ -374,6 +415,8 @@ def run_group(group, settings):
                   f"{row['dtype']:8s} t={_short(row['seconds'])} peak_mb={_short(row['peak_mb'])} {row['note']}",
                   flush=True)
 
+        if group == "triton":
+            profile_triton(settings)
         for curve in planned:
             if broken:
                 for T in settings["T"]:
@@ -389,6 +432,43 @@ def _short(x):
     return None if x is None or x == "" else round(float(x), 5)
 
 
+PROFILE_FILE = "bench_profile.txt"
+PROFILE_CALLS = 3
+
+
+def profile_triton(settings):
+    """Where Fastmax's Triton path spends its time: torch.profiler over PROFILE_CALLS causal
+    forward + backward calls (after one untimed call) at the run's first T, for p = 1 at D, p = 2
+    at D_based and at D; the table of the most expensive operations (GPU kernels on a GPU) goes to
+    PROFILE_FILE beside bench.csv. Measures nothing for bench.csv; a failure is written instead of
+    a table."""
+    from torch.profiler import ProfilerActivity, profile
+    device, T = settings["device"], settings["T"][0]
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    sort = "cuda_time_total" if device == "cuda" else "self_cpu_time_total"
+    lines = [f"torch.profiler of Fastmax's Triton path: causal forward + backward, T = {T}, "
+             f"{settings['heads']} heads, {settings['dtype']} inputs, {PROFILE_CALLS} calls after a warm-up"]
+    for label, D in (("fastmax1_triton", settings["D"]), ("fastmax2_triton", settings["D_based"]),
+                     ("fastmax2_triton", settings["D"])):
+        curve = dict(kind="registry", label=label, spec=label, D=D, causal=True, mode="forward_backward")
+        lines.append(f"\n== {label} D={D}")
+        try:
+            call, _ = _call(curve, T, settings["heads"], device, getattr(torch, settings["dtype"]))
+            q, k, v = make_inputs(T, D, settings["heads"], device, True, dtype=getattr(torch, settings["dtype"]))
+            grad = torch.randn_like(q)
+            run_once(call, q, k, v, "forward_backward", grad)
+            synchronize(device)
+            with profile(activities=activities) as prof:
+                for _ in range(PROFILE_CALLS):
+                    run_once(call, q, k, v, "forward_backward", grad)
+                synchronize(device)
+            lines.append(prof.key_averages().table(sort_by=sort, row_limit=12, max_name_column_width=60))
+        except Exception as exc:  # noqa: BLE001  (the file says why)
+            lines.append(f"failed: {first_line(exc)}")
+    with open(os.path.join(os.path.dirname(settings["csv"]), PROFILE_FILE), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
 # ----------------------------------------------------------------------------------------------
 # the benchmark: the parent
 
@@ -402,7 +482,7 @@ def read_rows(path):
             return value == "True"
         if key in ("T", "D", "heads", "repeats"):
             return int(value)
-        if key in ("seconds", "peak_mb", "gflop", "gflop_per_s"):
+        if key in ("seconds", "peak_mb", "gflop", "gflop_per_s", "warmup_s", "cell_s"):
             return float(value)
         return value
 
@@ -556,6 +636,7 @@ def bench(args):
                  else 0.25 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     settings = dict(T=parse_list(args.T, int), D=args.D, D_based=args.D_based, heads=args.heads, device=device,
                     dtype=args.dtype, repeats=args.repeats, min_sample=args.min_sample, call_s=args.call_s,
+                    sample_s=args.sample_s,
                     budget_s=args.budget_s, deadline=start + args.budget_s - args.reserve_s, memory=args.memory,
                     max_bytes=max_bytes, csv=csv_path, dry_run=args.dry_run)
     shown = {k: v for k, v in settings.items() if k not in ("csv", "deadline")}
@@ -573,17 +654,19 @@ def bench(args):
         triton_configs = [(args.D, p, c) for p in (1, 2) for c in (True, False)] + [(args.D_based, 2, True)]
         summary["triton_compile"] = warm_triton(triton_configs if device == "cuda" else triton_configs[:1],
                                                 jobs=args.jobs, device=device)
-    for group in ("triton", "linear_family", "others"):
+    for group in GROUP_SHARES:
         left = settings["deadline"] - time.time()
         if left <= 0:
             summary["groups"][group] = {"status": "not started: time budget used up"}
             _rows_not_measured(csv_path, group, settings, "skipped: the run's time (--budget_s) is used up")
             continue
-        spec = dict(settings, group=group)
+        shares_left = list(GROUP_SHARES)[list(GROUP_SHARES).index(group):]
+        share = GROUP_SHARES[group] / sum(GROUP_SHARES[g] for g in shares_left)
+        spec = dict(settings, group=group, deadline=time.time() + share * left)
         t0 = time.time()
         try:
             proc = subprocess.run([sys.executable, "-m", "scripts.bench.gpu", "_group", json.dumps(spec)], cwd=ROOT,
-                                  timeout=left + 30)
+                                  timeout=spec["deadline"] - time.time() + 30)
             status = "ok" if proc.returncode == 0 else f"exit status {proc.returncode}"
         except subprocess.TimeoutExpired:
             status = "killed: past the time budget"
@@ -628,19 +711,30 @@ def _rows_not_measured(csv_path, group, settings, note):
 
 
 def record_tests(out):
-    """The manifest entry "tests" of ``out`` (after ``pytest -m gpu --junitxml out/tests.xml``):
-    the environment and the counts of tests.xml (tests, failures, errors, skipped; none when pytest
-    was stopped before writing it). Returns the manifest's path."""
-    import xml.etree.ElementTree as ElementTree
-    counts = {}
-    path = os.path.join(out, "tests.xml")
-    if os.path.exists(path):
-        root = ElementTree.parse(path).getroot()
-        suite = root if root.tag == "testsuite" else root.find("testsuite")
-        counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")} if suite is not None else {}
+    """The manifest entry "tests" of ``out`` (after ``gpu_check.sh tests``): the environment and the
+    counts of ``tests_progress.jsonl`` (one JSON line per test phase, written as the tests ran:
+    tests/gpu/conftest.py), so a run stopped at its time box is counted too: tests (calls run),
+    passed, failed, errors (setup or teardown failures), skipped, and the ids of the failed ones.
+    Returns the manifest's path."""
+    counts = test_counts(os.path.join(out, "tests_progress.jsonl"))
     commit = os.environ.get("GPU_CHECK_COMMIT") or provenance.git_commit()
     return provenance.record(os.path.join(out, "tests"), commit=commit, command="bash scripts/bench/gpu_check.sh tests",
                              extra={"environment": environment(), "pytest": counts})
+
+
+def test_counts(path):
+    """Counts of a GPU_TESTS_PROGRESS file (``record_tests``); {} when it does not exist."""
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    counts = {"tests": sum(r["when"] == "call" for r in rows),
+              "passed": sum(r["when"] == "call" and r["outcome"] == "passed" for r in rows),
+              "failed": sum(r["when"] == "call" and r["outcome"] == "failed" for r in rows),
+              "errors": sum(r["when"] != "call" and r["outcome"] == "failed" for r in rows),
+              "skipped": sum(r["outcome"] == "skipped" for r in rows)}
+    counts["failed_tests"] = [r["test"] for r in rows if r["outcome"] == "failed"]
+    return counts
 
 
 def collect(sources, into):
@@ -694,7 +788,9 @@ def main(argv=None):
     b.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     b.add_argument("--repeats", type=int, default=5)
     b.add_argument("--min_sample", type=float, default=0.02, help="seconds: shorter calls are looped")
-    b.add_argument("--call_s", type=float, default=2.0, help="skip a cell predicted to take longer per call")
+    b.add_argument("--call_s", type=float, default=1.0, help="skip a cell predicted to take longer per call")
+    b.add_argument("--sample_s", type=float, default=2.0,
+                   help="the samples of one cell take about this long at most (fewer repeats for a slow call)")
     b.add_argument("--budget_s", type=float, default=255.0, help="the run's seconds, warm-up and writing included")
     b.add_argument("--reserve_s", type=float, default=25.0, help="of the budget, kept for the comparisons and files")
     b.add_argument("--memory", type=int, default=1, help="1: measure peak memory per cell, 0: not")

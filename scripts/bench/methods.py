@@ -347,11 +347,12 @@ def time_call(method, mode, causal, T, D, heads, device, repeats, long_call, dty
     return seconds, n, module, faults
 
 
-def measure_call(call, mode, T, D, heads, device, repeats, long_call, dtype=torch.float32, min_sample=None):
+def measure_call(call, mode, T, D, heads, device, repeats, long_call, dtype=torch.float32, min_sample=None,
+                 max_total=None):
     """(median seconds, repeats, minor page faults per call) of ``call(q, k, v)`` on seeded
     (1, heads, T, D) inputs of ``dtype`` (``common.make_inputs``; forward_backward: the backward of
     a seeded output gradient), timed by ``common.median_seconds`` (``min_sample``: its shortest
-    sample; CUDA: CUDA events). The faults (``getrusage``, this process) are averaged over every
+    sample; ``max_total``: its cap on the samples' seconds; CUDA: CUDA events). The faults (``getrusage``, this process) are averaged over every
     call of the measurement, warm-up included; each is a fresh 4 KB page the kernel zero-fills,
     which is what a temporary above the C allocator's mmap threshold (32 MB in glibc) costs on
     every call."""
@@ -366,7 +367,7 @@ def measure_call(call, mode, T, D, heads, device, repeats, long_call, dtype=torc
 
     faults_before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     seconds, n = median_seconds(once, repeats, long_call, lambda: synchronize(device), timer=timer,
-                                min_sample=min_sample)
+                                min_sample=min_sample, max_total=max_total)
     faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_before) / calls[0]
     return seconds, n, faults
 

@@ -144,3 +144,18 @@ def test_random_blocks_are_drawn_per_layer_as_lra_does():
     assert torch.equal(shared[0](q, q, q, causal=False), shared[2](q, q, q, causal=False))
     with pytest.raises(ValueError, match="random_per_layer must be True or False"):
         bigbird.BigBird(random_per_layer=1)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_block_products_in_bfloat16_as_under_cuda_autocast(monkeypatch, causal):
+    """Under CUDA autocast the block products come out in bfloat16 while the global rows stay in
+    float32, and CUDA autocast (unlike the CPU's) does not promote index_copy: the H100 run of
+    2026-11-28 failed there. The parts are brought to one dtype before they are joined."""
+    q, k, v = (x.float() for x in _qkv())
+    module = attention.build("bigbird", {"block_size": T}, **_params())
+    expected = module(q, k, v, causal)
+    block_sparse = bigbird.block_sparse
+    monkeypatch.setattr(bigbird, "block_sparse", lambda *a: block_sparse(*a).to(torch.bfloat16))
+    got = module(q, k, v, causal)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, expected, rtol=0.02, atol=0.02)

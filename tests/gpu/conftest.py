@@ -6,8 +6,16 @@ GPU_TESTS_ON_CPU=1 (development only; docs/gpu.md) runs the tests that make sens
 (float32 and bfloat16 comparisons, tree attention, float32 training runs), so that their logic can
 be checked without a GPU; the tests that need real CUDA (compiled Triton kernels, shared memory,
 bfloat16 training, torch.compile) still skip.
+
+GPU_TESTS_PROGRESS=FILE appends one JSON line per test phase that ran a test or failed, as it
+happens: seconds since the session started, the test's id, the phase, the outcome, its duration
+and, for a failure, the end of its report. A run stopped by a time limit (pytest's own summary and
+junit XML never written) still says which tests passed, which failed and why, and where the time
+went (scripts/bench/gpu_check.sh sets it; ``scripts.bench.gpu record_tests`` counts it).
 """
+import json
 import os
+import time
 
 import pytest
 import torch
@@ -49,6 +57,26 @@ def compiled_triton(cuda):
         pytest.skip("TRITON_INTERPRET is set, so the Triton kernels are interpreted, not compiled: unset it "
                     "(`env -u TRITON_INTERPRET python -m pytest -m gpu`; scripts/bench/gpu_check.sh does)")
     return triton_kernels
+
+
+SESSION_START = time.time()
+FAILURE_CHARS = 3000  # of a failed test's report, its end (the assertion and the line that raised)
+
+
+def pytest_runtest_logreport(report):
+    """One JSON line per phase to GPU_TESTS_PROGRESS (module docstring): every test's call, any
+    phase that did not pass (a setup error, a skip)."""
+    path = os.environ.get("GPU_TESTS_PROGRESS")
+    if not path or (report.when != "call" and report.passed):
+        return
+    row = {"elapsed_s": round(time.time() - SESSION_START, 1), "test": report.nodeid, "when": report.when,
+           "outcome": report.outcome, "duration_s": round(report.duration, 2)}
+    if report.failed:
+        row["message"] = report.longreprtext[-FAILURE_CHARS:]
+    elif report.skipped and isinstance(report.longrepr, tuple):
+        row["message"] = str(report.longrepr[2])
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
 
 
 def pytest_collection_finish(session):

@@ -330,3 +330,15 @@ def test_median_seconds_never_reports_the_warm_up():
     durations = iter([30.0, 20.0, 1.0])  # a call that stays long is timed once, after the warm-up
     seconds, repeats = median_seconds(lambda: None, repeats=3, long_call=5.0, timer=lambda f: next(durations))
     assert (seconds, repeats) == (20.0, 1)
+
+
+def test_median_seconds_takes_fewer_samples_than_its_cap_allows():
+    """``max_total`` caps the samples' seconds (the GPU benchmark's --sample_s): 0.8 s calls under a
+    2 s cap give 2 samples of the 5 asked, and a call longer than the cap still gives one."""
+    from scripts.bench.common import median_seconds
+    durations = iter([0.8] * 10)
+    assert median_seconds(lambda: None, repeats=5, long_call=5.0, timer=lambda f: next(durations),
+                          min_sample=0.0, max_total=2.0) == (0.8, 2)
+    durations = iter([3.0] * 10)
+    assert median_seconds(lambda: None, repeats=5, long_call=5.0, timer=lambda f: next(durations),
+                          min_sample=0.0, max_total=2.0) == (3.0, 1)

@@ -19,18 +19,22 @@ import attention
 from scripts.bench import gpu, gpu_wheels
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-FOLDER_FILES = {"bench.csv", "bench.json", "bench.md", "bench.png", "manifest.json", "tests.log", "tests.xml"}
+FOLDER_FILES = {"bench.csv", "bench.json", "bench.md", "bench.png", "manifest.json", "tests.log",
+                "tests_progress.jsonl", "bench_profile.txt"}
 
 
 def test_dry_run_writes_the_gpu_folder(tmp_path):
     out = tmp_path / "2026-01-01_cpu"
     env = dict(os.environ, GPU_CHECK_OUT=str(out), PYTHON=sys.executable, OMP_NUM_THREADS="1")
     proc = subprocess.run(["bash", "scripts/bench/gpu_check.sh", "dry_run"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     files = set(os.listdir(out))
     assert files <= FOLDER_FILES and len(files) <= 8 and all(os.path.isfile(out / f) for f in files)
-    assert {"bench.csv", "bench.json", "bench.md", "bench.png", "manifest.json"} <= files
+    assert {"bench.csv", "bench.json", "bench.md", "bench.png", "manifest.json", "bench_profile.txt"} <= files
+    with open(out / "bench_profile.txt") as f:
+        profile = f.read()
+    assert profile.count("\n== fastmax") == 3 and "failed:" not in profile, profile[:2000]
     with open(out / "bench.json") as f:
         data = json.load(f)
     with open(out / "bench.csv", newline="") as f:
@@ -102,6 +106,55 @@ def test_collect_merges_the_folders_of_two_device_runs(tmp_path):
         assert sorted(json.load(f)) == ["bench", "tests"]
     with pytest.raises(ValueError, match="not a folder"):
         gpu.collect([str(tmp_path / "missing")], str(into))
+
+
+PROGRESS_TESTS = """
+import pytest
+
+@pytest.fixture
+def broken():
+    raise RuntimeError("setup broke")
+
+def test_passes():
+    pass
+
+def test_fails():
+    assert 1 == 2, "one is not two"
+
+def test_skips():
+    pytest.skip("needs a CUDA GPU")
+
+def test_errors(broken):
+    pass
+"""
+
+
+def test_progress_file_counts_each_outcome_as_it_happens(tmp_path):
+    """tests/gpu/conftest.py's progress hook, loaded into a pytest run of four tests (pass, fail,
+    skip, setup error): one JSON line each, the failure's message kept, counted by record_tests."""
+    conftest = os.path.join(ROOT, "tests", "gpu", "conftest.py")
+    (tmp_path / "conftest.py").write_text(
+        "import importlib.util\n"
+        f"spec = importlib.util.spec_from_file_location('gpu_conftest', {conftest!r})\n"
+        "gpu_conftest = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(gpu_conftest)\n"
+        "pytest_runtest_logreport = gpu_conftest.pytest_runtest_logreport\n")
+    (tmp_path / "test_outcomes.py").write_text(PROGRESS_TESTS)
+    progress = tmp_path / "progress.jsonl"
+    env = dict(os.environ, GPU_TESTS_PROGRESS=str(progress), PYTHONPATH=ROOT)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_outcomes.py"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    with open(progress) as f:
+        rows = {r["test"].split("::")[-1]: r for r in map(json.loads, f)}
+    assert set(rows) == {"test_passes", "test_fails", "test_skips", "test_errors"}
+    assert rows["test_passes"]["outcome"] == "passed" and rows["test_errors"]["when"] == "setup"
+    assert "one is not two" in rows["test_fails"]["message"] and "needs a CUDA GPU" in rows["test_skips"]["message"]
+    counts = gpu.test_counts(str(progress))
+    assert {k: counts[k] for k in ("tests", "passed", "failed", "errors", "skipped")} == dict(
+        tests=3, passed=1, failed=1, errors=1, skipped=1)  # tests: the calls, the skip inside one too
+    assert sorted(t.split("::")[-1] for t in counts["failed_tests"]) == ["test_errors", "test_fails"]
+    assert gpu.test_counts(str(tmp_path / "missing.jsonl")) == {}
 
 
 def test_gpu_tests_carry_the_marker_and_stay_out_of_the_default_run():

@@ -125,13 +125,21 @@ class Spec:
         config file (for recall the override ``configs/recall/attention/<label>.py`` instead where
         one exists; for LRA Text the override ``configs/lra/<label>/text_cpu.py`` after it, as
         lra.sh layers it) or ``--attention=`` and ``--attention.<param>=`` settings."""
-        if self.config is None:
-            return [f"--attention={self.name}", *(f"--attention.{k}={v!r}" for k, v in self.params.items())]
-        if testbed == "lra":
-            override = os.path.join("configs", "lra", self.label, os.path.basename(LRA_CONFIG))
-            return [self.config, *([override] if os.path.exists(os.path.join(ROOT, override)) else [])]
+        if testbed == "lra" or self.config is None:
+            return self.lra_layers(LRA_CONFIG)
         override = os.path.join("configs", testbed, "attention", os.path.basename(self.config))
         return [override if os.path.exists(os.path.join(ROOT, override)) else self.config]
+
+
+    def lra_layers(self, task_config):
+        """The attention's layers for an LRA task whose config is ``task_config``
+        (``configs/lra/<task><size>.py``): its config file, then its override of that task and
+        size, ``configs/lra/<label>/<task><size>.py``, where one exists (DenseAttention's depth,
+        window and training per task). The one rule of the scorecard and ``scripts/sweeps/lra.sh``."""
+        if self.config is None:
+            return [f"--attention={self.name}", *(f"--attention.{k}={v!r}" for k, v in self.params.items())]
+        override = os.path.join("configs", "lra", self.label, os.path.basename(task_config))
+        return [self.config, *([override] if os.path.exists(os.path.join(ROOT, override)) else [])]
 
 
 def applies(testbed, spec):
@@ -251,19 +259,21 @@ def shell_values():
 def main(argv):
     """``python -m scripts.scorecard.testbeds NAME`` prints one of ``shell_values``;
     ``... layers TESTBED SPEC`` the train.py arguments that select SPEC's attention in TESTBED
-    (``Spec.layers``), one per line. The sweep scripts call it, so a sweep and the scorecard run
-    the same protocol."""
+    (``Spec.layers``), one per line; ``... lra_layers TASK_CONFIG SPEC`` SPEC's layers for that LRA
+    task (``Spec.lra_layers``). The sweep scripts call it, so a sweep and the scorecard run the
+    same protocol."""
     values = shell_values()
-    if len(argv) == 3 and argv[0] == "layers":
+    if len(argv) == 3 and argv[0] in ("layers", "lra_layers"):
         try:
-            print("\n".join(Spec(argv[2]).layers(argv[1])))
+            spec = Spec(argv[2])
+            print("\n".join(spec.layers(argv[1]) if argv[0] == "layers" else spec.lra_layers(argv[1])))
         except ValueError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
         return 0
     if len(argv) != 1 or argv[0] not in values:
-        print(f"usage: python -m scripts.scorecard.testbeds {{{'|'.join(values)}}} | layers TESTBED SPEC",
-              file=sys.stderr)
+        print(f"usage: python -m scripts.scorecard.testbeds {{{'|'.join(values)}}} | layers TESTBED SPEC"
+              " | lra_layers TASK_CONFIG SPEC", file=sys.stderr)
         return 2
     print(values[argv[0]])
     return 0

@@ -3,7 +3,9 @@
 # table (scripts/analysis/lra_table.py). A run's config layers are
 #   configs/lra/<task><SUFFIX>.py configs/attention/<attention>.py [configs/lra/<attention>/<task><SUFFIX>.py]
 # (the last one, the override of that task and attention, where it exists: DenseAttention's
-# depth, window and training per task, configs/lra/dense/).
+# depth, window and training per task, configs/lra/dense/); the attention's layers come from the
+# scorecard's rule (scripts/scorecard/testbeds.py, `python -m scripts.scorecard.testbeds lra_layers`),
+# so this sweep and `python -m scripts.scorecard` layer an attention the same way.
 #
 #   scripts/sweeps/lra.sh                                   # the default grid below
 #   TASKS="listops text" ATTENTIONS="softmax dense" scripts/sweeps/lra.sh
@@ -39,17 +41,14 @@ failed=()
 for task in $TASKS; do
   for attn in $ATTENTIONS; do
     name="${task}_${attn}${SUFFIX}"
-    configs=("configs/lra/${task}${SUFFIX}.py" "configs/attention/${attn}.py")
+    task_config="configs/lra/${task}${SUFFIX}.py"
     out="${OUT_ROOT}/${name}"
-    missing=""
-    for config in "${configs[@]}"; do [ -f "$config" ] || missing="$config"; done
-    if [ -n "$missing" ]; then
-      echo "== $name: no $missing, skipped" >&2
-      failed+=("$name")
-      continue
-    fi
-    override="configs/lra/${attn}/${task}${SUFFIX}.py"
-    if [ -f "$override" ]; then configs+=("$override"); fi
+    for config in "$task_config" "configs/attention/${attn}.py"; do
+      [ -f "$config" ] || { echo "== $name: no $config, skipped" >&2; failed+=("$name"); continue 2; }
+    done
+    layers=$($PYTHON -m scripts.scorecard.testbeds lra_layers "$task_config" "$attn") || { failed+=("$name"); continue; }
+    mapfile -t layers <<< "$layers"
+    configs=("$task_config" "${layers[@]}")
     if [ -f "$out/final_metrics.json" ] && [ "$FORCE" != 1 ]; then
       echo "== $name: $out/final_metrics.json exists, skipped (FORCE=1 reruns)"
       continue

@@ -125,6 +125,10 @@ def test_spec_forms_and_what_applies():
     assert tb.applies("speed", tb.Spec("tree")) is None
     assert tb.applies("lra", tb.Spec("reformer")) is None and tb.applies("swap", tb.Spec("softmax"))
     assert tb.Spec("dense").layers("lra") == ["configs/attention/dense.py", "configs/lra/dense/text_cpu.py"]
+    # scripts/sweeps/lra.sh layers every task by the same rule
+    assert tb.Spec("dense").lra_layers("configs/lra/image_cpu.py") == ["configs/attention/dense.py",
+                                                                      "configs/lra/dense/image_cpu.py"]
+    assert tb.Spec("softmax").lra_layers("configs/lra/listops.py") == ["configs/attention/softmax.py"]
 
 
 def test_cells_say_how_many_seeds_and_whether_they_separate():

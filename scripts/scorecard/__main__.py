@@ -1,6 +1,6 @@
 """One command gives an attention its row beside every method (issue 45): the scorecard.
 
-    python -m scripts.scorecard SPEC [--tier quick|full] [--import FILE ...] [--plan]
+    python -m scripts.scorecard SPEC [--tier quick|full] [--import FILE ...] [--plan] [--reuse_only]
     python -m scripts.scorecard fastmax:p=2 --tier full
     python -m scripts.scorecard my_attention --import my_attention.py        # a user's own (docs/scorecard.md)
     python -m scripts.scorecard --leaderboard                                # only rebuild the leaderboard
@@ -28,6 +28,10 @@ seed 0 of three and two more seeds, 64/4 at that rate with three seeds, speed at
 ``--train_args`` adds train.py arguments to every run and ``--eval_args`` eval_ppl.py arguments to
 the WikiText-2 evaluation (tests: tiny budgets; both are part of the protocol, so such runs never
 stand in for real ones).
+
+``--reuse_only`` fills a card from measured and archived cells only: a testbed stops at its first
+cell that would need a new run, and the leaderboard marks what is missing "not run (budget)". It
+gives every attention its row from the runs the sweeps archived, without training anything.
 """
 import argparse
 import json
@@ -134,6 +138,10 @@ def made_after_defaults(run, name):
     return date is not None and datetime.fromisoformat(date) >= datetime.fromisoformat(since)
 
 
+class NotRun(Exception):
+    """A cell that would need a new run under ``--reuse_only``: its testbed stops there."""
+
+
 class Scorecard:
     def __init__(self, spec, args):
         self.spec, self.args = spec, args
@@ -142,6 +150,7 @@ class Scorecard:
                      "attention_params": spec.params, "config": spec.config, "cells": [], "not_applicable": {}}
         self._archive = {}
         self.t0, self.done, self.planned, self.remaining = time.time(), 0, 0, {}
+        self.not_run = []  # under --reuse_only: "testbed: cell" that would have needed a run
         self.commit = provenance.git_commit()  # the code that makes the card, not code edited while it runs
 
     # -- bookkeeping ---------------------------------------------------------------------------
@@ -163,6 +172,11 @@ class Scorecard:
             self._archive[testbed] = archived_index(ARCHIVES[testbed], testbed)
         return self._archive[testbed]
 
+    def new_run(self, testbed, name):
+        """Called before a cell runs anything: under ``--reuse_only`` raises NotRun instead."""
+        if getattr(self.args, "reuse_only", False):
+            raise NotRun(f"{testbed}: {name}")
+
     # -- training cells --------------------------------------------------------------------------
     def train_cell(self, testbed, role, name, argv, card_fields):
         """The result row of one training cell (recall, wikitext2): the store's, an archived run's
@@ -179,6 +193,7 @@ class Scorecard:
             row = self.result_row(testbed, key, fields, run.final_metrics, evaluation, source=path, wall_s=None)
             self.store.add(row)
         if row is None:
+            self.new_run(testbed, name)
             out_dir = os.path.join(self.args.out_root, label_file(self.spec.label), f"{name}_{key[:8]}")
             os.makedirs(out_dir, exist_ok=True)
             imports = [f"--import={p}" for p in self.args.imports]
@@ -279,6 +294,7 @@ class Scorecard:
         base = os.path.join(self.args.out_root, "_swap_base", base_key)
         start = time.time()
         if not os.path.exists(os.path.join(base, "ckpt.pt")):
+            self.new_run("swap", "the softmax model")
             os.makedirs(base, exist_ok=True)
             self.run_logged([[sys.executable, "train.py", *argv, f"--out_dir={base}",
                               f"--num_threads={self.args.threads}"]], base, "the softmax model of the swap testbed")
@@ -288,6 +304,7 @@ class Scorecard:
                              "testbed": "swap", "testbed_version": tb.SWAP_VERSION})
             row = self.store.rows.get(key)
             if row is None:
+                self.new_run("swap", f"the evaluation of {label}")
                 out_json = os.path.join(base, f"eval_{key}.json")
                 imports = [f"--import={p}" for p in self.args.imports]
                 self.run_logged([[sys.executable, "eval_ppl.py", *imports, f"--out_dir={base}", *tb.WIKITEXT2_EVAL,
@@ -327,6 +344,7 @@ class Scorecard:
                     key, fields = tb.speed_protocol(self.spec, T, causal, mode, self.args.threads)
                     row = self.store.rows.get(key)
                     if row is None:
+                        self.new_run("speed", f"T={T} causal={causal} {mode}")
                         start = time.time()
                         try:
                             sdpa_s = time_call(sdpa, mode, causal, T, tb.SPEED_D, tb.SPEED_HEADS, "cpu", 3, 5.0)[0]
@@ -395,7 +413,11 @@ class Scorecard:
         if self.args.plan:
             return None
         for testbed, _, _ in plan:
-            getattr(self, testbed)()
+            try:
+                getattr(self, testbed)()
+            except NotRun as e:  # --reuse_only: the testbed's cells up to here are kept
+                self.not_run.append(str(e))
+                print(f"[-] {e}: needs a new run, not run (--reuse_only); the rest of {testbed} is left too", flush=True)
         path = os.path.join(self.args.results, "cards", f"{label_file(self.spec.label)}_{self.args.tier}.json")
         self.archive_new_runs()
         if os.path.exists(path):  # a call with --testbeds keeps the other testbeds' cells of earlier calls
@@ -430,6 +452,9 @@ def main(argv=None):
     ap.add_argument("--testbeds", default="", help=f"comma list: only these of {','.join(tb.TESTBEDS)} (default: all); "
                     "the card keeps the cells of earlier calls")
     ap.add_argument("--plan", action="store_true", help="print the plan and its estimated time, run nothing")
+    ap.add_argument("--reuse_only", action="store_true",
+                    help="fill the card from measured and archived cells only; a testbed stops at its first cell "
+                         "that would need a new run (listed; the leaderboard marks what is missing)")
     ap.add_argument("--leaderboard", action="store_true", help="only rebuild the leaderboard from the cards")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out_root", default="out/scorecard", help="where training runs go")

@@ -9,6 +9,11 @@ each; the swap column is the test perplexity of the method in softmax's trained 
 softmax's own; speed is the time of one causal forward + backward call (forward only, or not causal,
 where the method has no such call: said in the cell) over SDPA's, measured in the same process.
 The papers' published LRA Text numbers follow in a table of their own.
+
+Every attention config of ``configs/attention/`` (so every registered attention but the reference
+paths) has a full-tier row: an attention without a full card gets one with every cell that applies
+marked "not run (budget)" (the full leaderboard's runs stop at a time budget, issue 45), and the
+cells so marked are listed under the table.
 """
 import json
 import math
@@ -16,7 +21,10 @@ import os
 import statistics
 
 from data import write_text
-from scripts.scorecard.testbeds import SPEED_T
+from scripts.bench.methods import CONFIG_DIR
+from scripts.scorecard.testbeds import SPEED_T, TESTBEDS, Spec, applies
+
+NOT_RUN = {"full": "not run (budget)", "quick": "not run"}
 
 
 def mean_sd(values):
@@ -50,10 +58,10 @@ def leaderboard_rows(cards):
     return rows
 
 
-def format_cell(stat, softmax=None):
+def format_cell(stat, softmax=None, missing="not run"):
     mean, sd, n = stat
     if mean is None:
-        return "not run"
+        return missing
     text = f"{mean:.3f}" + (f" ± {sd:.3f}" if sd is not None else "") + f" (n={n})"
     if n < 2:
         return text + ", one seed"
@@ -75,10 +83,26 @@ def read_cards(results):
     return cards
 
 
+def cards_to_come(cards):
+    """A full-tier card without cells for every attention config of ``configs/attention/`` that has
+    no full card among ``cards``, with the testbeds that do not apply to it and why."""
+    have = {card["label"] for card in cards if card["tier"] == "full"}
+    empty = []
+    for name in sorted(os.listdir(CONFIG_DIR)):
+        label = name[:-len(".py")]
+        if name.endswith(".py") and label not in have:
+            spec = Spec(label)
+            reasons = {testbed: applies(testbed, spec) for testbed in TESTBEDS}
+            empty.append({"label": label, "tier": "full", "cells": [],
+                          "not_applicable": {t: why for t, why in reasons.items() if why}})
+    return empty
+
+
 def tables(cards):
-    """(markdown, csv) of the leaderboard of ``cards``: one row per attention and tier, softmax
-    first within a tier, then the published rows (never mixed with ours)."""
-    rows = leaderboard_rows(cards)
+    """(markdown, csv) of the leaderboard of ``cards`` and of ``cards_to_come``: one row per
+    attention and tier, softmax first within a tier, the cells not run within the budget listed,
+    then the published rows (never mixed with ours)."""
+    rows = leaderboard_rows(cards + cards_to_come(cards))
     Ts = sorted({T for r in rows for T in r.get("speed", {})} | set(SPEED_T["full"]))
     softmax = {r["tier"]: r for r in rows if r["attention"] == "softmax"}
     header = ["attention", "tier", "recall 256/16 w64", "recall 64/4 w64", "WikiText-2 test ppl (tokens/s)",
@@ -89,8 +113,10 @@ def tables(cards):
                            "recall_64_4_mean", "recall_64_4_sd", "recall_64_4_n", "wikitext2_test_ppl",
                            "wikitext2_tokens_per_s", "lra_text_test_accuracy", "lra_text_steps_per_s", "swap_test_ppl", "swap_softmax_test_ppl",
                            *(f"speed_ratio_T{T}" for T in Ts)])]
+    not_run = []
     for r in sorted(rows, key=lambda r: (r["tier"], r["attention"] != "softmax", r["attention"])):
         base = softmax.get(r["tier"])
+        missing = NOT_RUN[r["tier"]]
         cells = []
         for column in ("recall_256_16", "recall_64_4"):
             if "recall" in r["not_applicable"]:
@@ -98,29 +124,36 @@ def tables(cards):
             elif r["tier"] == "quick" and column == "recall_256_16":
                 cells.append("full tier only")
             else:
-                cells.append(format_cell(r[column], base[column] if base and base is not r else None))
+                cells.append(format_cell(r[column], base[column] if base and base is not r else None, missing))
         if "wikitext2" in r["not_applicable"]:
             cells.append(f"does not apply ({r['not_applicable']['wikitext2']})")
         else:
-            cells.append(f"{r['wikitext2'][0]:.2f} ({r['wikitext2'][1]:,.0f}), one seed" if r["wikitext2"] else "not run")
+            cells.append(f"{r['wikitext2'][0]:.2f} ({r['wikitext2'][1]:,.0f}), one seed" if r["wikitext2"] else missing)
         if "lra" in r["not_applicable"]:
             cells.append(f"does not apply ({r['not_applicable']['lra']})")
         else:
-            cells.append(f"{100 * r['lra'][0]:.2f}% ({r['lra'][1]:.2f}), one seed" if r["lra"] else "not run")
+            cells.append(f"{100 * r['lra'][0]:.2f}% ({r['lra'][1]:.2f}), one seed" if r["lra"] else missing)
         if "swap" in r["not_applicable"]:
             cells.append(f"does not apply ({r['not_applicable']['swap']})")
         else:
-            cells.append(f"{r['swap'][0]:.2f} ({r['swap'][1]:.2f})" if r["swap"] else "not run")
+            cells.append(f"{r['swap'][0]:.2f} ({r['swap'][1]:.2f})" if r["swap"] else missing)
         kind = "" if r["speed_kind"] == "causal" else f" ({r['speed_kind']})"
-        speed = [f"{r['speed'][T]:.2f}{kind}" if r["speed"].get(T) else "not run" for T in Ts]
+        speed = [f"{r['speed'][T]:.2f}{kind}" if r["speed"].get(T) else missing for T in Ts]
+        if r["tier"] == "full":
+            short = ["recall 256/16", "recall 64/4", "WikiText-2", "LRA Text", "swap", *(f"speed T={T}" for T in Ts)]
+            left = [name for name, cell in zip(short, [*cells, *speed]) if cell == missing]
+            if left:
+                not_run.append(f"{r['attention']}: {', '.join(left)}")
         tier = r["tier"] + (" (a first look)" if r["tier"] == "quick" else "")
         lines.append("| " + " | ".join([r["attention"], tier, *cells, *speed]) + " |")
         csv_lines.append(",".join(str(x) for x in [r["attention"], r["tier"], *r["recall_256_16"], *r["recall_64_4"],
                                                    *(r["wikitext2"] or (None, None)), *(r["lra"] or (None, None)),
                                                    *(r["swap"] or (None, None)),
                                                    *(r.get("speed", {}).get(T) for T in Ts)]).replace("None", ""))
-    if not rows:
-        lines = ["No attention has a card yet: `python -m scripts.scorecard softmax --tier full` makes the first."]
+    if not_run:
+        lines += ["", "Not run (budget): the full tier's cells still to run, by attention "
+                  "(`python -m scripts.scorecard <attention> --tier full` runs them):", "",
+                  *(f"- {entry}" for entry in not_run)]
     lines += ["", *published_rows(cards)]
     return "\n".join(lines) + "\n", "\n".join(csv_lines) + "\n"
 

@@ -79,6 +79,25 @@ def test_an_inference_only_method_is_swapped_into_a_trained_softmax_model(tmp_pa
     assert "| tree:E=0.5 | quick (a first look) | does not apply (inference only) |" in board
 
 
+def test_reuse_only_fills_a_card_from_archived_runs_and_runs_nothing(tmp_path):
+    """--reuse_only: the archived WikiText-2 and LRA Text runs of linear fill its card, the cells that
+    would need a run are reported and left, and the leaderboard has a full-tier row for every
+    attention config, its missing cells marked "not run (budget)" and listed."""
+    out = scorecard("linear", "--tier=full", "--reuse_only", f"--results={tmp_path / 'results'}",
+                    f"--out_root={tmp_path / 'out'}")
+    assert "recall: recall_T256_N16_d64_lr0.001_s0: needs a new run" in out and "speed: T=1024" in out
+    assert not (tmp_path / "out").exists()  # nothing trained, nothing timed
+    card = json.loads((tmp_path / "results" / "cards" / "linear_full.json").read_text())
+    assert {c["role"] for c in card["cells"]} == {"wikitext2", "lra"}
+    assert all(c["source"].startswith("results/") for c in card["cells"])
+    board = (tmp_path / "results" / "leaderboard.md").read_text()
+    configs = sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "configs", "attention")) if f.endswith(".py"))
+    for label in configs:
+        assert f"| {label} | full | " in board
+    assert "- linear: recall 256/16, recall 64/4, speed T=1024" in board
+    assert "| tree | full | does not apply (inference only) |" in board
+
+
 def test_the_protocol_is_the_resolved_configuration():
     spec = tb.Spec("softmax")
     argv = [tb.RECALL_CONFIG, *spec.layers("recall"), *tb.recall_cell_args(tb.RECALL_SMALL, 3e-3, 0)]

@@ -57,6 +57,7 @@ import os
 import platform
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -434,14 +435,15 @@ def _short(x):
 
 PROFILE_FILE = "bench_profile.txt"
 PROFILE_CALLS = 3
+BLOCK_V_SCAN = (64, 32, 16)  # value columns per Triton program: fewer = more programs in flight
 
 
 def profile_triton(settings):
     """Where Fastmax's Triton path spends its time: torch.profiler over PROFILE_CALLS causal
     forward + backward calls (after one untimed call) at the run's first T, for p = 1 at D, p = 2
     at D_based and at D; the table of the most expensive operations (GPU kernels on a GPU) goes to
-    PROFILE_FILE beside bench.csv. Measures nothing for bench.csv; a failure is written instead of
-    a table."""
+    PROFILE_FILE beside bench.csv; then ``block_v_scan``. Measures nothing for bench.csv; a failure
+    is written instead of a table."""
     from torch.profiler import ProfilerActivity, profile
     device, T = settings["device"], settings["T"][0]
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
@@ -465,8 +467,48 @@ def profile_triton(settings):
             lines.append(prof.key_averages().table(sort_by=sort, row_limit=12, max_name_column_width=60))
         except Exception as exc:  # noqa: BLE001  (the file says why)
             lines.append(f"failed: {first_line(exc)}")
+    lines += block_v_scan(settings)
     with open(os.path.join(os.path.dirname(settings["csv"]), PROFILE_FILE), "w") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def block_v_scan(settings):
+    """Is the Triton path short of parallel work? Its kernels launch one program per (batch x
+    head, block of BLOCK_V value columns), each walking the chunks in order: at one sequence of 8
+    heads and D = 64 that is 8 programs. The causal forward of p = 1 and p = 2 at D, at the run's
+    second T (else its first), median of PROFILE_CALLS calls after an untimed one (which compiles
+    the variant), for each BLOCK_V of BLOCK_V_SCAN: 4x the programs at 16 columns. Lines of text."""
+    from attention.fastmax import triton_kernels
+
+    device = settings["device"]
+    T = settings["T"][1] if len(settings["T"]) > 1 else settings["T"][0]
+    dtype = getattr(torch, settings["dtype"])
+    lines = [f"\n== BLOCK_V (value columns per program): causal forward, T = {T}, D = {settings['D']}, "
+             f"median of {PROFILE_CALLS} calls, ms"]
+    default = triton_kernels.BLOCK_V
+    try:
+        for label in ("fastmax1_triton", "fastmax2_triton"):
+            curve = dict(kind="registry", label=label, spec=label, D=settings["D"], causal=True, mode="forward")
+            call, _ = _call(curve, T, settings["heads"], device, dtype)
+            q, k, v = make_inputs(T, settings["D"], settings["heads"], device, False, dtype=dtype)
+            timed = []
+            for block_v in BLOCK_V_SCAN:
+                triton_kernels.BLOCK_V = block_v
+                run_once(call, q, k, v, "forward", None)
+                samples = []
+                for _ in range(PROFILE_CALLS):
+                    synchronize(device)
+                    start = time.perf_counter()
+                    run_once(call, q, k, v, "forward", None)
+                    synchronize(device)
+                    samples.append(time.perf_counter() - start)
+                timed.append(f"{block_v}: {1000 * statistics.median(samples):.2f}")
+            lines.append(f"{label}: " + ", ".join(timed))
+    except Exception as exc:  # noqa: BLE001  (the file says why)
+        lines.append(f"failed: {first_line(exc)}")
+    finally:
+        triton_kernels.BLOCK_V = default
+    return lines
 
 
 # ----------------------------------------------------------------------------------------------

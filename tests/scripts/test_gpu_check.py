@@ -35,6 +35,9 @@ def test_dry_run_writes_the_gpu_folder(tmp_path):
     with open(out / "bench_profile.txt") as f:
         profile = f.read()
     assert profile.count("\n== fastmax") == 3 and "failed:" not in profile, profile[:2000]
+    scan = profile.split("== BLOCK_V", 1)[1].splitlines()  # the Triton path at 64, 32, 16 value columns
+    assert [line.split(":")[0] for line in scan[1:3]] == ["fastmax1_triton", "fastmax2_triton"]
+    assert all(line.count("ms") == 0 and line.count(": ") == 4 for line in scan[1:3]), scan
     with open(out / "bench.json") as f:
         data = json.load(f)
     with open(out / "bench.csv", newline="") as f:

@@ -13,6 +13,13 @@ so they add nothing to S or Z; a query with no real key up to it (a zero denomin
 zeros, as softmax does for a row without allowed keys. ``kernel_reference`` is the explicit form
 with the (T, T) matrix, which tests compare with; ``kernel_attention_flops`` counts the fast
 path's products (the benchmark's FLOPs of both methods).
+
+On a GPU the chunks are not walked one by one (each a handful of small kernel launches: the first
+H100 run, 2026-11-28, took 0.36 s for linear's causal forward at T = 65,536 in 1,024 chunks):
+``all_chunks_at_once`` computes every chunk's sums in one product, their exclusive prefix sums
+with one cumsum, and every chunk's masked (C, C) block in one batched product. The same function;
+sums taken in another order. Features with log scales (Performer's, causal) keep the sequential
+path: their running reference has no prefix-sum form without a risk of underflow.
 """
 import torch
 
@@ -79,6 +86,10 @@ def kernel_attention(q, k, v, causal, query_features, key_features, attention_ma
     Returns:
         torch.Tensor (B, H, Tq, Dv).
     """
+    if k.is_cuda:
+        out = all_chunks_at_once(q, k, v, causal, query_features, key_features, attention_mask, chunk_size)
+        if out is not None:
+            return out
     B, H = k.shape[:2]
     C = chunk_size
     S, m = None, k.new_full((B, H), float("-inf"))
@@ -114,6 +125,37 @@ def kernel_attention(q, k, v, causal, query_features, key_features, attention_ma
             qf = query_features(q_c)
             outs.append(_divide(qf @ S, qf @ Z[..., None]))
     return torch.cat(outs, dim=2)
+
+
+def all_chunks_at_once(q, k, v, causal, query_features, key_features, attention_mask=None, chunk_size=64):
+    """``kernel_attention`` with every chunk at once (the GPU path; same arguments and result):
+    not causal, the sums over all keys in one product; causal, the per-chunk sums S_c = sum_{j in c}
+    phi_k(k_j) v_j^T and Z_c, their exclusive prefix sums over chunks (one cumsum), and each chunk's
+    masked (C, C) block of its own keys. Memory O(T R + (T / C) R Dv) per head. Returns None for
+    causal features with log scales (``key_features`` giving s), which need the sequential path."""
+    B, H, T, _ = k.shape
+    kf, s = _key_chunk(key_features, k, attention_mask)
+    qf = query_features(q)
+    if not causal:
+        if s is not None:  # every query sees the same reference: the largest s_j of all keys
+            kf = kf * torch.exp(s - _finite(s.amax(-1, keepdim=True)))[..., None]
+        return _divide(qf @ (kf.transpose(-1, -2) @ v), qf @ kf.sum(-2)[..., None])
+    if s is not None:
+        return None
+    C = chunk_size
+    n = -(-T // C)
+    pad = n * C - T  # zero rows: padded keys add nothing, padded queries are cut below
+    qf, kf, v = (torch.nn.functional.pad(x, (0, 0, 0, pad)).unflatten(2, (n, C)) for x in (qf, kf, v))
+    S = kf.transpose(-1, -2) @ v  # (B, H, n, R, Dv): each chunk's own sums
+    Z = kf.sum(-2)  # (B, H, n, R)
+    # the sums of the chunks before each one: a zero chunk in front, the last one dropped
+    S_before = torch.cat([torch.zeros_like(S[:, :, :1]), S[:, :, :-1]], dim=2).cumsum(2)
+    Z_before = torch.cat([torch.zeros_like(Z[:, :, :1]), Z[:, :, :-1]], dim=2).cumsum(2)
+    lower = torch.ones(C, C, dtype=torch.bool, device=k.device).tril()
+    scores = (qf @ kf.transpose(-1, -2)).masked_fill(~lower, 0.0)  # (B, H, n, C, C)
+    num = qf @ S_before + scores @ v
+    den = qf @ Z_before[..., None] + scores.sum(-1, keepdim=True)
+    return _divide(num, den).flatten(2, 3)[:, :, :T]
 
 
 def kernel_reference(qf, kf, v, causal, attention_mask=None):

@@ -10,7 +10,7 @@ import torch
 
 import attention
 from attention.blockwise import elements_written
-from attention.kernelized import kernel_attention, kernel_reference
+from attention.kernelized import all_chunks_at_once, kernel_attention, kernel_reference
 from attention.linear import elu_features
 from attention.testing import padding_mask, random_qkv
 
@@ -107,6 +107,44 @@ def test_kernel_attention_key_scales_cancel():
         for chunk in (1, 3, 16):
             out = kernel_attention(qf, logits, v, causal, lambda x: x, key_features, mask, chunk)
             torch.testing.assert_close(out, ref, rtol=1e-11, atol=1e-12)
+
+
+@pytest.mark.parametrize("causal,pad,chunk", list(itertools.product([False, True], [None, "left", "holes"], [1, 4, 64])))
+def test_all_chunks_at_once_equals_the_sequential_path(causal, pad, chunk):
+    """The GPU path (every chunk in one product, prefix sums by cumsum) run here on the CPU: the
+    same outputs and gradients as the chunk-by-chunk path, in float64 (T = 13: a partial last chunk)."""
+    q, k, v = (t.requires_grad_() for t in qkv())
+    mask = None if pad is None else (padding_mask("holes", 2, T, every=3, first=1) if pad == "holes" else padding(pad))
+    features = (elu_features, lambda x: (elu_features(x), None))
+    results = []
+    for path in (all_chunks_at_once, kernel_attention):
+        out = path(q, k, v, causal, *features, mask, chunk)
+        weights = torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)
+        results.append((out, torch.autograd.grad((out * weights).sum(), (q, k, v))))
+    (out, grads), (expected, expected_grads) = results
+    torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-13)
+    for a, b in zip(grads, expected_grads):
+        torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-12)
+
+
+def test_all_chunks_at_once_with_log_scales():
+    """Performer's key features with log scales: not causal, every key at the largest scale of all
+    (the reference's ratio); causal, None (the sequential path keeps its running reference)."""
+    g = torch.Generator().manual_seed(5)
+    qf = torch.rand(2, 2, 11, 6, generator=g, dtype=torch.float64)
+    logits = torch.randn(2, 2, 11, 6, generator=g, dtype=torch.float64) * 40
+    v = torch.randn(2, 2, 11, 3, generator=g, dtype=torch.float64)
+    mask = torch.ones(2, 11, dtype=torch.bool)
+    mask[0, :2] = False
+
+    def key_features(x):
+        shift = x.amax(-1)
+        return torch.exp(x - shift[..., None]), shift
+
+    out = all_chunks_at_once(qf, logits, v, False, lambda x: x, key_features, mask, 4)
+    torch.testing.assert_close(out, kernel_reference(qf, torch.exp(logits - logits.amax()), v, False, mask),
+                               rtol=1e-11, atol=1e-12)
+    assert all_chunks_at_once(qf, logits, v, True, lambda x: x, key_features, mask, 4) is None
 
 
 @pytest.mark.parametrize("causal", [False, True])

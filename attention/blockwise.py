@@ -24,6 +24,15 @@ from attention.registry import Attention, check_choice, check_qkv, needs_grad
 # scores held at once by the loops over blocks (float32: 4 MB; larger groups run slower on a
 # CPU, their working set leaves the caches)
 SCORE_BUDGET = 1 << 20
+# the same on a GPU (256 MB of float32 scores): with the CPU's budget a long sequence is hundreds
+# of small steps, each a few kernel launches, and the GPU waits on the launches
+CUDA_SCORE_BUDGET = 1 << 26
+
+
+def score_budget(x, cpu_budget):
+    """Scores a loop step may hold for tensors like ``x``: CUDA_SCORE_BUDGET on a GPU, else
+    ``cpu_budget`` (the caller's SCORE_BUDGET, read at the call so that tests can shrink it)."""
+    return CUDA_SCORE_BUDGET if x.is_cuda else cpu_budget
 
 
 def work_dtype(*tensors):
@@ -129,7 +138,7 @@ def _key_chunks(q_rows, rows, k, causal, real):
     with at most SCORE_BUDGET scores each (every row against the chunk)."""
     B, H, n, _ = q_rows.shape
     T = k.shape[2]
-    step = max(1, SCORE_BUDGET // max(1, B * H * n))
+    step = max(1, score_budget(k, SCORE_BUDGET) // max(1, B * H * n))
     for start in range(0, T, step):
         stop = min(T, start + step)
         allowed = real[:, None, None, start:stop]
@@ -326,7 +335,7 @@ def _steps(q, block, m):
     """(start, stop) ranges of query blocks of ``block_sparse``: SCORE_BUDGET scores a step."""
     B, H, T, _ = q.shape
     nb = T // block
-    step = max(1, SCORE_BUDGET // (B * H * block * m * block))
+    step = max(1, score_budget(q, SCORE_BUDGET) // (B * H * block * m * block))
     return [(start, min(nb, start + step)) for start in range(0, nb, step)]
 
 

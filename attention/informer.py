@@ -39,7 +39,8 @@ import math
 
 import torch
 
-from attention.blockwise import SCORE_BUDGET, SparseAttention, attend_rows, explicit_attention, pad_positions
+from attention.blockwise import (SCORE_BUDGET, SparseAttention, attend_rows, explicit_attention, pad_positions,
+                                 score_budget)
 from attention.registry import check_int, matrix_flops, register
 
 GROUP = 64  # queries that share one draw of sampled keys
@@ -157,7 +158,7 @@ def sparse(q, k, v, causal, real, factor, seed, group=GROUP):
     local = local_allowed(causal, real, group)
     padded_real = pad_positions(real, group, dim=1)
     m = q.new_empty(B, H, n_groups * group)
-    step = max(1, SCORE_BUDGET // (B * H * group * (group + S)))
+    step = max(1, score_budget(q, SCORE_BUDGET) // (B * H * group * (group + S)))
     with torch.no_grad():  # M only ranks the queries: no gradient flows through it
         for g0 in range(0, n_groups, step):
             g1 = min(n_groups, g0 + step)

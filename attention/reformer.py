@@ -46,7 +46,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from attention.blockwise import SCORE_BUDGET, SparseAttention, attend, explicit_attention, pad_positions
+from attention.blockwise import (SCORE_BUDGET, SparseAttention, attend, explicit_attention, pad_positions,
+                                 score_budget)
 from attention.registry import check_int, matrix_flops, register
 
 def bucket_count(T, bucket_size):
@@ -70,7 +71,7 @@ def lsh_buckets(q, n_hashes, n_buckets, real, seed):
         work = torch.promote_types(q.dtype, torch.float32)
         rotations = torch.randn(n_hashes, D, half, generator=torch.Generator().manual_seed(seed),
                                 dtype=torch.float64).to(q.device, work)
-        step = max(1, SCORE_BUDGET // (B * H * half))
+        step = max(1, score_budget(q, SCORE_BUDGET) // (B * H * half))
         rounds = []
         for rotation in rotations:
             parts = []
@@ -176,7 +177,7 @@ def chunked(q, v, causal, real, n_hashes, bucket_size, chunk_size, seed):
         return torch.cat([previous, x[:, :, start:stop]], dim=3)
 
     # chunks per step: the intermediates stay within SCORE_BUDGET (in cache at any T)
-    step = max(1, SCORE_BUDGET // (B * H * chunk * 2 * chunk))
+    step = max(1, score_budget(q, SCORE_BUDGET) // (B * H * chunk * 2 * chunk))
     outs, lses = [], []
     for r in range(n_hashes):
         index = order[r]

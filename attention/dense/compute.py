@@ -74,6 +74,9 @@ def _quadratic(q, k, v, causal):
 # Elements per temporary of one step of the causal linear regime (4 MB in float32): small enough
 # for the CPU allocator to reuse them from its heap, where larger ones are fresh pages each call.
 STEP_ELEMENTS = 1 << 20
+# On a GPU (256 MB of float32): with the CPU's step a long sequence is hundreds of steps of a few
+# kernel launches each, and the GPU waits on the launches.
+CUDA_STEP_ELEMENTS = 1 << 26
 
 
 def _linear(q, k, v, causal, chunk_size):
@@ -92,7 +95,7 @@ def _linear(q, k, v, causal, chunk_size):
     # before carried along: every temporary is then STEP_ELEMENTS or less instead of the size of
     # the input (a (T, D) tensor per head at most; the split and cat keep the backward linear).
     rows = math.prod(lead) * max(D, Dv, C)
-    step = C * max(1, STEP_ELEMENTS // (rows * C))
+    step = C * max(1, (CUDA_STEP_ELEMENTS if q.is_cuda else STEP_ELEMENTS) // (rows * C))
     state = q.new_zeros(*lead, 1, D, Dv)  # K^T V of all the chunks before the step
     # without autograd each step's output goes straight into its rows (no list of pieces to cat)
     out = None if needs_grad(q, k, v) else q.new_empty(*lead, n_chunks * C, Dv)

@@ -440,54 +440,70 @@ BLOCK_V_SCAN = (64, 32, 16)  # value columns per Triton program: fewer = more pr
 
 def profile_triton(settings):
     """Where Fastmax's Triton path spends its time: torch.profiler over PROFILE_CALLS causal
-    forward + backward calls (after one untimed call) at the run's first T, for p = 1 at D, p = 2
-    at D_based and at D; the table of the most expensive operations (GPU kernels on a GPU) goes to
-    PROFILE_FILE beside bench.csv; then ``block_v_scan``. Measures nothing for bench.csv; a failure
-    is written instead of a table."""
+    forward + backward calls (after one untimed call; one call on a CPU, where the kernels are
+    interpreted) at the run's first T, for p = 1 at D, p = 2 at D_based and at D; the table of the
+    most expensive operations (GPU kernels on a GPU) goes to PROFILE_FILE beside bench.csv, each
+    section as soon as it is measured; then ``block_v_scan``. A section that would start after the
+    group's deadline is skipped, saying so; a failure is written instead of a table. Measures
+    nothing for bench.csv."""
     from torch.profiler import ProfilerActivity, profile
     device, T = settings["device"], settings["T"][0]
+    calls = PROFILE_CALLS if device == "cuda" else 1
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     sort = "cuda_time_total" if device == "cuda" else "self_cpu_time_total"
-    lines = [f"torch.profiler of Fastmax's Triton path: causal forward + backward, T = {T}, "
-             f"{settings['heads']} heads, {settings['dtype']} inputs, {PROFILE_CALLS} calls after a warm-up"]
+    dtype = getattr(torch, settings["dtype"])
+    path = os.path.join(os.path.dirname(settings["csv"]), PROFILE_FILE)
+
+    def write(*lines, mode="a"):
+        with open(path, mode) as f:
+            f.write("\n".join(lines) + "\n")
+
+    write(f"torch.profiler of Fastmax's Triton path: causal forward + backward, T = {T}, "
+          f"{settings['heads']} heads, {settings['dtype']} inputs, {calls} calls after a warm-up", mode="w")
     for label, D in (("fastmax1_triton", settings["D"]), ("fastmax2_triton", settings["D_based"]),
                      ("fastmax2_triton", settings["D"])):
+        if time.time() > settings["deadline"]:
+            write(f"\n== {label} D={D}", "skipped: the group's time is used up")
+            continue
         curve = dict(kind="registry", label=label, spec=label, D=D, causal=True, mode="forward_backward")
-        lines.append(f"\n== {label} D={D}")
         try:
-            call, _ = _call(curve, T, settings["heads"], device, getattr(torch, settings["dtype"]))
-            q, k, v = make_inputs(T, D, settings["heads"], device, True, dtype=getattr(torch, settings["dtype"]))
+            call, _ = _call(curve, T, settings["heads"], device, dtype)
+            q, k, v = make_inputs(T, D, settings["heads"], device, True, dtype=dtype)
             grad = torch.randn_like(q)
             run_once(call, q, k, v, "forward_backward", grad)
             synchronize(device)
             with profile(activities=activities) as prof:
-                for _ in range(PROFILE_CALLS):
+                for _ in range(calls):
                     run_once(call, q, k, v, "forward_backward", grad)
                 synchronize(device)
-            lines.append(prof.key_averages().table(sort_by=sort, row_limit=12, max_name_column_width=60))
+            write(f"\n== {label} D={D}", prof.key_averages().table(sort_by=sort, row_limit=12, max_name_column_width=60))
         except Exception as exc:  # noqa: BLE001  (the file says why)
-            lines.append(f"failed: {first_line(exc)}")
-    lines += block_v_scan(settings)
-    with open(os.path.join(os.path.dirname(settings["csv"]), PROFILE_FILE), "w") as f:
-        f.write("\n".join(lines) + "\n")
+            write(f"\n== {label} D={D}", f"failed: {first_line(exc)}")
+    write(*block_v_scan(settings))
 
 
 def block_v_scan(settings):
     """Is the Triton path short of parallel work? Its kernels launch one program per (batch x
     head, block of BLOCK_V value columns), each walking the chunks in order: at one sequence of 8
     heads and D = 64 that is 8 programs. The causal forward of p = 1 and p = 2 at D, at the run's
-    second T (else its first), median of PROFILE_CALLS calls after an untimed one (which compiles
-    the variant), for each BLOCK_V of BLOCK_V_SCAN: 4x the programs at 16 columns. Lines of text."""
+    second T (else its first; the first on a CPU), median of PROFILE_CALLS calls (one on a CPU)
+    after an untimed one (which compiles the variant), for each BLOCK_V of BLOCK_V_SCAN: 4x the
+    programs at 16 columns. Lines of text; a method whose turn comes after the group's deadline
+    is skipped, saying so."""
     from attention.fastmax import triton_kernels
 
     device = settings["device"]
-    T = settings["T"][1] if len(settings["T"]) > 1 else settings["T"][0]
+    T = settings["T"][1] if len(settings["T"]) > 1 and device == "cuda" else settings["T"][0]
+    calls = PROFILE_CALLS if device == "cuda" else 1
     dtype = getattr(torch, settings["dtype"])
     lines = [f"\n== BLOCK_V (value columns per program): causal forward, T = {T}, D = {settings['D']}, "
-             f"median of {PROFILE_CALLS} calls, ms"]
+             f"median of {calls} calls, ms"]
     default = triton_kernels.BLOCK_V
     try:
         for label in ("fastmax1_triton", "fastmax2_triton"):
+            if time.time() > settings["deadline"]:
+                lines.append(f"{label}: skipped: the group's time is used up")
+                continue
             curve = dict(kind="registry", label=label, spec=label, D=settings["D"], causal=True, mode="forward")
             call, _ = _call(curve, T, settings["heads"], device, dtype)
             q, k, v = make_inputs(T, settings["D"], settings["heads"], device, False, dtype=dtype)
@@ -496,7 +512,7 @@ def block_v_scan(settings):
                 triton_kernels.BLOCK_V = block_v
                 run_once(call, q, k, v, "forward", None)
                 samples = []
-                for _ in range(PROFILE_CALLS):
+                for _ in range(calls):
                     synchronize(device)
                     start = time.perf_counter()
                     run_once(call, q, k, v, "forward", None)

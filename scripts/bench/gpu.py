@@ -69,7 +69,8 @@ from data import write_json
 import provenance
 from scripts import plot_style
 from scripts.bench import fla_baselines
-from scripts.bench.common import ROOT, loglog_axes, make_inputs, parse_list, peak_added_mb, run_once, synchronize
+from scripts.bench.common import (ROOT, loglog_axes, make_inputs, parse_list, peak_added_mb, run_once, synchronize,
+                                 wall_timer)
 from scripts.bench.methods import (CONFIG_DIR, estimated_bytes, first_line, flop_count, make_call, measure_call,
                                    parse_method, predicted_seconds, unsupported)
 
@@ -270,18 +271,21 @@ def _call(curve, T, heads, device, dtype):
     return call, backend
 
 
+def call_seconds(call, T, D, heads, device, mode, dtype):
+    """Wall seconds of one ``run_once`` of ``call`` on fresh (1, heads, T, D) inputs (``common.wall_timer``,
+    synchronized before and after)."""
+    q, k, v = make_inputs(T, D, heads, device, mode == "forward_backward", dtype=dtype)
+    grad = torch.randn_like(q) if mode == "forward_backward" else None
+    return wall_timer(lambda: synchronize(device))(lambda: run_once(call, q, k, v, mode, grad))
+
+
 def warm_up(curve, T, settings, dtype):
     """One untimed call of ``curve`` at ``T`` (the first T of the run), so that what a first call
     costs once (a kernel's compilation, CUDA's lazy loading of a kernel module, autotuning) is never
     inside a cell's time. Returns its wall seconds, or None when it failed (the cell then says why)."""
-    device, heads = settings["device"], settings["heads"]
     try:
-        start = time.perf_counter()
-        call, _ = _call(curve, T, heads, device, dtype)
-        q, k, v = make_inputs(T, curve["D"], heads, device, curve["mode"] == "forward_backward", dtype=dtype)
-        run_once(call, q, k, v, curve["mode"], torch.randn_like(q))
-        synchronize(device)
-        return time.perf_counter() - start
+        call, _ = _call(curve, T, settings["heads"], settings["device"], dtype)
+        return call_seconds(call, T, curve["D"], settings["heads"], settings["device"], curve["mode"], dtype)
     except Exception:  # noqa: BLE001  (the cell's own call reports the failure)
         return None
 
@@ -298,11 +302,7 @@ def _measure(curve, T, heads, device, dtype, settings):
         peak = peak_added_mb(call, T, D, heads, device, mode, dtype)
         first = time.perf_counter() - start  # the cell's first full-size call (and a small one)
         if first > settings["call_s"]:  # the cap per cell: at most one more call of this size
-            start = time.perf_counter()
-            q, k, v = make_inputs(T, D, heads, device, mode == "forward_backward", dtype=dtype)
-            run_once(call, q, k, v, mode, torch.randn_like(q))
-            synchronize(device)
-            return time.perf_counter() - start, 1, peak, backend
+            return call_seconds(call, T, D, heads, device, mode, dtype), 1, peak, backend
     seconds, repeats, _ = measure_call(call, mode, T, D, heads, device, settings["repeats"], settings["call_s"], dtype,
                                        settings["min_sample"], settings.get("sample_s"))
     return seconds, repeats, peak, backend
@@ -506,18 +506,11 @@ def block_v_scan(settings):
                 continue
             curve = dict(kind="registry", label=label, spec=label, D=settings["D"], causal=True, mode="forward")
             call, _ = _call(curve, T, settings["heads"], device, dtype)
-            q, k, v = make_inputs(T, settings["D"], settings["heads"], device, False, dtype=dtype)
             timed = []
             for block_v in BLOCK_V_SCAN:
                 triton_kernels.BLOCK_V = block_v
-                run_once(call, q, k, v, "forward", None)
-                samples = []
-                for _ in range(calls):
-                    synchronize(device)
-                    start = time.perf_counter()
-                    run_once(call, q, k, v, "forward", None)
-                    synchronize(device)
-                    samples.append(time.perf_counter() - start)
+                samples = [call_seconds(call, T, settings["D"], settings["heads"], device, "forward", dtype)
+                           for _ in range(calls + 1)][1:]  # the first compiles the variant
                 timed.append(f"{block_v}: {1000 * statistics.median(samples):.2f}")
             lines.append(f"{label}: " + ", ".join(timed))
     except Exception as exc:  # noqa: BLE001  (the file says why)

@@ -1238,10 +1238,12 @@ def render_readme_results(root):
 
 
 def render_leaderboard(root, folder):
-    """The scorecard's leaderboard of the cards under ``root/folder/cards`` (``scripts.scorecard.leaderboard``)."""
+    """The table of the scorecard's leaderboard of the cards under ``root/folder/cards``
+    (``scripts.scorecard.leaderboard``); the cells still to run and the published rows that follow
+    it stay in ``folder/leaderboard.md``, which the README links (it keeps to a summary)."""
     from scripts.scorecard.leaderboard import read_cards, tables
 
-    return tables(read_cards(os.path.join(root, folder)))[0]
+    return tables(read_cards(os.path.join(root, folder)))[0].split("\n\n", 1)[0] + "\n"
 
 
 RENDERERS = {

@@ -19,7 +19,7 @@ import math
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from attention.registry import Attention, check_choice, check_qkv, needs_grad
+from attention.registry import Attention, check_choice, check_qkv, needs_grad, step_budget
 
 # scores held at once by the loops over blocks (float32: 4 MB; larger groups run slower on a
 # CPU, their working set leaves the caches)
@@ -32,7 +32,7 @@ CUDA_SCORE_BUDGET = 1 << 26
 def score_budget(x, cpu_budget):
     """Scores a loop step may hold for tensors like ``x``: CUDA_SCORE_BUDGET on a GPU, else
     ``cpu_budget`` (the caller's SCORE_BUDGET, read at the call so that tests can shrink it)."""
-    return CUDA_SCORE_BUDGET if x.is_cuda else cpu_budget
+    return step_budget(x, cpu_budget, CUDA_SCORE_BUDGET)
 
 
 def work_dtype(*tensors):

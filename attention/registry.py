@@ -287,6 +287,15 @@ def matrix_flops(T, D):
     return 4 * D * T * T
 
 
+def step_budget(x, cpu_budget, cuda_budget):
+    """Elements a step of a loop over a long sequence may hold, for tensors like ``x`` (any shape):
+    ``cuda_budget`` on a GPU, else ``cpu_budget``. The CPU's budgets keep a step's temporaries in
+    its caches (or the allocator's heap); on a GPU steps that small are a few kernel launches each
+    and the GPU waits on the launches (the first H100 run, docs/gpu.md), so its budgets are larger.
+    Callers pass their module's constants, read at the call so that tests can shrink them."""
+    return cuda_budget if x.is_cuda else cpu_budget
+
+
 def needs_grad(*tensors):
     """Whether autograd records a graph for an operation on ``tensors`` (grad mode on and one of
     them requires grad): where a method picks its custom-backward path or refuses to train."""

@@ -21,7 +21,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from attention.registry import needs_grad
+from attention.registry import needs_grad, step_budget
 
 REGIMES = ("auto", "linear", "quadratic")
 
@@ -95,7 +95,7 @@ def _linear(q, k, v, causal, chunk_size):
     # before carried along: every temporary is then STEP_ELEMENTS or less instead of the size of
     # the input (a (T, D) tensor per head at most; the split and cat keep the backward linear).
     rows = math.prod(lead) * max(D, Dv, C)
-    step = C * max(1, (CUDA_STEP_ELEMENTS if q.is_cuda else STEP_ELEMENTS) // (rows * C))
+    step = C * max(1, step_budget(q, STEP_ELEMENTS, CUDA_STEP_ELEMENTS) // (rows * C))
     state = q.new_zeros(*lead, 1, D, Dv)  # K^T V of all the chunks before the step
     # without autograd each step's output goes straight into its rows (no list of pieces to cat)
     out = None if needs_grad(q, k, v) else q.new_empty(*lead, n_chunks * C, Dv)

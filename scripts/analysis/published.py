@@ -954,10 +954,9 @@ def _danet_fields(root):
     gpt = load_json(root, "results/gpt_mini_wikitext2/test_blocks.json")
     mlm = load_csv(root, "results/mlm_wikitext2/summary_mean.csv")
     split = load_json(root, "results/mlm_wikitext2/summary.json")["settings"]["split"]
-    lengths = sorted({int(r["eval_len"]) for r in mlm})
-    short, long_ = lengths[0], lengths[-1]
+    short = min(int(r["eval_len"]) for r in mlm)
     bert, danet_mlm = _mlm_row(mlm, "bert_mini", short), _mlm_row(mlm, "danet_mini", short)
-    local, local_long = _mlm_row(mlm, "danet_mini_localpos", short), _mlm_row(mlm, "danet_mini_localpos", long_)
+    local = _mlm_row(mlm, "danet_mini_localpos", short)
     log = run_text(root, "results/mlm_wikitext2/runs/bert_mini_seed0", "train.log")
     window = re.search(r"attention=softmax \{'window': (\d+)\}", log)
     if not window:
@@ -969,7 +968,7 @@ def _danet_fields(root):
             "bert_margin": f"{float(bert['margin_mean']):.2f}",
             "window": int(window.group(1)) - 1,  # |i - j| < window: +-(window - 1) keys (attention/softmax.py)
             "local": f"{float(local['margin_mean']):.2f} ± {float(local['margin_std']):.2f}",
-            "local_seeds": local["seeds"], "local_long": f"{float(local_long['margin_mean']):.2f}", "L_long": long_}
+            "local_seeds": local["seeds"]}
 
 
 def _lra_fields(root):
@@ -1001,32 +1000,16 @@ def _lra_fields(root):
 
 
 def _baselines_fields(root):
-    """Test perplexities of the runs in results/gpt_mini_baselines (spreads in softmax's seed sd) and
-    the LRA Text accuracies of the runs in results/lra/text_8k."""
+    """Test perplexities of the runs in results/gpt_mini_baselines (softmax and Longformer: mean +- sd
+    over their seeds)."""
     runs = read_gpt_mini_runs(find_runs([source(root, "results/gpt_mini_baselines")]))
     ppl = {}
     for r in runs:
         if r["test_ppl"] is not None:
             ppl.setdefault(r["attention"], []).append(r["test_ppl"])
-    softmax = ppl["softmax"]
-    mean, sd = statistics.mean(softmax), statistics.stdev(softmax)
-    single = ("linear", "performer", "bigbird", "fastmax1")
-    within = max(abs(ppl[a][0] - min(softmax)) for a in single)
-    fields = {a: f"{ppl[a][0]:.2f}" for a in (*single, "dense", "danet")}
-    fields.update({
-        "softmax": f"{mean:.2f} +- {sd:.2f}", "softmax_n": len(softmax),
-        "longformer": f"{statistics.mean(ppl['longformer']):.2f} +- {statistics.stdev(ppl['longformer']):.2f}",
-        "longformer_n": len(ppl["longformer"]),
-        "lf_spreads": f"{(mean - statistics.mean(ppl['longformer'])) / sd:.0f}",
-        "within": f"{math.ceil(within * 10) / 10:.1f}",
-        "dense_spreads": f"{(ppl['dense'][0] - mean) / sd:.0f}",
-        "danet_spreads": f"{(ppl['danet'][0] - mean) / sd:.0f}"})
-    chosen = lra_chosen(root, "results/lra/text_8k")
-    text = {label: run for (label, task), run in chosen.items() if task == "text"}
-    fields.update({f"lra_{a}": f"{100 * text[a]['test_accuracy']:.2f}" for a in (*BASELINES, "softmax")})
-    papers = [100 * text[a]["test_accuracy"] for a in ("fastmax1", "fastmax2", "dense")]
-    fields.update({"papers": f"{min(papers):.1f}-{max(papers):.1f}",
-                   "lra_steps": f"{max(r['iters'] for r in text.values()):,}"})
+    fields = {a: f"{ppl[a][0]:.2f}" for a in ("linear", "performer", "bigbird", "fastmax1", "dense", "danet")}
+    for a in ("softmax", "longformer"):
+        fields.update({a: f"{statistics.mean(ppl[a]):.2f} +- {statistics.stdev(ppl[a]):.2f}", f"{a}_n": len(ppl[a])})
     return fields
 
 
@@ -1037,13 +1020,13 @@ def _pct(values):
 # The recall sweep's protocol (scripts/sweeps/recall.sh's defaults): its attentions and reference cell.
 RECALL_SWEEP_ATTENTIONS = ("softmax", "fastmax1", "fastmax2", "dense", "linear", "performer", "longformer", "bigbird")
 RECALL_REFERENCE_CELL = (256, 16, 64)
+RECALL_SMALL_CELL = (64, 4)  # length, pairs of the small cell (every width)
 
 
 def _recall_noshift_fields(root):
     """The runs without a token shift in results/recall/summary.csv at the reference cell: test accuracy
     (mean ± sd in %, seeds at the picked rate) of each attention run there, the sweep's attentions not
-    yet run, and the GPT-2-initialised GPT's plateau from results/recall/ablation_64_4 (row ``gpt``).
-    Raises SourceMissing when no such run exists."""
+    yet run. Raises SourceMissing when no such run exists."""
     runs = read_recall_summary(root, "results/recall/summary.csv")
     cell = (*RECALL_REFERENCE_CELL, False)
     present = [a for a in recall_order({r["attention"] for r in runs}) if picked_runs(runs, a, cell)]
@@ -1057,10 +1040,8 @@ def _recall_noshift_fields(root):
         per_seed = " / ".join(f"{100 * v:.1f}" for v in values)
         parts.append(f"{display_name(a)} {_pct(values)}% ({seeds}: {per_seed}; rate {rate(runs_rate(runs, a, cell))})")
     missing = [NAMES.get(a, a) for a in RECALL_SWEEP_ATTENTIONS if a not in present]
-    gpt = {r["row"]: r for r in ablation_rows(source(root, "results/recall/ablation_64_4"))}["gpt"]
     return {"T": cell[0], "N": cell[1], "W": cell[2], "methods": "; ".join(parts),
-            "missing": f"; not run yet: {join_words(missing)}" if missing else "",
-            "gpt": f"{gpt['test_accuracy']:.3f}"}
+            "missing": f"; not run yet: {join_words(missing)}" if missing else ""}
 
 
 def runs_rate(runs, attention, cell):
@@ -1069,9 +1050,8 @@ def runs_rate(runs, attention, cell):
 
 
 def _recall_fields(root):
-    """results/recall/summary.csv (picked runs of each attention x cell), the reference cell and its
-    training times (the runs in results/recall/sweep_256_16), the ablations (ablation_64_4: the solved
-    row gpt_three_inits_constant_lr; ablation_256_16)."""
+    """results/recall/summary.csv (picked runs of each attention x cell), the reference cell (the runs
+    in results/recall/sweep_256_16)."""
     runs = read_recall_summary(root, "results/recall/summary.csv")
     reference = read_recall_runs(find_runs([source(root, "results/recall/sweep_256_16")]))
     ref = {cell_key(r)[1:] for r in reference}
@@ -1085,37 +1065,18 @@ def _recall_fields(root):
         lr = one_rate(runs, a, cell)
         return f" (one rate, {rate(lr)})" if lr is not None else ""
 
-    softmax_rate = one_rate(runs, "softmax", cell)
-    times = [r["train_time_s"] for r in reference if r["attention"] == "softmax"
-             and (softmax_rate is None or r["learning_rate"] == softmax_rate)]
-    ablation = {r["row"]: r for r in ablation_rows(source(root, "results/recall/ablation_64_4"))}
-    solved = ablation["gpt_three_inits_constant_lr"]
-    solved_cfg = open_run(solved["run"]).final_metrics["config"]
-    hard = ablation_rows(source(root, "results/recall/ablation_256_16"), "zoology_s0")
-    hard_cfg = open_run(hard[0]["run"]).final_metrics["config"]
-    best_hard = max(hard, key=lambda r: r["test_accuracy"])
-    hard_text = ("no setting without the shift has learned yet" if best_hard["test_accuracy"] < 0.5 else
-                 f"{best_hard['row']} reaches {best_hard['test_accuracy']:.3f} test without the shift")
-    small = sorted({k[1:] for k in map(cell_key, runs) if k[1:3] == (solved_cfg["block_size"],
-                                                                      solved_cfg["recall_pairs"])})
+    small = sorted({k[1:] for k in map(cell_key, runs) if k[1:3] == RECALL_SMALL_CELL and k[4]})
     small_means = [statistics.mean(r["test_accuracy"] for r in picked_runs(runs, a, c))
                    for a in recall_order({r["attention"] for r in runs}) for c in small if picked_runs(runs, a, c)]
-    longest = max({k[1:] for k in map(cell_key, runs)})
     seeds = {len(v) for v in acc.values()}
     return {
-        "T": cell[0], "N": cell[1], "W": cell[2], "softmax": f"{100 * statistics.mean(acc['softmax']):.1f}",
-        "minutes": f"{min(times) / 60:.0f}-{max(times) / 60:.0f}" if len(times) > 1 else f"{times[0] / 60:.0f}",
-        "aT": solved_cfg["block_size"], "aN": solved_cfg["recall_pairs"],
-        "emb": f"{solved_cfg['embedding_init_std']:g}", "solved": f"{solved['test_accuracy']:.3f}",
-        "bT": hard_cfg["block_size"], "bN": hard_cfg["recall_pairs"], "hard": hard_text,
         "seeds": f"{min(seeds)} seeds each" if len(seeds) == 1 else f"{min(seeds)}-{max(seeds)} seeds",
         **{f"acc_{a}": f"{_pct(v)}%{note(a)}" for a, v in acc.items()},
         **{f"seeds_{a}": " / ".join(f"{100 * x:.1f}" for x in v) + f"%{note(a)}" for a, v in acc.items()},
         **{f"mean_{a}": f"{100 * statistics.mean(v):.1f}%{note(a)}" for a, v in acc.items()},
         "window": next(r["attention_params"]["window"] for r in reference if r["attention"] == "longformer"),
         "sT": small[0][0], "sN": small[0][1],
-        "lo": f"{100 * min(small_means):.0f}", "hi": f"{100 * max(small_means):.0f}",
-        "widths": join_words(str(c[2]) for c in small), "lT": f"{longest[0]:,}", "lN": longest[1]}
+        "lo": f"{100 * min(small_means):.0f}", "hi": f"{100 * max(small_means):.0f}"}
 
 
 def _fastmax_norm_fields(root):
@@ -1172,40 +1133,29 @@ README_ROWS = [
      "on this shared machine gave more); matches the authors' code to {rel}; same perplexity as softmax within one "
      "seed", "[fastmax](docs/fastmax.md)", _fastmax_fields),
     ("DANet / DenseAttention",
-     "matches the authors' code ({dense_rel}); causal DANet mini GPT {danet_ppl} vs {gpt_ppl}; MLM from context "
-     "({seeds} seeds, {split}, L = {L}): [MASK]-input margin over the context-free predictor {danet_margin} nats "
-     "(DANet mini) vs {bert_margin} (softmax BERT mini, ±{window} window); window-local RelPE positions (the "
-     "authors' choice), now the config's: {local} ({local_seeds} seeds; {local_long} at L = {L_long}, longer than "
-     "the training sequences)",
+     "matches the authors' code ({dense_rel}); causal DANet mini GPT {danet_ppl} vs softmax {gpt_ppl}; MLM "
+     "({split}, L = {L}): [MASK]-input margin over a context-free predictor {local} nats for the DANet mini "
+     "(window-local RelPE positions, {local_seeds} seeds; {danet_margin} with global ones) vs {bert_margin} for a "
+     "softmax BERT mini (±{window} window)",
      "[dense_attention](docs/dense_attention.md), [mlm](docs/mlm.md)", _danet_fields),
     ("Long Range Arena, CPU sizes",
      "Text: DANet {dense}%, fastmax {f1} / {f2}%, softmax {softmax}% ({dense} vs {softmax} is about {n_se} "
      "standard errors on {reviews} reviews; not ranked: one seed each); ListOps: {listops}; Pathfinder "
      "{pathfinder}", "[lra](docs/lra.md)", _lra_fields),
     ("Baselines of the survey",
-     "implemented and tested; mini GPT on WikiText-2 at one budget: softmax {softmax} ({softmax_n} seeds), "
-     "Longformer {longformer} ({longformer_n} seeds: below softmax by about {lf_spreads} of its seed spreads), "
-     "linear {linear}, Performer {performer}, BigBird {bigbird}, fastmax p = 1 {fastmax1} test perplexity (one "
-     "seed each; within {within} of softmax's best seed: no ranking); dense {dense} and the DANet mini {danet} "
-     "(one seed each, {dense_spreads} and {danet_spreads} spreads above); attention maps of every method; LRA Text "
-     "at {lra_steps} CPU steps: linear {lra_linear}%, Performer {lra_performer}%, Linformer {lra_linformer}%, "
-     "Informer {lra_informer}%, Longformer {lra_longformer}%, BigBird {lra_bigbird}%, Reformer {lra_reformer}% "
-     "beside softmax {lra_softmax}% and fastmax / dense {papers}% (one seed each, not ranked)",
+     "implemented and tested, attention maps of every method; mini GPT on WikiText-2 at one budget, test "
+     "perplexity: softmax {softmax} ({softmax_n} seeds), Longformer {longformer} ({longformer_n} seeds), linear "
+     "{linear}, Performer {performer}, BigBird {bigbird}, fastmax p = 1 {fastmax1} (one seed each: not ranked), "
+     "dense {dense}, the DANet mini {danet}; LRA Text: the leaderboard below",
      "[baselines](docs/baselines.md)", _baselines_fields),
     ("Associative recall (MQAR), {T} tokens, {N} pairs, width {W}, no token shift (the reference setting)",
-     "test accuracy, rate picked from 3 on seed 0: {methods}{missing}. The model is Zoology's attention-only "
-     "shape; GPT-2's initialisation stays at 1/N ({gpt} at 64 tokens / 4 pairs); softmax learns the cell in a "
-     "transition whose step varies by seed (ablation in the doc)", "[recall](docs/recall.md)",
+     "test accuracy, rate picked from 3 on seed 0: {methods}{missing}. Zoology's attention-only model (with "
+     "GPT-2's initialisation softmax stays at 1/N: ablation in the doc)", "[recall](docs/recall.md)",
      _recall_noshift_fields),
     ("Associative recall, the same cell with a token shift (the ablation layer, the sweeps before 2026-11-27)",
-     "softmax {softmax}% test in {minutes} min of training, with a token shift (without it our GPT-2-initialised "
-     "GPT stays at 1/N: at {aT} tokens / {aN} pairs PyTorch's Linear initialisation, token embeddings of scale "
-     "{emb} and an untied head remove the plateau, {solved} test; at {bT}/{bN} {hard}, ablation in the doc); "
-     "{seeds}, all with the shift: fastmax p = 2 {acc_fastmax2}, softmax {acc_softmax}, BigBird {acc_bigbird}, "
-     "DANet {seeds_dense} and linear {seeds_linear} (bimodal: some seeds stay on the plateau), fastmax p = 1 "
-     "{acc_fastmax1}, Performer {acc_performer}, a {window}-key Longformer {mean_longformer}; at {sT} tokens / "
-     "{sN} pairs every method {lo}-{hi}% at widths {widths}; at {lT} tokens / {lN} pairs softmax stays at chance "
-     "in this budget", "[recall](docs/recall.md)", _recall_fields),
+     "{seeds}: fastmax p = 2 {acc_fastmax2}, softmax {acc_softmax}, BigBird {acc_bigbird}, DANet {seeds_dense}, "
+     "linear {seeds_linear} (bimodal), fastmax p = 1 {acc_fastmax1}, Performer {acc_performer}, a {window}-key "
+     "Longformer {mean_longformer}; at {sT} tokens / {sN} pairs every method {lo}-{hi}%", "[recall](docs/recall.md)", _recall_fields),
     ("Fastmax normalization on recall ({T}/{N}, width {W}, {seeds} seeds)",
      "p = 1: `paper` at temperature D {p1_paper}% vs the old default `max_norm` {p1_max}%, every setting allowing "
      "\\|s\\| > 1 at chance; p = 2: `paper` at sqrt(D) {p2_paper}% vs {p2_max}%: the new default",

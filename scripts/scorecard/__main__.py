@@ -47,11 +47,12 @@ from data import write_json
 from scripts.scorecard import testbeds as tb
 from scripts.scorecard.leaderboard import write_leaderboard
 
-DEFAULT_SECONDS = {"recall": 300.0, "wikitext2": 1800.0, "lra": 3000.0, "swap": 300.0, "speed": 30.0}
+# a cell's time before one of its testbed and tier has been measured here
+DEFAULT_SECONDS = {"quick": {"recall": 120.0, "wikitext2": 300.0, "lra": 400.0, "swap": 600.0, "speed": 15.0},
+                   "full": {"recall": 300.0, "wikitext2": 1800.0, "lra": 3000.0, "swap": 300.0, "speed": 30.0}}
 VERSIONS = {"recall": tb.RECALL_VERSION, "wikitext2": tb.WIKITEXT2_VERSION, "lra": tb.LRA_VERSION}
-EVALUATION = {"recall": (), "wikitext2": tb.WIKITEXT2_EVAL, "lra": ()}
 ARCHIVES = {"recall": tb.RECALL_ARCHIVES, "wikitext2": tb.WIKITEXT2_ARCHIVES, "lra": tb.LRA_ARCHIVES}
-TASK = {"recall": "recall", "wikitext2": "lm", "lra": "classify"}  # a cell's time before one is measured
+TASK = {"recall": "recall", "wikitext2": "lm", "lra": "classify"}
 
 
 def shown(path):
@@ -65,10 +66,12 @@ def label_file(label):
 
 
 class Store:
-    """``cells.jsonl``: one JSON object per finished cell, ``key`` its protocol key; appended as cells end."""
+    """``cells.jsonl``: one JSON object per finished cell, ``key`` its protocol key; appended as cells end.
+    A row added here records ``tier`` (rows without one are the full tier's), which only the time
+    estimates read: a quick cell can share its protocol, and so its result, with a full one."""
 
-    def __init__(self, path):
-        self.path, self.rows = path, {}
+    def __init__(self, path, tier="full"):
+        self.path, self.tier, self.rows = path, tier, {}
         if os.path.exists(path):
             with open(path) as f:
                 for n, line in enumerate(f, 1):
@@ -81,14 +84,16 @@ class Store:
                         self.rows[row["key"]] = row
 
     def add(self, row):
+        row = {**row, "tier": row.get("tier", self.tier)}
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         with open(self.path, "a") as f:
             f.write(json.dumps(row, sort_keys=True) + "\n")
         self.rows[row["key"]] = row
 
     def seconds(self, testbed):
-        """Median wall time of this testbed's cells that ran here (None before the first)."""
-        times = [r["wall_s"] for r in self.rows.values() if r["testbed"] == testbed and r.get("wall_s")]
+        """Median wall time of this testbed's cells of this tier that ran here (None before the first)."""
+        times = [r["wall_s"] for r in self.rows.values()
+                 if r["testbed"] == testbed and r.get("tier", "full") == self.tier and r.get("wall_s")]
         return statistics.median(times) if times else None
 
 
@@ -112,7 +117,7 @@ def archived_index(folders, testbed="recall"):
                 continue
             cfg = {**training.DEFAULTS, **metrics["config"]}  # a key added since takes its default
             try:
-                key, _ = tb.protocol(tb.with_full_params(cfg), testbed, VERSIONS[testbed], EVALUATION[testbed])
+                key, _ = tb.protocol(tb.with_full_params(cfg), testbed, VERSIONS[testbed], evaluation_args(testbed, "full"))
             except ValueError:  # an attention no longer registered
                 continue
             if not made_after_defaults(run, cfg["attention"]):
@@ -123,6 +128,12 @@ def archived_index(folders, testbed="recall"):
                     continue
             index.setdefault(key, (shown(run.source), run))
     return index
+
+
+def evaluation_args(testbed, tier, extra=()):
+    """eval_ppl.py's arguments of a training cell of ``testbed`` in ``tier`` (``extra``: --eval_args),
+    empty for a testbed evaluated by train.py itself."""
+    return [*tb.wikitext2_eval(tier), *extra] if testbed == "wikitext2" else []
 
 
 def made_after_defaults(run, name):
@@ -145,7 +156,7 @@ class NotRun(Exception):
 class Scorecard:
     def __init__(self, spec, args):
         self.spec, self.args = spec, args
-        self.store = Store(os.path.join(args.results, "cells.jsonl"))
+        self.store = Store(os.path.join(args.results, "cells.jsonl"), args.tier)
         self.card = {"label": spec.label, "spec": spec.text, "tier": args.tier, "attention": spec.name,
                      "attention_params": spec.params, "config": spec.config, "cells": [], "not_applicable": {}}
         self._archive = {}
@@ -155,7 +166,7 @@ class Scorecard:
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def estimate(self, testbed):
-        return self.store.seconds(testbed) or DEFAULT_SECONDS[testbed]
+        return self.store.seconds(testbed) or DEFAULT_SECONDS[self.args.tier][testbed]
 
     def progress(self, what, row):
         """One line per finished cell: its result, where it came from, and the time left (the
@@ -184,8 +195,8 @@ class Scorecard:
         ``<out_root>/<label>/<name>_<key>``; added to the card with ``card_fields``."""
         argv = [*argv, *self.args.train_args]
         cfg = tb.resolved_config(argv, self.args.imports)
-        evaluation_args = [*EVALUATION[testbed], *(self.args.eval_args if EVALUATION[testbed] else [])]
-        key, fields = tb.protocol(cfg, testbed, VERSIONS[testbed], evaluation_args)
+        eval_argv = evaluation_args(testbed, self.args.tier, self.args.eval_args)
+        key, fields = tb.protocol(cfg, testbed, VERSIONS[testbed], eval_argv)
         row = self.store.rows.get(key)
         if row is None and key in self.archive(testbed):
             path, run = self.archive(testbed)[key]
@@ -200,7 +211,7 @@ class Scorecard:
             commands = [[sys.executable, "train.py", *imports, *argv, f"--out_dir={out_dir}",
                          f"--num_threads={self.args.threads}"]]
             if testbed == "wikitext2":
-                commands.append([sys.executable, "eval_ppl.py", *imports, f"--out_dir={out_dir}", *evaluation_args,
+                commands.append([sys.executable, "eval_ppl.py", *imports, f"--out_dir={out_dir}", *eval_argv,
                                  f"--num_threads={self.args.threads}", f"--out_json={out_dir}/eval_test.json"])
             start = time.time()
             self.run_logged(commands, out_dir, f"{testbed} cell {name}", mode="w")
@@ -430,7 +441,10 @@ class Scorecard:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         write_json(path, self.card)
         provenance.record(path[:-len(".json")], commit=self.commit,
-                          extra={"cells": len(self.card["cells"]), "testbeds": self.args.testbeds or list(tb.TESTBEDS)})
+                          extra={"cells": len(self.card["cells"]),  # the card's, this call's and earlier calls'
+                                 "testbeds": [t for t in tb.TESTBEDS if any(c["role"].split("_")[0] == t
+                                                                            for c in self.card["cells"])],
+                                 "ran": self.args.testbeds or list(tb.TESTBEDS)})
         return path
 
 

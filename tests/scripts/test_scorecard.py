@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from scripts.scorecard import testbeds as tb
-from scripts.scorecard.__main__ import archived_index
+from scripts.scorecard.__main__ import DEFAULT_SECONDS, Store, archived_index, evaluation_args
 from scripts.scorecard.leaderboard import format_cell
 
 ROOT = tb.ROOT
@@ -156,3 +156,29 @@ def test_cells_say_how_many_seeds_and_whether_they_separate():
     assert format_cell((0.9, 0.01, 3), softmax=(0.91, 0.01, 3)).endswith("not separable from softmax")
     assert format_cell((0.5, 0.01, 3), softmax=(0.91, 0.01, 3)) == "0.500 ± 0.010 (n=3)"
     assert format_cell((None, None, 0)) == "not run"
+
+
+def test_time_estimates_come_from_cells_of_the_same_tier(tmp_path):
+    """A quick LRA cell (hundreds of steps) is not estimated from full ones (8,000 steps): a row
+    records its tier, a row without one counts as the full tier's, and before a tier's first cell
+    the estimate is that tier's default."""
+    path = tmp_path / "cells.jsonl"
+    path.write_text(json.dumps({"key": "a", "testbed": "lra", "wall_s": 3000.0}) + "\n")  # an older row: full
+    quick = Store(str(path), "quick")
+    assert quick.seconds("lra") is None
+    quick.add({"key": "b", "testbed": "lra", "wall_s": 200.0})
+    assert json.loads(path.read_text().splitlines()[-1])["tier"] == "quick"
+    assert quick.seconds("lra") == 200.0
+    assert Store(str(path), "full").seconds("lra") == 3000.0
+    assert DEFAULT_SECONDS["quick"]["lra"] < DEFAULT_SECONDS["full"]["lra"]
+
+
+def test_the_quick_tier_evaluates_wikitext2_on_part_of_the_test_split():
+    """The quick tier's WikiText-2 cell scores a fraction of the test split (a different protocol
+    from the full tier's, so neither stands in for the other); testbeds evaluated by train.py
+    itself have no eval_ppl.py arguments."""
+    full, quick = evaluation_args("wikitext2", "full"), evaluation_args("wikitext2", "quick")
+    assert full == list(tb.WIKITEXT2_EVAL)
+    assert quick == [*tb.WIKITEXT2_EVAL, f"--fraction={tb.WIKITEXT2_QUICK_FRACTION}"]
+    assert evaluation_args("wikitext2", "quick", ["--fraction=0.01"])[-1] == "--fraction=0.01"  # --eval_args last
+    assert evaluation_args("recall", "quick") == evaluation_args("lra", "full") == []

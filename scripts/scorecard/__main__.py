@@ -12,8 +12,8 @@ inference-only method swapped into a trained softmax model, speed against SDPA) 
 cells of the tier, one at a time, each as soon as the one before it ends, printing the plan and its
 estimated time first (from the measured times of earlier cells), then a line per cell with the
 time left. Each cell's result is appended to ``<results>/cells.jsonl`` when it ends (a stopped
-scorecard resumes where it stopped: a cell whose protocol has a result is not run again, and a
-run archived under ``results/`` with the same protocol is used instead of a new one). Training
+scorecard resumes where it stopped: a cell whose protocol has a result is not run again, a
+training run it stopped continues from its last checkpoint, and a run archived under ``results/`` with the same protocol is used instead of a new one). Training
 runs go to ``<out_root>/<label>/<cell>_<protocol key>/`` and, when the card is written, are packed
 into ``<results>/runs/<label>/`` (no checkpoints), which the cells then name. The attention's card, ``<results>/cards/<label>_<tier>.json``
 (every cell with its protocol key, result and where it came from; why a testbed does not apply),
@@ -136,6 +136,19 @@ def evaluation_args(testbed, tier, extra=()):
     return [*tb.wikitext2_eval(tier), *extra] if testbed == "wikitext2" else []
 
 
+def cell_commands(out_dir, train_args):
+    """(train.py commands, whether the cell had started) of a training cell whose run folder is
+    ``out_dir`` (named by its protocol key, so whatever is there was made under the same protocol):
+    a new run; a run that stopped (a checkpoint, no final_metrics.json) continued from its last
+    checkpoint (``--init_from=resume``); none for a run that finished but whose result was never
+    recorded (the scorecard stopped between the two)."""
+    if os.path.exists(os.path.join(out_dir, "final_metrics.json")):
+        return [], True
+    resume = os.path.exists(os.path.join(out_dir, "ckpt.pt"))
+    return [[sys.executable, "train.py", *train_args, f"--out_dir={out_dir}",
+             *(["--init_from=resume"] if resume else [])]], resume
+
+
 def made_after_defaults(run, name):
     """Whether ``run`` started after attention ``name``'s last change of a default
     (``Attention.defaults_date``; its manifest's first ``train`` entry's ``date``); a run without a
@@ -208,13 +221,12 @@ class Scorecard:
             out_dir = os.path.join(self.args.out_root, label_file(self.spec.label), f"{name}_{key[:8]}")
             os.makedirs(out_dir, exist_ok=True)
             imports = [f"--import={p}" for p in self.args.imports]
-            commands = [[sys.executable, "train.py", *imports, *argv, f"--out_dir={out_dir}",
-                         f"--num_threads={self.args.threads}"]]
+            commands, started = cell_commands(out_dir, [*imports, *argv, f"--num_threads={self.args.threads}"])
             if testbed == "wikitext2":
                 commands.append([sys.executable, "eval_ppl.py", *imports, f"--out_dir={out_dir}", *eval_argv,
                                  f"--num_threads={self.args.threads}", f"--out_json={out_dir}/eval_test.json"])
             start = time.time()
-            self.run_logged(commands, out_dir, f"{testbed} cell {name}", mode="w")
+            self.run_logged(commands, out_dir, f"{testbed} cell {name}", mode="a" if started else "w")
             with open(os.path.join(out_dir, "final_metrics.json")) as f:
                 metrics = json.load(f)
             evaluation = None
@@ -222,7 +234,7 @@ class Scorecard:
                 with open(os.path.join(out_dir, "eval_test.json")) as f:
                     evaluation = json.load(f)
             row = self.result_row(testbed, key, fields, metrics, evaluation, source=shown(out_dir),
-                                  wall_s=time.time() - start)
+                                  wall_s=None if started else time.time() - start)  # a part: no estimate
             self.store.add(row)
         shown_fields = {"recall": ("test_accuracy", "val_accuracy"), "lra": ("test_accuracy", "steps_per_s"),
                         "wikitext2": ("test_ppl", "tokens_per_s", "train_time_s")}[testbed]

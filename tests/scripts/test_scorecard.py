@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from scripts.scorecard import testbeds as tb
-from scripts.scorecard.__main__ import DEFAULT_SECONDS, Store, archived_index, evaluation_args
+from scripts.scorecard.__main__ import DEFAULT_SECONDS, Store, archived_index, cell_commands, evaluation_args
 from scripts.scorecard.leaderboard import format_cell
 
 ROOT = tb.ROOT
@@ -182,3 +182,18 @@ def test_the_quick_tier_evaluates_wikitext2_on_part_of_the_test_split():
     assert quick == [*tb.WIKITEXT2_EVAL, f"--fraction={tb.WIKITEXT2_QUICK_FRACTION}"]
     assert evaluation_args("wikitext2", "quick", ["--fraction=0.01"])[-1] == "--fraction=0.01"  # --eval_args last
     assert evaluation_args("recall", "quick") == evaluation_args("lra", "full") == []
+
+
+def test_a_stopped_training_cell_continues_from_its_checkpoint(tmp_path):
+    """The commands of a training cell from the state of its folder: a new run, a stopped one
+    resumed (a checkpoint and no final metrics), nothing to train for one that finished."""
+    folder = tmp_path / "recall_T64_N4_d64_lr0.003_s0_0123abcd"
+    folder.mkdir()
+    args = ["configs/recall/mqar.py", "--num_threads=1"]
+    commands, started = cell_commands(str(folder), args)
+    assert not started and len(commands) == 1 and commands[0][1:] == ["train.py", *args, f"--out_dir={folder}"]
+    (folder / "ckpt.pt").write_bytes(b"")
+    commands, started = cell_commands(str(folder), args)
+    assert started and commands[0][-2:] == [f"--out_dir={folder}", "--init_from=resume"]
+    (folder / "final_metrics.json").write_text("{}")
+    assert cell_commands(str(folder), args) == ([], True)

@@ -12,7 +12,7 @@ from scripts.scorecard.__main__ import DEFAULT_SECONDS, Store, archived_index, c
 from scripts.scorecard.leaderboard import format_cell
 
 ROOT = tb.ROOT
-TINY = "--max_iters=3 --eval_interval=3 --eval_iters=1"
+TINY = "--max_iters=3 --eval_interval=3 --eval_iters=1 --batch_size=1"
 
 
 def docs_example():

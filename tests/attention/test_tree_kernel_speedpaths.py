@@ -45,6 +45,7 @@ def test_leaves_read_from_the_inputs_with_feature_tables(sampler):
     torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
 
 
+@pytest.mark.slow  # about 40 s, most of it compiling the profiling build of the kernel
 def test_profile_build_same_output_and_counts_match_the_reference():
     """The profile build returns the plain build's output bit for bit; its inner-product and bud
     counts equal the reference's statistics, its query and round counts are consistent."""

@@ -39,6 +39,7 @@ def test_recall_sweep_picks_the_rate_on_seed_0_then_runs_the_seeds(tmp_path):
     assert "| softmax |" in (tmp_path / "table" / "recall_table.md").read_text()
 
 
+@pytest.mark.slow  # about 30 s: a finished one-off sweep (2026-11-26); the recall sweep's test covers the loop
 def test_fastmax_norm_sweep_gives_each_setting_its_parameters_and_row(tmp_path):
     r = run("recall_fastmax_norm.sh", tmp_path, {"VARIANTS": "paper_sqrtD max_norm_2", "PS": "1", "CELL": "16:2:32",
                                                  "HEADS": "2", "SEEDS": "", "OUT_ROOT": str(tmp_path / "runs"),

@@ -85,14 +85,14 @@ import configurator
 from data import write_json
 import provenance
 from scripts import plot_style
-from scripts.bench.common import loglog_axes, matmul_peak, median_seconds, parse_list, peak_added_mb, run_child, write_csv
+from scripts.bench.common import loglog_axes, matmul_peak, median_seconds, parse_list, write_csv
 # the method syntax, calls, FLOPs, estimates and timing live in the library scripts/bench/methods.py
 # (shared with scripts/bench/gpu.py); re-exported here, where tests and scripts/analysis/attention_maps.py
 # have always found them
 from scripts.bench.methods import (  # noqa: F401
     ALIASES, AUTHORS_FLOP_FORMULA, AUTHORS_PARAMS, CONFIG_DIR, SDPA_FLOP_FORMULA, Method, default_methods,
-    estimated_bytes, first_line, flop_count, flop_formula, load_config, make_call, parse_method, predicted_seconds,
-    resolve_methods, split_methods, time_call, unsupported,
+    estimated_bytes, first_line, flop_count, flop_formula, load_config, make_call, parse_method, peak_memory,
+    predicted_seconds, resolve_methods, split_methods, time_call, unsupported,
 )
 
 FIELDS = ["method", "spec", "mode", "causal", "T", "D", "heads", "threads", "device", "seconds", "repeats",
@@ -100,19 +100,6 @@ FIELDS = ["method", "spec", "mode", "causal", "T", "D", "heads", "threads", "dev
 MODES = ("forward", "forward_backward")
 LINEARITY_LIMIT = 1.5  # issue 26: time(16384) within 1.5x of 16 x time(1024)
 REFERENCE_STYLE = {"color": "black", "marker": "s", "linestyle": "--"}  # the plot's reference (SDPA)
-
-
-def measure_peak_child(spec):
-    """In a fresh process: peak memory (MB) that one call adds on top of its inputs."""
-    configurator.import_files([f"--import={path}" for path in spec.get("imports", [])])
-    torch.set_num_threads(spec["threads"])
-    method = Method.from_dict(spec["method"])
-    call, _ = make_call(method, spec["causal"], spec["T"], spec["D"], spec["heads"], spec["device"], spec["mode"])
-    return peak_added_mb(call, spec["T"], spec["D"], spec["heads"], spec["device"], spec["mode"])
-
-
-def measure_peak(spec):
-    return run_child("scripts.bench.attention", spec)
 
 
 def run_curve(method, mode, causal, D, Ts, args, max_bytes, probe_gflops):
@@ -162,9 +149,8 @@ def run_curve(method, mode, causal, D, Ts, args, max_bytes, probe_gflops):
         if leaky:
             row["note"] = "leaky causal (attention.causal_support)"
         if args.memory == "subprocess" and (memory_T is None or T in memory_T):
-            spec = dict(method=method.as_dict(), mode=mode, causal=causal, T=T, D=D, heads=args.heads,
-                        threads=args.threads, device=args.device, imports=args.imports)
-            row["peak_mb"], note = measure_peak(spec)
+            row["peak_mb"], note = peak_memory(method, mode, causal, T, D, args.heads, args.device, args.threads,
+                                               args.imports)
             row["note"] = "; ".join(x for x in (row["note"], note) if x)
         return row
 
@@ -499,7 +485,6 @@ def run_layer_suite(args):
     summary = layer_targets(rows)
     settings = dict(vars(args), torch=torch.__version__, machine=platform.processor() or platform.machine(),
                     cpus=os.cpu_count())
-    settings.pop("_child", None)
     write_json(args.out + ".json", {"settings": settings, "targets": summary, "rows": rows})
     plot_layers(rows, args.out + ".png")
     provenance.record(args.out, commit=args.commit)
@@ -540,7 +525,6 @@ def run_attention_suite(args, methods):
         if args.device == "cpu" else "torch.cuda.max_memory_allocated delta"),
         flops_rule="analytic forward FLOPs (2 x multiply-adds of the products of the method's own path); "
                    "forward_backward = 3 x forward; tree: reported inner products when measured")
-    settings.pop("_child", None)
     method_info = [dict(m.as_dict(), spec=m.spec, trainable=m.trainable(), causal_support=m.causal_support(),
                         flop_formula=flop_formula(m)) for m in methods]
     write_json(args.out + ".json", {"settings": settings, "probe": probe, "methods": method_info,
@@ -586,15 +570,11 @@ def main(argv=None):
                     help="only draw <out>.png again from <out>.json (no timing; --out, --plot_D apply)")
     ap.add_argument("--import", dest="imports", action="append", default=[], metavar="FILE",
                     help="a Python file that registers an attention (attention.register) to benchmark; repeatable")
-    ap.add_argument("--_child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     try:
         _, args.imports = configurator.import_files([f"--import={path}" for path in args.imports])
     except configurator.ConfigError as e:
         ap.error(str(e))
-    if args._child:
-        print(measure_peak_child(json.loads(args._child)))
-        return None
     if args.plot_only:
         out = args.out or ("results/bench_danet_layer/bench_danet_layer" if args.suite == "layer"
                            else "results/bench_attention/all")

@@ -5,7 +5,8 @@ the old aliases), building one call (``make_call``: the module with the model co
 autocast and SDPA backend), what a method cannot run (``unsupported``), its analytic FLOPs
 (``flop_count`` / ``flop_formula``), its estimated memory (``estimated_bytes``), the time
 predicted for a longer sequence (``predicted_seconds``) and the time of one configuration
-(``time_call`` / ``measure_call``, on ``scripts/bench/common.py``'s timing rule). The method syntax
+(``time_call`` / ``measure_call``, on ``scripts/bench/common.py``'s timing rule) and the peak
+memory of one call (``peak_memory``, in a fresh process). The method syntax
 and the FLOP formulas are described in scripts/bench/attention.py's docstring and docs/benchmark.md.
 """
 import ast
@@ -22,7 +23,8 @@ import attention
 from attention.dense.compute import choose_regime
 from attention.fastmax.authors_baseline import authors_formulation
 from attention.reformer import chunk_length
-from scripts.bench.common import ROOT, cuda_event_timer, make_inputs, median_seconds, run_once, synchronize
+from scripts.bench.common import (ROOT, cuda_event_timer, make_inputs, median_seconds, peak_added_mb, run_child, run_once,
+                                  synchronize)
 
 CONFIG_DIR = os.path.join(ROOT, "configs", "attention")
 ALIASES = {
@@ -376,3 +378,31 @@ def first_line(exc):
     """``Type: first line of the message`` of an exception, at most 200 characters (a row's note)."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:200]
+
+
+def peak_memory(method, mode, causal, T, D, heads, device, threads, imports=()):
+    """(MB, note) of one call: the peak memory it adds on top of its (1, heads, T, D) inputs
+    (``common.peak_added_mb``), measured in a fresh process (``python -m scripts.bench.methods
+    --_child SPEC``: on the CPU the high-water mark of a process that ran nothing else); (None, why)
+    when that process fails. ``imports``: files that register attentions (``--import``)."""
+    spec = dict(method=method.as_dict(), mode=mode, causal=causal, T=T, D=D, heads=heads, threads=threads,
+                device=device, imports=list(imports))
+    return run_child("scripts.bench.methods", spec)
+
+
+def _peak_memory_child(spec):
+    """The fresh process of ``peak_memory``: MB that one call adds on top of its inputs."""
+    import configurator
+    configurator.import_files([f"--import={path}" for path in spec.get("imports", [])])
+    torch.set_num_threads(spec["threads"])
+    method = Method.from_dict(spec["method"])
+    call, _ = make_call(method, spec["causal"], spec["T"], spec["D"], spec["heads"], spec["device"], spec["mode"])
+    return peak_added_mb(call, spec["T"], spec["D"], spec["heads"], spec["device"], spec["mode"])
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+    if sys.argv[1:2] != ["--_child"] or len(sys.argv) != 3:
+        sys.exit("usage: python -m scripts.bench.methods --_child SPEC (the fresh process of peak_memory)")
+    print(_peak_memory_child(json.loads(sys.argv[2])))

@@ -383,10 +383,39 @@ class Scorecard:
                                "ratio": ratio, "note": note,
                                "summary": f"{ratio:.2f}x SDPA's time" if ratio else note}
                         self.store.add(row)
-                    self.card["cells"].append({"role": "speed", "name": f"speed_T{T}_{'causal' if causal else 'full'}"
-                                               f"_{mode}", "key": key, "T": T, "causal": causal, "mode": mode,
-                                               "ratio": row["ratio"], "source": row["source"]})
-                    self.progress(f"speed T={T} causal={causal} {mode}", row)
+                    cell = {"role": "speed", "name": f"speed_T{T}_{'causal' if causal else 'full'}_{mode}",
+                            "key": key, "T": T, "causal": causal, "mode": mode, "ratio": row["ratio"],
+                            "source": row["source"]}
+                    shown = row
+                    if (causal, mode) == (causals[-1], modes[-1]):  # the leaderboard's call: its memory too
+                        memory = self.memory_row(T, causal, mode, sdpa)
+                        cell.update(memory_key=memory["key"], memory_ratio=memory["ratio"], peak_mb=memory["peak_mb"])
+                        shown = {**row, "summary": f"{row['summary']}; peak memory {memory['summary']}"}
+                    self.card["cells"].append(cell)
+                    self.progress(f"speed T={T} causal={causal} {mode}", shown)
+
+    def memory_row(self, T, causal, mode, sdpa):
+        """The store's row of the memory cell of one speed cell, measured when it has none: the
+        peak memory (MB) one call adds on top of its inputs, the attention's and SDPA's, each in a
+        fresh process (``scripts.bench.methods.peak_memory``); not timed, so it may run beside
+        other work."""
+        from scripts.bench.methods import peak_memory
+
+        key, fields = tb.speed_protocol(self.spec, T, causal, mode, self.args.threads, measure="peak_memory")
+        row = self.store.rows.get(key)
+        if row is None:
+            start = time.time()
+            args = (mode, causal, T, tb.SPEED_D, tb.SPEED_HEADS, "cpu", self.args.threads)
+            sdpa_mb, sdpa_note = peak_memory(sdpa, *args)
+            own_mb, own_note = peak_memory(self.spec.method, *args, imports=self.args.imports)
+            ratio = own_mb / sdpa_mb if own_mb is not None and sdpa_mb else None
+            note = "; ".join(n for n in (own_note, sdpa_note and f"SDPA: {sdpa_note}") if n)
+            row = {"key": key, "testbed": "speed", "protocol": fields, "source": "measured",
+                   "wall_s": time.time() - start, "peak_mb": own_mb, "sdpa_peak_mb": sdpa_mb, "ratio": ratio,
+                   "note": note, "summary": (f"{own_mb:.0f} MB, {ratio:.2f}x SDPA's" if ratio is not None
+                                             else note or "not measured")}
+            self.store.add(row)
+        return row
 
     def archive_new_runs(self):
         """Pack the card's training runs that are still run folders (in ``out_root``) into

@@ -7,7 +7,9 @@ spread); where softmax and the method both have two seeds or more and the means 
 two pooled standard deviations, "not separable from softmax". WikiText-2 and LRA Text are one seed
 each; the swap column is the test perplexity of the method in softmax's trained model beside
 softmax's own; speed is the time of one causal forward + backward call (forward only, or not causal,
-where the method has no such call: said in the cell) over SDPA's, measured in the same process.
+where the method has no such call: said in the cell) over SDPA's, measured in the same process, and
+memory (at the longest T) the peak memory such a call adds on top of its inputs over SDPA's, each
+measured in a fresh process.
 The papers' published LRA Text numbers follow in a table of their own.
 
 Every attention config of ``configs/attention/`` (so every registered attention but the reference
@@ -53,6 +55,7 @@ def leaderboard_rows(cards):
         mode = "forward_backward" if any(c["mode"] == "forward_backward" for c in speed) else "forward"
         causal = any(c["causal"] for c in speed)
         row["speed"] = {c["T"]: c["ratio"] for c in speed if c["mode"] == mode and c["causal"] == causal}
+        row["memory"] = {c["T"]: c.get("memory_ratio") for c in speed if c["mode"] == mode and c["causal"] == causal}
         row["speed_kind"] = ("causal" if causal else "not causal") + (", forward only" if mode == "forward" else "")
         rows.append(row)
     return rows
@@ -107,12 +110,13 @@ def tables(cards):
     softmax = {r["tier"]: r for r in rows if r["attention"] == "softmax"}
     header = ["attention", "tier", "recall 256/16 w64", "recall 64/4 w64", "WikiText-2 test ppl (tokens/s)",
               "LRA Text test accuracy (steps/s)", "swapped into softmax's model: test ppl (softmax's)",
-              *(f"time / SDPA, T={T} (causal, forward + backward)" for T in Ts)]
+              *(f"time / SDPA, T={T} (causal, forward + backward)" for T in Ts),
+              f"peak memory / SDPA, T={Ts[-1]} (causal, forward + backward)"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     csv_lines = [",".join(["attention", "tier", "recall_256_16_mean", "recall_256_16_sd", "recall_256_16_n",
                            "recall_64_4_mean", "recall_64_4_sd", "recall_64_4_n", "wikitext2_test_ppl",
                            "wikitext2_tokens_per_s", "lra_text_test_accuracy", "lra_text_steps_per_s", "swap_test_ppl", "swap_softmax_test_ppl",
-                           *(f"speed_ratio_T{T}" for T in Ts)])]
+                           *(f"speed_ratio_T{T}" for T in Ts), *(f"memory_ratio_T{T}" for T in Ts)])]
     not_run = []
     for r in sorted(rows, key=lambda r: (r["tier"], r["attention"] != "softmax", r["attention"])):
         base = softmax.get(r["tier"])
@@ -139,8 +143,10 @@ def tables(cards):
             cells.append(f"{r['swap'][0]:.2f} ({r['swap'][1]:.2f})" if r["swap"] else missing)
         kind = "" if r["speed_kind"] == "causal" else f" ({r['speed_kind']})"
         speed = [f"{r['speed'][T]:.2f}{kind}" if r["speed"].get(T) else missing for T in Ts]
+        speed.append(f"{r['memory'][Ts[-1]]:.2f}{kind}" if r["memory"].get(Ts[-1]) else missing)
         if r["tier"] == "full":
-            short = ["recall 256/16", "recall 64/4", "WikiText-2", "LRA Text", "swap", *(f"speed T={T}" for T in Ts)]
+            short = ["recall 256/16", "recall 64/4", "WikiText-2", "LRA Text", "swap", *(f"speed T={T}" for T in Ts),
+                     f"peak memory T={Ts[-1]}"]
             left = [name for name, cell in zip(short, [*cells, *speed]) if cell == missing]
             if left:
                 not_run.append(f"{r['attention']}: {', '.join(left)}")
@@ -149,7 +155,8 @@ def tables(cards):
         csv_lines.append(",".join(str(x) for x in [r["attention"], r["tier"], *r["recall_256_16"], *r["recall_64_4"],
                                                    *(r["wikitext2"] or (None, None)), *(r["lra"] or (None, None)),
                                                    *(r["swap"] or (None, None)),
-                                                   *(r.get("speed", {}).get(T) for T in Ts)]).replace("None", ""))
+                                                   *(r.get("speed", {}).get(T) for T in Ts),
+                                                   *(r.get("memory", {}).get(T) for T in Ts)]).replace("None", ""))
     if not_run:
         lines += ["", "Not run (budget): the full tier's cells still to run, by attention "
                   "(`python -m scripts.scorecard <attention> --tier full` runs them):", "",

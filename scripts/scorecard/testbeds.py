@@ -28,8 +28,12 @@ attention is measured on, each with one definition of its budget and protocol.
 - ``speed``: one call of the attention on (1, 8, T, 64) float32 inputs against SDPA
   (``torch.nn.functional.scaled_dot_product_attention``) timed in the same process, causal and not,
   forward and forward + backward (forward only for an inference-only method), by the attention
-  benchmark's measuring code (``scripts.bench.methods.time_call``: median of repeated calls).
-  Full tier: T = 1024, 4096, 16384; quick: 1024, 4096. Metric: time / SDPA's time.
+  benchmark's measuring code (``scripts.bench.methods.time_call``: median of repeated calls), and
+  for the leaderboard's call (causal forward + backward where the method has it) the peak memory
+  one call adds on top of its inputs, SDPA's and the method's, each in a fresh process
+  (``scripts.bench.methods.peak_memory``).
+  Full tier: T = 1024, 4096, 16384; quick: 1024, 4096. Metrics: time / SDPA's time, peak memory /
+  SDPA's.
 
 A cell's protocol (``protocol``) is everything that decides its result: for a training cell the
 fully resolved configuration of train.py (every model, attention and training key after defaults,
@@ -213,13 +217,17 @@ def eval_attention_args(spec):
     return [f"--attention={spec.name}", *(f"--attention.{k}={v!r}" for k, v in spec.params.items())]
 
 
-def speed_protocol(spec, T, causal, mode, threads):
+def speed_protocol(spec, T, causal, mode, threads, measure="time"):
     """(key, fields) of a speed cell: the call's sizes and mode, the method with its parameters
-    completed, the threads and the CPU model (times are comparable on one machine only)."""
+    completed, the threads and the CPU model (times are comparable on one machine only);
+    ``measure``: "time" (the cell's time) or "peak_memory" (its memory cell: a key of its own, so
+    either can be measured without the other)."""
     full = {**attention.accepted_params(spec.name), **spec.params}
     fields = {"testbed": "speed", "testbed_version": SPEED_VERSION, "attention": spec.name,
               "attention_params": dict(sorted(full.items())), "T": T, "D": SPEED_D, "heads": SPEED_HEADS,
               "causal": causal, "mode": mode, "threads": threads, "cpu": cpu_model()}
+    if measure != "time":
+        fields["measure"] = measure
     return digest(fields), fields
 
 

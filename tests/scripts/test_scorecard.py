@@ -49,10 +49,13 @@ def test_the_docs_attention_gets_its_quick_row_from_outside_the_repository(tmp_p
     assert {(c["T"], c["causal"], c["mode"]) for c in speed} == {
         (T, causal, mode) for T in (32, 64) for causal in (False, True) for mode in ("forward", "forward_backward")}
     assert all(c["ratio"] > 0 for c in speed)
+    memory = [c for c in speed if "peak_mb" in c]  # the leaderboard's call only: causal forward + backward
+    assert {(c["T"], c["causal"], c["mode"]) for c in memory} == {(T, True, "forward_backward") for T in (32, 64)}
+    assert all(c["peak_mb"] is not None and c["peak_mb"] >= 0 for c in memory)
     board = (tmp_path / "results" / "leaderboard.md").read_text()
     assert "| cosformer | quick (a first look) | full tier only | " in board and "one seed" in board
     rows = (tmp_path / "results" / "cells.jsonl").read_text().splitlines()
-    assert len(rows) == 11 + 3  # the three training cells again, with their packed run as the source
+    assert len(rows) == 11 + 2 + 3  # 2 memory cells; the three training cells again, with their packed run as the source
     assert all(c["source"].startswith(str(tmp_path / "results" / "runs" / "cosformer"))
                for c in card["cells"] if c["role"] in ("recall_small", "wikitext2", "lra"))
     wikitext2 = [c for c in card["cells"] if c["role"] == "wikitext2"]
@@ -60,7 +63,7 @@ def test_the_docs_attention_gets_its_quick_row_from_outside_the_repository(tmp_p
     (lra,) = [c for c in card["cells"] if c["role"] == "lra"]
     assert 0 <= lra["test_accuracy"] <= 1 and lra["steps"] == tb.LRA_ITERS["quick"]
     again = scorecard(*args)  # every cell has its result: nothing runs, nothing is added
-    assert len((tmp_path / "results" / "cells.jsonl").read_text().splitlines()) == 14 and "[11/11]" in again
+    assert len((tmp_path / "results" / "cells.jsonl").read_text().splitlines()) == 16 and "[11/11]" in again
     assert tracked_changes() == before
 
 

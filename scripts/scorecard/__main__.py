@@ -13,10 +13,11 @@ cells of the tier, one at a time, each as soon as the one before it ends, printi
 estimated time first (from the measured times of earlier cells), then a line per cell with the
 time left. Each cell's result is appended to ``<results>/cells.jsonl`` when it ends (a stopped
 scorecard resumes where it stopped: a cell whose protocol has a result is not run again, a
-training run it stopped continues from its last checkpoint, and a run archived under ``results/`` with the same protocol is used instead of a new one). Training
-runs go to ``<out_root>/<label>/<cell>_<protocol key>/`` and, when the card is written, are packed
-into ``<results>/runs/<label>/`` (no checkpoints), which the cells then name. The attention's card, ``<results>/cards/<label>_<tier>.json``
-(every cell with its protocol key, result and where it came from; why a testbed does not apply),
+training run it stopped continues from its last checkpoint, and a run archived under
+``results/`` with the same protocol is used instead of a new one). Training runs go to
+``<out_root>/<label>/<cell>_<protocol key>/`` and, when the card is written, are packed into
+``<results>/runs/<label>/`` (no checkpoints), which the cells then name. The attention's card,
+``<results>/cards/<label>_<tier>.json`` (every cell with its protocol key, result and where it came from; why a testbed does not apply),
 and the leaderboard, ``<results>/leaderboard.csv`` and ``.md`` (a row per attention and tier:
 recall test accuracy mean +- sd over seeds with their number, "not separable" from softmax where
 both have 2 seeds or more and the means differ by less than 2 pooled sd; speed as the median time
@@ -117,7 +118,8 @@ def archived_index(folders, testbed="recall"):
                 continue
             cfg = {**training.DEFAULTS, **metrics["config"]}  # a key added since takes its default
             try:
-                key, _ = tb.protocol(tb.with_full_params(cfg), testbed, VERSIONS[testbed], evaluation_args(testbed, "full"))
+                key, _ = tb.protocol(tb.with_full_params(cfg), testbed, VERSIONS[testbed],
+                                     evaluation_args(testbed, "full"))
             except ValueError:  # an attention no longer registered
                 continue
             if not made_after_defaults(run, cfg["attention"]):

@@ -34,7 +34,8 @@ PLOTTED_FROM_OUT = (b",out/lra/", b",results/lra/")
 REBUILDS = [
     (recall_table, "table results/recall/sweep_64_4 results/recall/sweep_64_4_w128 results/recall/sweep_256_16 "
                    "results/recall/sweep_1024_64 results/recall/fastmax_default_64_4 results/recall/fastmax_default_256_16 "
-                   "results/recall/noshift_256_16 --out=OUT", "results/recall", ("summary.csv", "recall_table.md")),
+                   "results/recall/noshift_256_16 results/scorecard/runs --out=OUT", "results/recall",
+     ("summary.csv", "recall_table.md")),
     (recall_table, "table results/recall/fastmax_default_64_4 --out=OUT", "results/recall/fastmax_default_64_4",
      ("summary.csv", "recall_table.md")),
     (recall_table, "table results/recall/fastmax_default_256_16 --out=OUT", "results/recall/fastmax_default_256_16",

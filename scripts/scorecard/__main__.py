@@ -92,10 +92,15 @@ class Store:
         self.rows[row["key"]] = row
 
     def seconds(self, testbed):
-        """Median wall time of this testbed's cells of this tier that ran here (None before the first)."""
-        times = [r["wall_s"] for r in self.rows.values()
-                 if r["testbed"] == testbed and r.get("tier", "full") == self.tier and r.get("wall_s")]
-        return statistics.median(times) if times else None
+        """Median wall time of this testbed's cells of this tier that ran here (None before the first).
+        A speed cell's memory row (``measure`` "peak_memory", measured for one call per T) is not a
+        cell of its own: its time is spread over the speed cells (their median plus the memory rows'
+        total over the number of time rows)."""
+        rows = [r for r in self.rows.values()
+                if r["testbed"] == testbed and r.get("tier", "full") == self.tier and r.get("wall_s")]
+        cells = [r["wall_s"] for r in rows if "measure" not in r.get("protocol", {})]
+        extra = sum(r["wall_s"] for r in rows if "measure" in r.get("protocol", {}))
+        return statistics.median(cells) + extra / len(cells) if cells else None
 
 
 def archived_index(folders, testbed="recall"):
@@ -356,13 +361,13 @@ class Scorecard:
     def speed(self):
         import torch
 
-        from scripts.bench.methods import parse_method, time_call
+        from scripts.bench.methods import first_line, parse_method, time_call
 
         torch.set_num_threads(self.args.threads)
         torch.set_flush_denormal(True)
         cls, sdpa = self.spec.cls, parse_method("sdpa")
-        modes = ("forward", "forward_backward") if cls.trainable else ("forward",)
-        causals = (False,) if cls.causal == "unsupported" else (False, True)
+        causals, modes = tb.speed_calls(cls)
+        shown_call = tb.leaderboard_call(causals, modes)
         for T in self.args.speed_T or tb.SPEED_T[self.args.tier]:
             for causal in causals:
                 for mode in modes:
@@ -378,7 +383,7 @@ class Scorecard:
                             note = ""
                         except (RuntimeError, MemoryError) as e:
                             sdpa_s = own_s = None
-                            note = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+                            note = first_line(e)
                         ratio = own_s / sdpa_s if own_s and sdpa_s else None
                         row = {"key": key, "testbed": "speed", "protocol": fields, "source": "measured",
                                "wall_s": time.time() - start, "seconds": own_s, "sdpa_seconds": sdpa_s,
@@ -389,7 +394,7 @@ class Scorecard:
                             "key": key, "T": T, "causal": causal, "mode": mode, "ratio": row["ratio"],
                             "source": row["source"]}
                     shown = row
-                    if (causal, mode) == (causals[-1], modes[-1]):  # the leaderboard's call: its memory too
+                    if (causal, mode) == shown_call:  # the leaderboard's call: its memory too
                         memory = self.memory_row(T, causal, mode, sdpa)
                         cell.update(memory_key=memory["key"], memory_ratio=memory["ratio"], peak_mb=memory["peak_mb"])
                         shown = {**row, "summary": f"{row['summary']}; peak memory {memory['summary']}"}
@@ -450,8 +455,8 @@ class Scorecard:
             elif testbed in ("wikitext2", "lra", "swap"):
                 n = 1
             else:
-                n = len(self.args.speed_T or tb.SPEED_T[self.args.tier]) * \
-                    (1 if self.spec.cls.causal == "unsupported" else 2) * (2 if self.spec.cls.trainable else 1)
+                causals, modes = tb.speed_calls(self.spec.cls)
+                n = len(self.args.speed_T or tb.SPEED_T[self.args.tier]) * len(causals) * len(modes)
             plan.append((testbed, n, n * self.estimate(testbed)))
         return plan
 

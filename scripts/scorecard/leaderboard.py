@@ -24,7 +24,7 @@ import statistics
 
 from data import write_text
 from scripts.bench.methods import CONFIG_DIR
-from scripts.scorecard.testbeds import SPEED_T, TESTBEDS, Spec, applies
+from scripts.scorecard.testbeds import SPEED_T, TESTBEDS, Spec, applies, leaderboard_call
 
 NOT_RUN = {"full": "not run (budget)", "quick": "not run"}
 
@@ -52,8 +52,7 @@ def leaderboard_rows(cards):
         wikitext2 = [c for c in card["cells"] if c["role"] == "wikitext2"]
         row["wikitext2"] = (wikitext2[0]["test_ppl"], wikitext2[0]["tokens_per_s"]) if wikitext2 else None
         speed = [c for c in card["cells"] if c["role"] == "speed"]
-        mode = "forward_backward" if any(c["mode"] == "forward_backward" for c in speed) else "forward"
-        causal = any(c["causal"] for c in speed)
+        causal, mode = leaderboard_call({c["causal"] for c in speed}, {c["mode"] for c in speed})
         row["speed"] = {c["T"]: c["ratio"] for c in speed if c["mode"] == mode and c["causal"] == causal}
         row["memory"] = {c["T"]: c.get("memory_ratio") for c in speed if c["mode"] == mode and c["causal"] == causal}
         row["speed_kind"] = ("causal" if causal else "not causal") + (", forward only" if mode == "forward" else "")

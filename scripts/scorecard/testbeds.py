@@ -217,6 +217,20 @@ def eval_attention_args(spec):
     return [f"--attention={spec.name}", *(f"--attention.{k}={v!r}" for k, v in spec.params.items())]
 
 
+def speed_calls(cls):
+    """(causals, modes) the speed testbed measures for an attention class: not causal, and causal where
+    the method has a causal form; forward, and forward + backward where it trains."""
+    causals = (False,) if cls.causal == "unsupported" else (False, True)
+    modes = ("forward", "forward_backward") if cls.trainable else ("forward",)
+    return causals, modes
+
+
+def leaderboard_call(causals, modes):
+    """(causal, mode) of the call the leaderboard shows and measures peak memory for, among the calls
+    measured (``speed_calls``): causal where the method has it, forward + backward where it trains."""
+    return True in causals, "forward_backward" if "forward_backward" in modes else "forward"
+
+
 def speed_protocol(spec, T, causal, mode, threads, measure="time"):
     """(key, fields) of a speed cell: the call's sizes and mode, the method with its parameters
     completed, the threads and the CPU model (times are comparable on one machine only);

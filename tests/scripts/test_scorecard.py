@@ -176,6 +176,16 @@ def test_time_estimates_come_from_cells_of_the_same_tier(tmp_path):
     assert DEFAULT_SECONDS["quick"]["lra"] < DEFAULT_SECONDS["full"]["lra"]
 
 
+def test_a_speed_cells_memory_row_adds_to_the_speed_estimate_not_to_the_count(tmp_path):
+    """Memory is measured once per T, beside that T's time cells: its rows add their time to the
+    estimate of a speed cell, they do not count as speed cells of their own."""
+    store = Store(str(tmp_path / "cells.jsonl"), "full")
+    for key, wall in (("t1", 2.0), ("t2", 4.0), ("t3", 6.0)):
+        store.add({"key": key, "testbed": "speed", "protocol": {"T": 1024}, "wall_s": wall})
+    store.add({"key": "m", "testbed": "speed", "protocol": {"T": 1024, "measure": "peak_memory"}, "wall_s": 30.0})
+    assert store.seconds("speed") == 4.0 + 30.0 / 3
+
+
 def test_the_quick_tier_evaluates_wikitext2_on_part_of_the_test_split():
     """The quick tier's WikiText-2 cell scores a fraction of the test split (a different protocol
     from the full tier's, so neither stands in for the other); testbeds evaluated by train.py

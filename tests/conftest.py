@@ -15,6 +15,10 @@ os.environ.setdefault("BERT_VOCAB_FILE", os.path.join(SHARED, "data", "bert-voca
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 torch.set_flush_denormal(True)
+# Under pytest-xdist (the README's test command: -n auto) the workers share the cores: each takes its
+# share of torch's threads, so that two workers on two cores do not oversubscribe them.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    torch.set_num_threads(max(1, torch.get_num_threads() // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
 
 
 def pytest_addoption(parser):

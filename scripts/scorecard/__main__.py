@@ -15,7 +15,7 @@ time left. Each cell's result is appended to ``<results>/cells.jsonl`` when it e
 scorecard resumes where it stopped: a cell whose protocol has a result is not run again, a
 training run it stopped continues from its last checkpoint, and a run archived under
 ``results/`` with the same protocol is used instead of a new one). Training runs go to
-``<out_root>/<label>/<cell>_<protocol key>/`` and, when the card is written, are packed into
+``<out_root>/<label>/<cell>_<protocol key>/`` and, as soon as each ends, are packed into
 ``<results>/runs/<label>/`` (no checkpoints), which the cells then name. The attention's card,
 ``<results>/cards/<label>_<tier>.json`` (every cell with its protocol key, result and where it came from; why a testbed does not apply),
 and the leaderboard, ``<results>/leaderboard.csv`` and ``.md`` (a row per attention and tier:
@@ -210,14 +210,19 @@ class Scorecard:
 
     # -- training cells --------------------------------------------------------------------------
     def train_cell(self, testbed, role, name, argv, card_fields):
-        """The result row of one training cell (recall, wikitext2): the store's, an archived run's
-        with the same protocol, or a new run (train.py, then for wikitext2 eval_ppl.py) in
-        ``<out_root>/<label>/<name>_<key>``; added to the card with ``card_fields``."""
+        """The result row of one training cell (recall, wikitext2): the store's (unless the run it
+        names is gone), an archived run's with the same protocol, or a new run (train.py, then for
+        wikitext2 eval_ppl.py) in ``<out_root>/<label>/<name>_<key>``, packed as soon as it ends
+        (``packed``); added to the card with ``card_fields``."""
         argv = [*argv, *self.args.train_args]
         cfg = tb.resolved_config(argv, self.args.imports)
         eval_argv = evaluation_args(testbed, self.args.tier, self.args.eval_args)
         key, fields = tb.protocol(cfg, testbed, VERSIONS[testbed], eval_argv)
         row = self.store.rows.get(key)
+        if row is not None and not os.path.exists(os.path.join(tb.ROOT, row["source"])):
+            print(f"[!] {testbed} {name}: its result names {row['source']}, which is gone; the cell runs again",
+                  flush=True)
+            row = None
         if row is None and key in self.archive(testbed):
             path, run = self.archive(testbed)[key]
             evaluation = run.read_json("eval_test.json") if testbed == "wikitext2" else None
@@ -242,7 +247,10 @@ class Scorecard:
                     evaluation = json.load(f)
             row = self.result_row(testbed, key, fields, metrics, evaluation, source=shown(out_dir),
                                   wall_s=None if started else time.time() - start)  # a part: no estimate
-            self.store.add(row)
+        packed = self.packed(row)
+        if packed is not row or self.store.rows.get(key) is not row:  # a new run, or a row naming a run folder
+            self.store.add(packed)
+        row = packed
         shown_fields = {"recall": ("test_accuracy", "val_accuracy"), "lra": ("test_accuracy", "steps_per_s"),
                         "wikitext2": ("test_ppl", "tokens_per_s", "train_time_s")}[testbed]
         self.card["cells"].append({"role": role, "name": name, "key": key, **card_fields,
@@ -424,20 +432,19 @@ class Scorecard:
             self.store.add(row)
         return row
 
-    def archive_new_runs(self):
-        """Pack the card's training runs that are still run folders (in ``out_root``) into
-        ``<results>/runs/<label>/`` (``runs.archive_run``: manifest, metrics, logs, no checkpoints), so
-        that every cell's source is a file under results/; the store gets the new source."""
+    def packed(self, row):
+        """``row`` with its source packed: a train.py run folder (in ``out_root``) becomes
+        ``<results>/runs/<label>/<name>.tar.xz`` (``runs.archive_run``: manifest, metrics, logs, no
+        checkpoints) as soon as its cell ends, so that a result in the store never names a folder that
+        a lost ``out_root`` takes with it. Other rows are returned as they are."""
         from scripts.analysis.runs import RUN_SUFFIX, archive_run
 
+        folder = row["source"] if os.path.isabs(row["source"]) else os.path.join(tb.ROOT, row["source"])
+        if not os.path.isfile(os.path.join(folder, "manifest.json")):
+            return row
         dest = os.path.join(self.args.results, "runs", label_file(self.spec.label))
-        for cell in self.card["cells"]:
-            folder = os.path.join(tb.ROOT, cell["source"]) if not os.path.isabs(cell["source"]) else cell["source"]
-            if cell["role"] == "swap" or not os.path.isfile(os.path.join(folder, "manifest.json")):
-                continue
-            name, _ = archive_run(folder, dest)
-            cell["source"] = shown(os.path.join(dest, name + RUN_SUFFIX))
-            self.store.add({**self.store.rows[cell["key"]], "source": cell["source"]})
+        name, _ = archive_run(folder, dest)
+        return {**row, "source": shown(os.path.join(dest, name + RUN_SUFFIX))}
 
     # -- the whole card --------------------------------------------------------------------------
     def plan(self):
@@ -478,7 +485,6 @@ class Scorecard:
                 self.not_run.append(str(e))
                 print(f"[-] {e}: needs a new run, not run (--reuse_only); the rest of {testbed} is left too", flush=True)
         path = os.path.join(self.args.results, "cards", f"{label_file(self.spec.label)}_{self.args.tier}.json")
-        self.archive_new_runs()
         if os.path.exists(path):  # a call with --testbeds keeps the other testbeds' cells of earlier calls
             with open(path) as f:
                 old = json.load(f)

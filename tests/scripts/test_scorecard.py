@@ -55,7 +55,7 @@ def test_the_docs_attention_gets_its_quick_row_from_outside_the_repository(tmp_p
     board = (tmp_path / "results" / "leaderboard.md").read_text()
     assert "| cosformer | quick (a first look) | full tier only | " in board and "one seed" in board
     rows = (tmp_path / "results" / "cells.jsonl").read_text().splitlines()
-    assert len(rows) == 11 + 2 + 3  # 2 memory cells; the three training cells again, with their packed run as the source
+    assert len(rows) == 11 + 2  # 2 memory cells; each training cell once, naming its packed run from the start
     assert all(c["source"].startswith(str(tmp_path / "results" / "runs" / "cosformer"))
                for c in card["cells"] if c["role"] in ("recall_small", "wikitext2", "lra"))
     wikitext2 = [c for c in card["cells"] if c["role"] == "wikitext2"]
@@ -63,7 +63,11 @@ def test_the_docs_attention_gets_its_quick_row_from_outside_the_repository(tmp_p
     (lra,) = [c for c in card["cells"] if c["role"] == "lra"]
     assert 0 <= lra["test_accuracy"] <= 1 and lra["steps"] == tb.LRA_ITERS["quick"]
     again = scorecard(*args)  # every cell has its result: nothing runs, nothing is added
-    assert len((tmp_path / "results" / "cells.jsonl").read_text().splitlines()) == 16 and "[11/11]" in again
+    assert len((tmp_path / "results" / "cells.jsonl").read_text().splitlines()) == 13 and "[11/11]" in again
+    os.remove(recall[0]["source"])  # a result whose run is lost is not a result
+    lost = scorecard(*args)
+    assert "which is gone; the cell runs again" in lost and os.path.isfile(recall[0]["source"])
+    assert len((tmp_path / "results" / "cells.jsonl").read_text().splitlines()) == 14
     assert tracked_changes() == before
 
 

@@ -91,16 +91,25 @@ class Store:
             f.write(json.dumps(row, sort_keys=True) + "\n")
         self.rows[row["key"]] = row
 
-    def seconds(self, testbed):
-        """Median wall time of this testbed's cells of this tier that ran here (None before the first).
-        A speed cell's memory row (``measure`` "peak_memory", measured for one call per T) is not a
-        cell of its own: its time is spread over the speed cells (their median plus the memory rows'
-        total over the number of time rows)."""
-        rows = [r for r in self.rows.values()
-                if r["testbed"] == testbed and r.get("tier", "full") == self.tier and r.get("wall_s")]
+    def seconds(self, testbed, where=None):
+        """Median wall time of this testbed's cells of this tier that ran here and whose protocol has
+        every item of ``where``; None
+        before the first. A speed cell's memory row (``measure`` "peak_memory", measured for one call
+        per T) is not a cell of its own: its time is spread over the speed cells (their median plus
+        the memory rows' total over the number of time rows)."""
+        def matches(protocol):
+            return all(same(protocol.get(k), v) for k, v in (where or {}).items())
+
+        rows = [r for r in self.rows.values() if r["testbed"] == testbed and r.get("tier", "full") == self.tier
+                and r.get("wall_s") and matches(r.get("protocol", {}))]
         cells = [r["wall_s"] for r in rows if "measure" not in r.get("protocol", {})]
         extra = sum(r["wall_s"] for r in rows if "measure" in r.get("protocol", {}))
         return statistics.median(cells) + extra / len(cells) if cells else None
+
+
+def same(a, b):
+    """Whether two protocol values are the same once written as JSON (tuples and lists alike)."""
+    return json.dumps(a, sort_keys=True, default=repr) == json.dumps(b, sort_keys=True, default=repr)
 
 
 def archived_index(folders, testbed="recall"):
@@ -179,22 +188,60 @@ class Scorecard:
         self.store = Store(os.path.join(args.results, "cells.jsonl"), args.tier)
         self.card = {"label": spec.label, "spec": spec.text, "tier": args.tier, "attention": spec.name,
                      "attention_params": spec.params, "config": spec.config, "cells": [], "not_applicable": {}}
-        self._archive = {}
+        self._archive, self._own = {}, {}
         self.t0, self.done, self.planned, self.remaining = time.time(), 0, 0, {}
         self.not_run = []  # under --reuse_only: "testbed: cell" that would have needed a run
         self.commit = provenance.git_commit()  # the code that makes the card, not code edited while it runs
 
     # -- bookkeeping ---------------------------------------------------------------------------
-    def estimate(self, testbed):
-        return self.store.seconds(testbed) or DEFAULT_SECONDS[self.args.tier][testbed]
+    def estimate(self, testbed, kind=()):
+        """Seconds of one cell of ``testbed`` of the kind ``kind`` (protocol items as sorted pairs,
+        ``kinds``): the median of this attention's measured cells of that kind (the same attention
+        and resolved parameters, ``own``), else of every attention's, else ``DEFAULT_SECONDS``."""
+        where = dict(kind)
+        return (self.store.seconds(testbed, {**where, **self.own(testbed)}) or self.store.seconds(testbed, where)
+                or DEFAULT_SECONDS[self.args.tier][testbed])
+
+    def own(self, testbed):
+        """The protocol items that make a cell of ``testbed`` this attention's: its name and the
+        parameters its cells run with (a training testbed's resolved config; speed's completed ones)."""
+        if testbed not in self._own:
+            own = {"attention": self.spec.name}
+            if testbed == "speed":
+                own["attention_params"] = tb.speed_protocol(self.spec, 0, False, "forward", 0)[1]["attention_params"]
+            elif testbed in TASK:
+                config = {"recall": tb.RECALL_CONFIG, "wikitext2": tb.WIKITEXT2_CONFIG, "lra": tb.LRA_CONFIG}[testbed]
+                cfg = tb.resolved_config([config, *self.spec.layers(testbed), *self.args.train_args], self.args.imports)
+                own = {"attention": cfg["attention"], "attention_params": cfg["attention_params"]}
+            self._own[testbed] = own
+        return self._own[testbed]
+
+    def kinds(self, testbed):
+        """[(kind, cells)]: the cells of ``testbed`` in this tier grouped by what decides their cost
+        (recall: the cell's length, pairs and width; speed: T), a kind being sorted protocol items."""
+        def recall_kind(cell):
+            return tuple(sorted({"block_size": cell[0], "recall_pairs": cell[1], "n_embd": cell[2]}.items()))
+
+        if testbed == "recall":
+            if self.args.tier == "quick":
+                return [(recall_kind(tb.RECALL_SMALL), 1)]
+            return [(recall_kind(tb.RECALL_REFERENCE), len(tb.RECALL_RATES) + len(tb.RECALL_SEEDS) - 1),
+                    (recall_kind(tb.RECALL_SMALL), len(tb.RECALL_SEEDS))]
+        if testbed == "speed":
+            causals, modes = tb.speed_calls(self.spec.cls)
+            return [((("T", T),), len(causals) * len(modes)) for T in self.args.speed_T or tb.SPEED_T[self.args.tier]]
+        return [((), 1)]
 
     def progress(self, what, row):
         """One line per finished cell: its result, where it came from, and the time left (the
-        remaining cells of each testbed times that testbed's measured median, ``estimate``)."""
+        remaining cells of each kind times that kind's measured median, ``estimate``)."""
         self.done += 1
-        testbed = row["testbed"]
-        self.remaining[testbed] = max(self.remaining.get(testbed, 0) - 1, 0)
-        left = sum(n * self.estimate(t) for t, n in self.remaining.items())
+        protocol = row.get("protocol", {})
+        for testbed, kind in self.remaining:
+            if testbed == row["testbed"] and all(protocol.get(k) == v for k, v in kind):
+                self.remaining[testbed, kind] = max(self.remaining[testbed, kind] - 1, 0)
+                break
+        left = sum(n * self.estimate(t, kind) for (t, kind), n in self.remaining.items())
         print(f"[{self.done}/{self.planned}] {what}: {row.get('summary', '')} ({row.get('source')}; "
               f"elapsed {(time.time() - self.t0) / 60:.1f} min, at most about {left / 60:.0f} min left)", flush=True)
 
@@ -448,7 +495,7 @@ class Scorecard:
 
     # -- the whole card --------------------------------------------------------------------------
     def plan(self):
-        """(testbed, cells, estimated seconds) of the testbeds that apply; records the others."""
+        """(testbed, [(kind, cells)], estimated seconds) of the testbeds that apply; records the others."""
         plan = []
         for testbed in tb.TESTBEDS:
             reason = tb.applies(testbed, self.spec)
@@ -457,23 +504,17 @@ class Scorecard:
                 continue
             if self.args.testbeds and testbed not in self.args.testbeds:
                 continue
-            if testbed == "recall":
-                n = 1 if self.args.tier == "quick" else len(tb.RECALL_RATES) + 2 + 3
-            elif testbed in ("wikitext2", "lra", "swap"):
-                n = 1
-            else:
-                causals, modes = tb.speed_calls(self.spec.cls)
-                n = len(self.args.speed_T or tb.SPEED_T[self.args.tier]) * len(causals) * len(modes)
-            plan.append((testbed, n, n * self.estimate(testbed)))
+            kinds = self.kinds(testbed)
+            plan.append((testbed, kinds, sum(n * self.estimate(testbed, kind) for kind, n in kinds)))
         return plan
 
     def run(self):
         plan = self.plan()
-        self.planned = sum(n for _, n, _ in plan)
-        self.remaining = {testbed: n for testbed, n, _ in plan}
+        self.remaining = {(testbed, kind): n for testbed, kinds, _ in plan for kind, n in kinds}
+        self.planned = sum(self.remaining.values())
         total = sum(s for _, _, s in plan)
         print(f"scorecard of {self.spec.label} ({self.args.tier} tier): "
-              + ", ".join(f"{t} {n} cells" for t, n, _ in plan)
+              + ", ".join(f"{t} {sum(n for _, n in kinds)} cells" for t, kinds, _ in plan)
               + "".join(f"; {t}: does not apply ({why})" for t, why in self.card["not_applicable"].items())
               + f"; at most about {total / 60:.0f} min (cells already measured or archived are not run)", flush=True)
         if self.args.plan:

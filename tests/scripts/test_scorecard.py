@@ -190,6 +190,28 @@ def test_a_speed_cells_memory_row_adds_to_the_speed_estimate_not_to_the_count(tm
     assert store.seconds("speed") == 4.0 + 30.0 / 3
 
 
+def test_the_plan_estimates_each_kind_of_cell_from_its_own_measured_times(tmp_path):
+    """A 256/16 recall cell costs several 64/4 ones and one attention several others: the plan's
+    estimate takes the median of this attention's cells of the same shape, else every attention's
+    of that shape (never a median over shapes)."""
+    store = Store(str(tmp_path / "cells.jsonl"), "full")
+    def recall_row(key, attention, cell, wall):
+        cfg = tb.resolved_config([tb.RECALL_CONFIG, *tb.Spec(attention).layers("recall")])
+        store.add({"key": key, "testbed": "recall", "wall_s": wall,
+                   "protocol": {"attention": attention, "attention_params": cfg["attention_params"],
+                                "block_size": cell[0], "recall_pairs": cell[1], "n_embd": cell[2]}})
+    recall_row("b1", "bigbird", tb.RECALL_REFERENCE, 600.0)
+    recall_row("b2", "bigbird", tb.RECALL_SMALL, 120.0)
+    recall_row("p1", "performer", tb.RECALL_REFERENCE, 1500.0)
+    recall_row("l1", "linear", tb.RECALL_SMALL, 60.0)
+    def planned_minutes(spec):
+        out = scorecard(spec, "--tier=full", "--testbeds=recall", "--plan", f"--results={tmp_path}")
+        return int(out.split("at most about ")[1].split(" min")[0])
+    reference, small = len(tb.RECALL_RATES) + len(tb.RECALL_SEEDS) - 1, len(tb.RECALL_SEEDS)
+    assert planned_minutes("bigbird") == round((reference * 600 + small * 120) / 60)
+    assert planned_minutes("performer") == round((reference * 1500 + small * 90) / 60)  # 64/4: all attentions' median
+
+
 def test_the_quick_tier_evaluates_wikitext2_on_part_of_the_test_split():
     """The quick tier's WikiText-2 cell scores a fraction of the test split (a different protocol
     from the full tier's, so neither stands in for the other); testbeds evaluated by train.py

@@ -278,22 +278,25 @@ def render_recall_glance(root, summary, cells, token_shift="False", params=""):
     """The "sweep at a glance" table of docs/recall.md from ``summary`` (a recall_table summary.csv):
     a row per attention (``recall_order``) that has runs in one of the cells, a column per cell of
     ``cells`` ("T/N/width,..."; the runs with ``token_shift`` True or False, default False): test
-    accuracy mean ± sd over the seeds at the picked rate (3 decimals; "(1 seed)" for one run, "-"
-    for none), "(one rate, <lr>)" when every run of the cell used one learning rate. ``params``:
+    accuracy mean ± sd over the seeds at the picked rate (3 decimals; "(1 seed)" for one run, "(n
+    seeds)" where a cell has fewer seeds than the table's most, "-" for none), "(one rate, <lr>)" when every run of the cell used one learning rate. ``params``:
     a folder of runs whose configurations name BigBird's and Longformer's settings in the row label.
     Raises SourceMissing (a file is absent), RenderError (malformed ``cells``)."""
     runs = read_recall_summary(root, summary)
     cells = _cells_arg(cells, token_shift)
     described = _recall_params(root, params) if params else {}
+    attentions = recall_order({r["attention"] for r in runs if cell_key(r)[1:] in cells})
+    values = {(a, cell): [r["test_accuracy"] for r in picked_runs(runs, a, cell)] for a in attentions for cell in cells}
+    most = max(map(len, values.values()), default=0)
     rows = []
-    for attention in recall_order({r["attention"] for r in runs if cell_key(r)[1:] in cells}):
+    for attention in attentions:
         row = [display_name(attention, described.get(attention))]
         for cell in cells:
-            values = [r["test_accuracy"] for r in picked_runs(runs, attention, cell)]
-            if not values:
+            n = len(values[attention, cell])
+            if not n:
                 row.append("-")
                 continue
-            text = mean_sd(values, ".3f") + (" (1 seed)" if len(values) == 1 else "")
+            text = mean_sd(values[attention, cell], ".3f") + (f" ({n} seed{'s' if n > 1 else ''})" if n == 1 or n < most else "")
             lr = one_rate(runs, attention, cell)
             row.append(text + (f" (one rate, {rate(lr)})" if lr is not None else ""))
         rows.append(row)

@@ -95,6 +95,9 @@ def test_recall_glance_mean_sd_at_the_picked_rate_and_one_rate_cells(tmp_path):
                     "| fastmax | - | 0.500 ± 0.354 (one rate, 3e-3) |\n")
     write_summary(tmp_path, SUMMARY[:1] + [("softmax", 64, 4, 64, 0, 0.95, 3e-3, True)] + SUMMARY[2:])
     assert "| softmax | 0.875 ± 0.106 | - |" in published.render(GLANCE, str(tmp_path))
+    # a cell with fewer seeds than the table's most says how many (a method whose seeds are still running)
+    write_summary(tmp_path, SUMMARY + [("fastmax", 256, 16, 64, 2, 0.5, 3e-3, True)])
+    assert "| softmax | 0.850 ± 0.071 (2 seeds) | - |" in published.render(GLANCE, str(tmp_path))
     # runs with a token shift are their own table (token_shift=True), never mixed into the default one
     write_summary(tmp_path, SUMMARY + [("softmax", 64, 4, 64, 0, 0.10, 3e-3, True, True),
                                        ("linear", 64, 4, 64, 0, 0.20, 3e-3, True, True)])

@@ -279,8 +279,9 @@ def render_recall_glance(root, summary, cells, token_shift="False", params=""):
     a row per attention (``recall_order``) that has runs in one of the cells, a column per cell of
     ``cells`` ("T/N/width,..."; the runs with ``token_shift`` True or False, default False): test
     accuracy mean ± sd over the seeds at the picked rate (3 decimals; "(1 seed)" for one run, "(n
-    seeds)" where a cell has fewer seeds than the table's most, "-" for none), "(one rate, <lr>)" when every run of the cell used one learning rate. ``params``:
-    a folder of runs whose configurations name BigBird's and Longformer's settings in the row label.
+    seeds)" where a cell has fewer seeds than the table's most, "-" for none), "(one rate, <lr>)"
+    when every run of the cell used one learning rate. ``params``: a folder of runs whose
+    configurations name BigBird's and Longformer's settings in the row label.
     Raises SourceMissing (a file is absent), RenderError (malformed ``cells``)."""
     runs = read_recall_summary(root, summary)
     cells = _cells_arg(cells, token_shift)
@@ -296,7 +297,8 @@ def render_recall_glance(root, summary, cells, token_shift="False", params=""):
             if not n:
                 row.append("-")
                 continue
-            text = mean_sd(values[attention, cell], ".3f") + (f" ({n} seed{'s' if n > 1 else ''})" if n == 1 or n < most else "")
+            seeds = f" ({n} seed{'s' if n > 1 else ''})" if n == 1 or n < most else ""
+            text = mean_sd(values[attention, cell], ".3f") + seeds
             lr = one_rate(runs, attention, cell)
             row.append(text + (f" (one rate, {rate(lr)})" if lr is not None else ""))
         rows.append(row)

@@ -54,6 +54,7 @@ DEFAULT_SECONDS = {"quick": {"recall": 120.0, "wikitext2": 300.0, "lra": 400.0, 
 VERSIONS = {"recall": tb.RECALL_VERSION, "wikitext2": tb.WIKITEXT2_VERSION, "lra": tb.LRA_VERSION}
 ARCHIVES = {"recall": tb.RECALL_ARCHIVES, "wikitext2": tb.WIKITEXT2_ARCHIVES, "lra": tb.LRA_ARCHIVES}
 TASK = {"recall": "recall", "wikitext2": "lm", "lra": "classify"}
+CONFIGS = {"recall": tb.RECALL_CONFIG, "wikitext2": tb.WIKITEXT2_CONFIG, "lra": tb.LRA_CONFIG}
 
 
 def shown(path):
@@ -93,10 +94,9 @@ class Store:
 
     def seconds(self, testbed, where=None):
         """Median wall time of this testbed's cells of this tier that ran here and whose protocol has
-        every item of ``where``; None
-        before the first. A speed cell's memory row (``measure`` "peak_memory", measured for one call
-        per T) is not a cell of its own: its time is spread over the speed cells (their median plus
-        the memory rows' total over the number of time rows)."""
+        every item of ``where`` (None before the first). A speed cell's memory row (``measure``
+        "peak_memory", measured for one call per T) is not a cell of its own: its time is spread over
+        the speed cells (their median plus the memory rows' total over the number of time rows)."""
         def matches(protocol):
             return all(same(protocol.get(k), v) for k, v in (where or {}).items())
 
@@ -188,7 +188,7 @@ class Scorecard:
         self.store = Store(os.path.join(args.results, "cells.jsonl"), args.tier)
         self.card = {"label": spec.label, "spec": spec.text, "tier": args.tier, "attention": spec.name,
                      "attention_params": spec.params, "config": spec.config, "cells": [], "not_applicable": {}}
-        self._archive, self._own = {}, {}
+        self._archive, self._own, self._configs = {}, {}, {}
         self.t0, self.done, self.planned, self.remaining = time.time(), 0, 0, {}
         self.not_run = []  # under --reuse_only: "testbed: cell" that would have needed a run
         self.commit = provenance.git_commit()  # the code that makes the card, not code edited while it runs
@@ -209,12 +209,19 @@ class Scorecard:
             own = {"attention": self.spec.name}
             if testbed == "speed":
                 own["attention_params"] = tb.speed_protocol(self.spec, 0, False, "forward", 0)[1]["attention_params"]
-            elif testbed in TASK:
-                config = {"recall": tb.RECALL_CONFIG, "wikitext2": tb.WIKITEXT2_CONFIG, "lra": tb.LRA_CONFIG}[testbed]
-                cfg = tb.resolved_config([config, *self.spec.layers(testbed), *self.args.train_args], self.args.imports)
+            elif testbed in CONFIGS:
+                cfg = self.testbed_config(testbed)
                 own = {"attention": cfg["attention"], "attention_params": cfg["attention_params"]}
             self._own[testbed] = own
         return self._own[testbed]
+
+    def testbed_config(self, testbed):
+        """The resolved configuration of a training testbed's config with this attention's layers and
+        ``--train_args`` (before a cell's own arguments)."""
+        if testbed not in self._configs:
+            self._configs[testbed] = tb.resolved_config(
+                [CONFIGS[testbed], *self.spec.layers(testbed), *self.args.train_args], self.args.imports)
+        return self._configs[testbed]
 
     def kinds(self, testbed):
         """[(kind, cells)]: the cells of ``testbed`` in this tier grouped by what decides their cost
@@ -238,7 +245,7 @@ class Scorecard:
         self.done += 1
         protocol = row.get("protocol", {})
         for testbed, kind in self.remaining:
-            if testbed == row["testbed"] and all(protocol.get(k) == v for k, v in kind):
+            if testbed == row["testbed"] and all(same(protocol.get(k), v) for k, v in kind):
                 self.remaining[testbed, kind] = max(self.remaining[testbed, kind] - 1, 0)
                 break
         left = sum(n * self.estimate(t, kind) for (t, kind), n in self.remaining.items())
@@ -341,9 +348,7 @@ class Scorecard:
 
     def recall(self):
         if self.args.tier == "quick":
-            default_lr = tb.resolved_config([tb.RECALL_CONFIG, *self.spec.layers("recall"), *self.args.train_args],
-                                            self.args.imports)["learning_rate"]
-            self.recall_run("recall_small", tb.RECALL_SMALL, default_lr, 0)
+            self.recall_run("recall_small", tb.RECALL_SMALL, self.testbed_config("recall")["learning_rate"], 0)
             return
         selection = [self.recall_run("recall_reference_selection", tb.RECALL_REFERENCE, lr, 0)
                      for lr in tb.RECALL_RATES]
@@ -486,7 +491,7 @@ class Scorecard:
         a lost ``out_root`` takes with it. Other rows are returned as they are."""
         from scripts.analysis.runs import RUN_SUFFIX, archive_run
 
-        folder = row["source"] if os.path.isabs(row["source"]) else os.path.join(tb.ROOT, row["source"])
+        folder = os.path.join(tb.ROOT, row["source"])  # an absolute source stays as it is
         if not os.path.isfile(os.path.join(folder, "manifest.json")):
             return row
         dest = os.path.join(self.args.results, "runs", label_file(self.spec.label))

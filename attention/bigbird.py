@@ -173,6 +173,7 @@ class BigBird(SparseAttention):
 
     causal = "exact"
     defaults_date = "2026-11-27T20:26:53+00:00"  # random_per_layer=True (one draw per layer) became the default
+    defaults_before = "random_per_layer=False, one draw of random blocks for all layers"
     example_params = {"block_size_sparse": 4, "num_random_blocks": 1}
     reference_params = {"implementation": "reference"}
     flop_formula = ("H 4 D (Tp m b + n_g b Tp): m = window + random + global blocks per query block of b, "

@@ -36,7 +36,8 @@ def register(name):
 
     Raises:
         ValueError: ``name`` is already registered; the class declares no ``causal`` or a value
-            outside ``CAUSAL_KINDS`` (the message names the class and the allowed values).
+            outside ``CAUSAL_KINDS`` (the message names the class and the allowed values); it
+            declares one of ``defaults_date`` and ``defaults_before`` without the other.
     """
     def decorator(cls):
         if name in _REGISTRY:
@@ -47,6 +48,9 @@ def register(name):
             raise ValueError(f"attention '{name}' ({cls.__module__}.{cls.__qualname__}) {declared}: a registered "
                              f"attention must declare its causal support as a class attribute, causal = one of "
                              f"{', '.join(map(repr, CAUSAL_KINDS))} (see attention.causal_support)")
+        if (getattr(cls, "defaults_date", None) is None) != (getattr(cls, "defaults_before", None) is None):
+            raise ValueError(f"attention '{name}' ({cls.__module__}.{cls.__qualname__}) declares one of defaults_date "
+                             f"and defaults_before: a changed default needs both, its date and the old setting")
         cls.registry_name = name
         _REGISTRY[name] = cls
         return cls
@@ -228,6 +232,10 @@ class Attention(nn.Module):
       computes (a new parameter whose default differs from the earlier behaviour, a new default
       value); a run made before it is not the same protocol as one made after, although their
       configurations read the same (the scorecard reuses archived runs only from after it).
+      ``defaults_before`` (str | None): what the method computed before that date, in a few
+      words naming the old setting (e.g. ``normalization="max_norm"``); set with
+      ``defaults_date``, so that tables can say which runs were made under it
+      (``made_before_defaults``).
     - ``flops(params, T, D, causal, heads=1)`` (class method) and ``flop_formula`` (str): the
       analytic forward FLOPs of one call and their formula in words (scripts/bench/attention.py);
       None: no formula. ``reported_flops(T, D, heads)``: FLOPs of one call from the module's own
@@ -253,6 +261,18 @@ class Attention(nn.Module):
     float32_tolerance = {"rtol": 1e-5, "atol": 1e-6}
     flop_formula = None
     defaults_date = None
+    defaults_before = None
+
+    @classmethod
+    def made_before_defaults(cls, date):
+        """Whether a run started at ``date`` (ISO 8601 str, e.g. a manifest's ``train`` ``date``;
+        None: unknown) was made under an older default of this method: True when the method
+        declares ``defaults_date`` and ``date`` is None or earlier; False otherwise."""
+        from datetime import datetime
+
+        if cls.defaults_date is None:
+            return False
+        return date is None or datetime.fromisoformat(date) < datetime.fromisoformat(cls.defaults_date)
 
     @classmethod
     def flops(cls, params, T, D, causal, heads=1):

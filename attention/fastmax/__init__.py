@@ -143,6 +143,7 @@ class Fastmax(Attention):
 
     causal = "exact"
     defaults_date = "2026-11-27T00:20:48+00:00"  # normalization="paper" replaced max_norm as the default
+    defaults_before = 'normalization="max_norm"'
     # the chunked PyTorch path ("auto" picks the explicit form at these sizes), two chunks at T ~ 20
     example_params = {"p": 2, "implementation": "pytorch", "chunk_size": 16}
     reference_params = {"implementation": "reference"}

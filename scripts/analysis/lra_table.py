@@ -41,15 +41,23 @@ import sys
 
 from data import write_text
 import provenance
-from scripts.analysis.published import TASKS, TITLES, build_tables, fmt_cell, read_lra_runs
+from scripts.analysis.published import TASKS, TITLES, build_tables, fmt_cell, older_defaults, read_lra_runs
 from scripts.analysis.runs import find_runs
 
 
-def markdown(rows, title):
-    """A markdown table of ``rows`` (see ``build_tables``); '-' for an empty cell."""
+def run_note(r):
+    """``older_defaults``'s note of an LRA run record (``read_lra_runs``): "" for today's defaults."""
+    return older_defaults(r["attention"], r["date"])
+
+
+def markdown(rows, title, chosen):
+    """A markdown table of ``rows`` (see ``build_tables``); '-' for an empty cell; our row of an
+    attention says so when a chosen run of it (``chosen``) was made under an older default."""
     lines = [f"| {title} | " + " | ".join(TITLES) + " | Avg |", "|---" * (len(TITLES) + 2) + "|"]
     for label, source, vals, avg in rows:
-        name = f"{label} (ours)" if source == "ours" else f"{label} ({source})"
+        notes = "".join(f"; {note.strip()[1:-1]}" for note in sorted({run_note(r) for (a, _), r in chosen.items()
+                                                                     if a == label} - {""}))
+        name = f"{label} (ours{notes})" if source == "ours" else f"{label} ({source})"
         cells = [fmt_cell(v) or "-" for v in vals] + [fmt_cell(avg) or "-"]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -72,7 +80,7 @@ def runs_markdown(runs, chosen):
         val = "-" if r["val_accuracy"] is None else f"{100 * r['val_accuracy']:.2f}"
         steps = "-" if r["steps_per_s"] is None else f"{r['steps_per_s']:.3f}"
         majority = "-" if r["majority"] is None else f"{100 * r['majority']:.2f}"
-        lines.append(f"| {os.path.dirname(r['file'])} | {r['task']} | {r['label']} | {r['max_len'] or 'default'} | "
+        lines.append(f"| {os.path.dirname(r['file'])} | {r['task']} | {r['label']}{run_note(r)} | {r['max_len'] or 'default'} | "
                      f"{100 * r['test_accuracy']:.2f} | {majority} | {val} | {r['best_iter']} / {r['iters']} | "
                      f"{steps} | {r['cpu'] or 'not recorded'} | "
                      f"{'yes' if id(r) in used else 'no (another run of the cell saw more examples)'} |")
@@ -93,13 +101,13 @@ def main(argv=None):
     acc_rows, steps_rows, chosen, _ = build_tables(runs)
     md = "\n\n".join([
         "## LRA test accuracy (%)",
-        markdown(acc_rows, "attention"),
+        markdown(acc_rows, "attention", chosen),
         "Ours: reduced runs on CPUs (each run's CPU under Runs); Avg only for a row with all five tasks ListOps to Pathfinder. "
         "'fail' = at chance: test accuracy at most the majority-class rate plus two binomial standard errors "
         "(ours: the accuracy and the majority rate in brackets). Published: full-size GPU runs, the papers' "
         "own averages.",
         "## Training steps per second",
-        markdown(steps_rows, "attention"),
+        markdown(steps_rows, "attention", chosen),
         "Ours: optimizer steps per second of training (evaluation excluded) with each run's batch and model, on the CPU "
         "named under Runs (steps/s of different CPUs do not compare); published: FAST Table 2 (RTX A5000, the LRA models).",
         "## Runs",

@@ -39,7 +39,8 @@ import os
 import re
 import statistics
 
-from scripts.analysis.runs import FINAL_METRICS, RUN_SUFFIX, RunNotFound, attention_label, find_runs, open_run, run_cpu
+from scripts.analysis.runs import (FINAL_METRICS, RUN_SUFFIX, RunNotFound, attention_label, find_runs, open_run, run_cpu,
+                                   run_date)
 
 
 class SourceMissing(FileNotFoundError):
@@ -159,6 +160,24 @@ def display_name(label, params=None):
         extra = "" if not g else " + first token" if g == 1 else f" + {g} global tokens"
         name += f" (window {params['window']}{extra})"
     return name
+
+
+def older_defaults(name, date):
+    """" (made with <old setting>, the default before <day>)" for a run of the registered attention
+    ``name`` started at ``date`` (ISO 8601 str or None, ``runs.run_date``) under a default the method
+    has since changed (``Attention.made_before_defaults``, ``defaults_before``); "" for a run of
+    today's defaults, an attention no longer registered or none named. Tables that show such a run say so."""
+    import attention
+
+    if name is None:
+        return ""
+    try:
+        cls = attention.attention_class(name)
+    except ValueError:
+        return ""
+    if not cls.made_before_defaults(date):
+        return ""
+    return f" (made with {cls.defaults_before}, the default before {cls.defaults_date[:10]})"
 
 
 def _markdown(header, rows):
@@ -408,7 +427,8 @@ def attention_name(run_dir, seed):
 
 
 def read_gpt_mini_runs(files):
-    """One dict per lm run (the GPT_MINI_COLUMNS and ``path``, the run path) from the final metrics of the
+    """One dict per lm run (the GPT_MINI_COLUMNS, ``path``, the run path, and ``older_defaults``, the
+    note of a run made under an older default of its method, else "") from the final metrics of the
     runs ``files`` (``runs.find_runs``'s Runs, or anything ``runs.open_run`` takes) and the eval_ppl.py
     result ``eval_test.json`` of each (test_ppl None without it); other tasks skipped."""
     runs = []
@@ -426,7 +446,8 @@ def read_gpt_mini_runs(files):
                "train_time_s": metrics.get("train_time_s"),
                "tokens_per_s": tokens / metrics["train_time_s"] if metrics.get("train_time_s") else None,
                "num_threads": cfg.get("num_threads"), "cpu": run_cpu(run),
-               "attention_params": json.dumps(cfg.get("attention_params", {}), sort_keys=True), "path": run_dir}
+               "attention_params": json.dumps(cfg.get("attention_params", {}), sort_keys=True), "path": run_dir,
+               "older_defaults": older_defaults(cfg.get("attention"), run_date(run))}
         result = run.read_json("eval_test.json")
         if result is not None:
             row.update(test_ppl=result["value"], test_tokens=result["tokens_scored"], protocol=result["protocol"])
@@ -462,7 +483,9 @@ def gpt_mini_rows(runs):
         ppl = [r["test_ppl"] for r in mine if r["test_ppl"] is not None]
         val = [r["best_val_loss"] for r in mine if r["best_val_loss"] is not None]
         tokens = sorted({r["tokens"] for r in mine})
-        note = "" if not softmax_tokens or set(tokens) <= softmax_tokens else "other budget than softmax"
+        notes = [] if not softmax_tokens or set(tokens) <= softmax_tokens else ["other budget than softmax"]
+        notes += sorted({r["older_defaults"].strip()[1:-1] for r in mine if r["older_defaults"]})
+        note = "; ".join(notes)
         rows.append([name, spread(ppl, ".2f") if ppl else "not evaluated", spread(val, ".4f") if val else "-",
                      median_per_cpu(mine, lambda r: r["tokens_per_s"] or None, ",.0f"),
                      median_per_cpu(mine, lambda r: r["train_time_s"] / 60 if r["train_time_s"] else None, ".1f"),
@@ -542,7 +565,8 @@ def read_lra_runs(files, skipped=None):
     """One record per LRA classification run of ``files`` (``runs.find_runs``'s Runs, or anything
     ``runs.open_run`` takes): file (its final_metrics.json, in the run folder or the packed run), run (the
     run path), label, task, test/val accuracy, steps_per_s, iters, best_iter, majority, test_examples,
-    examples_seen, max_len, cpu (of the run's manifest.json, None without one). Other runs are left out,
+    examples_seen, max_len, cpu (of the run's manifest.json, None without one), attention (the registered
+    name), date (``run_date``). Other runs are left out,
     and their final_metrics.json paths appended to ``skipped`` if given."""
     runs = []
     for run in map(open_run, files):
@@ -558,7 +582,8 @@ def read_lra_runs(files, skipped=None):
                      "steps_per_s": m.get("steps_per_s"), "iters": m.get("iters"), "best_iter": m.get("best_iter"),
                      "majority": m.get("test_majority"), "test_examples": m.get("test_examples"),
                      "examples_seen": (m.get("iters") or 0) * cfg.get("batch_size", 0),
-                     "max_len": cfg.get("max_len"), "cpu": run_cpu(run)})
+                     "max_len": cfg.get("max_len"), "cpu": run_cpu(run), "attention": cfg.get("attention"),
+                     "date": run_date(run)})
     return runs
 
 
@@ -648,6 +673,7 @@ def lra_chosen(root, pattern):
 def render_lra_text(root, folder):
     """Our LRA Text runs under ``folder`` (one row per attention, ``ORDER``): test accuracy %, steps/s,
     the CPU (``short_cpu``), and the published Text accuracies of the attention (PUBLISHED_ACCURACY,
+    a run made under an older default of its method named so, ``older_defaults``;
     sources shortened by SHORT_SOURCES). Raises SourceMissing when ``folder`` holds no LRA run."""
     chosen = lra_chosen(root, folder)
     labels = [a for a in ORDER if (a, "text") in chosen] + sorted(
@@ -657,7 +683,8 @@ def render_lra_text(root, folder):
         run = chosen[(label, "text")]
         published = ", ".join(f"{fmt_cell(vals[1])} ({SHORT_SOURCES.get(src, src)})"
                               for a, src, vals, _ in PUBLISHED_ACCURACY if a == label and vals[1] is not None)
-        rows.append([display_name(label), fmt_cell(lra_cell(run)), f"{run['steps_per_s']:.2f}",
+        rows.append([display_name(label) + older_defaults(run["attention"], run["date"]), fmt_cell(lra_cell(run)),
+                     f"{run['steps_per_s']:.2f}",
                      short_cpu(run["cpu"]), published or "-"])
     return _markdown(["attention", "test acc % (ours, one seed)", "steps/s (ours)", "CPU",
                       "published Text accuracy %"], rows)
@@ -999,20 +1026,23 @@ def _lra_fields(root):
     at = [label for label in pathfinder if at_chance(chosen[(label, "pathfinder")])]
     pathfinder_text = (f"at chance for all {number_word(len(pathfinder))}" if len(at) == len(pathfinder) else
                        f"{join_words(names.get(label, label) for label in at)} at chance" if at else "above chance")
+    fastmax_notes = {older_defaults(text[label]["attention"], text[label]["date"]) for label in ("fastmax1", "fastmax2")}
     return {"dense": pct("dense"), "f1": pct("fastmax1"), "f2": pct("fastmax2"), "softmax": pct("softmax"),
+            "fastmax_note": "".join(sorted(fastmax_notes)),  # both runs are fastmax's: one note
             "n_se": f"{(a['test_accuracy'] - b['test_accuracy']) / se:.0f}", "reviews": f"{int(a['test_examples']):,}",
             "listops": listops_text, "pathfinder": pathfinder_text}
 
 
 def _baselines_fields(root):
     """Test perplexities of the runs in results/gpt_mini_baselines (softmax and Longformer: mean +- sd
-    over their seeds)."""
+    over their seeds; a one-seed run made under an older default of its method says so)."""
     runs = read_gpt_mini_runs(find_runs([source(root, "results/gpt_mini_baselines")]))
-    ppl = {}
+    ppl, notes = {}, {}
     for r in runs:
         if r["test_ppl"] is not None:
             ppl.setdefault(r["attention"], []).append(r["test_ppl"])
-    fields = {a: f"{ppl[a][0]:.2f}" for a in ("linear", "performer", "bigbird", "fastmax1", "dense", "danet")}
+            notes[r["attention"]] = notes.get(r["attention"]) or r["older_defaults"]
+    fields = {a: f"{ppl[a][0]:.2f}{notes[a]}" for a in ("linear", "performer", "bigbird", "fastmax1", "dense", "danet")}
     for a in ("softmax", "longformer"):
         fields.update({a: f"{statistics.mean(ppl[a]):.2f} +- {statistics.stdev(ppl[a]):.2f}", f"{a}_n": len(ppl[a])})
     return fields
@@ -1144,7 +1174,7 @@ README_ROWS = [
      "softmax BERT mini (±{window} window)",
      "[dense_attention](docs/dense_attention.md), [mlm](docs/mlm.md)", _danet_fields),
     ("Long Range Arena, CPU sizes",
-     "Text: DANet {dense}%, fastmax {f1} / {f2}%, softmax {softmax}% ({dense} vs {softmax} is about {n_se} "
+     "Text: DANet {dense}%, fastmax {f1} / {f2}%{fastmax_note}, softmax {softmax}% ({dense} vs {softmax} is about {n_se} "
      "standard errors on {reviews} reviews; not ranked: one seed each); ListOps: {listops}; Pathfinder "
      "{pathfinder}", "[lra](docs/lra.md)", _lra_fields),
     ("Baselines of the survey",

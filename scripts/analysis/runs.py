@@ -271,6 +271,20 @@ def attention_label(cfg, params=()):
     return " ".join([label, *extra])
 
 
+def run_date(run):
+    """When a run (a Run or anything ``open_run`` takes) started training: the ``date`` (ISO 8601
+    str) of its manifest's ``train`` entry (written through provenance.py); None without a run, a
+    manifest or that entry.
+
+    Raises:
+        RunFormatError: the manifest is not a JSON object."""
+    try:
+        manifest = open_run(run).manifest or {}
+    except RunNotFound:
+        return None
+    return (manifest.get("train") or {}).get("date")
+
+
 def run_cpu(run):
     """The CPU model a run (a Run or anything ``open_run`` takes) was trained on, from the train.py
     entries of its manifest.json (``train``, ``train_resumed_at_<iter>``, ``train_stopped_at_<iter>``:

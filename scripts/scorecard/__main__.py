@@ -117,7 +117,7 @@ def archived_index(folders, testbed="recall"):
     final_metrics.json holds its configuration (``scripts.analysis.runs``); a wikitext2 run needs
     its eval_test.json too."""
     import training
-    from scripts.analysis.runs import find_runs
+    from scripts.analysis.runs import find_runs, run_date
 
     index = {}
     for folder in folders:
@@ -136,7 +136,7 @@ def archived_index(folders, testbed="recall"):
                                      evaluation_args(testbed, "full"))
             except ValueError:  # an attention no longer registered
                 continue
-            if not made_after_defaults(run, cfg["attention"]):
+            if tb.attention.attention_class(cfg["attention"]).made_before_defaults(run_date(run)):
                 continue
             if testbed == "wikitext2":
                 evaluation = run.read_json("eval_test.json")
@@ -163,19 +163,6 @@ def cell_commands(out_dir, train_args):
     resume = os.path.exists(os.path.join(out_dir, "ckpt.pt"))
     return [[sys.executable, "train.py", *train_args, f"--out_dir={out_dir}",
              *(["--init_from=resume"] if resume else [])]], resume
-
-
-def made_after_defaults(run, name):
-    """Whether ``run`` started after attention ``name``'s last change of a default
-    (``Attention.defaults_date``; its manifest's first ``train`` entry's ``date``); a run without a
-    date counts as older."""
-    from datetime import datetime
-
-    since = tb.attention.attention_class(name).defaults_date
-    if since is None:
-        return True
-    date = (run.manifest or {}).get("train", {}).get("date")
-    return date is not None and datetime.fromisoformat(date) >= datetime.fromisoformat(since)
 
 
 class NotRun(Exception):

@@ -100,6 +100,30 @@ def test_causal_support_has_no_default_and_is_checked_at_registration():
         assert attention.causal_support(name) in attention.CAUSAL_KINDS
 
 
+def test_a_changed_default_names_its_date_and_the_old_setting():
+    """``defaults_date`` and ``defaults_before`` come together (register refuses one alone), and
+    ``made_before_defaults`` tells a run of the old default from a run of today's by its start date
+    (unknown dates count as old; a method without a change has no old runs)."""
+    class HalfDeclared(attention.Attention):
+        causal = "exact"
+        defaults_date = "2026-01-01T00:00:00+00:00"
+
+    with pytest.raises(ValueError, match=r"attention '_probe_half' \(.*HalfDeclared\) declares one of defaults_date "
+                                         r"and defaults_before"):
+        attention.register("_probe_half")(HalfDeclared)
+    assert "_probe_half" not in attention.registered()
+    for name in attention.registered():
+        cls = attention.attention_class(name)
+        assert (cls.defaults_date is None) == (cls.defaults_before is None), name
+
+    fastmax = attention.attention_class("fastmax")
+    assert fastmax.defaults_before == 'normalization="max_norm"'
+    assert fastmax.made_before_defaults("2026-11-24T04:40:24+00:00")
+    assert fastmax.made_before_defaults(None)
+    assert not fastmax.made_before_defaults("2026-11-27T08:09:01+00:00")
+    assert not attention.attention_class("softmax").made_before_defaults(None)
+
+
 def test_attention_class_is_the_registered_class():
     from attention.softmax import Softmax
     assert attention.attention_class("softmax") is Softmax

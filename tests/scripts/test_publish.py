@@ -131,14 +131,15 @@ def test_recall_ablation_is_the_tools_table(tmp_path):
         published.render("recall_ablation results/none", str(tmp_path))
 
 
-def fake_lm_run(root, name, seed, ppl, cpu="AMD EPYC"):
+def fake_lm_run(root, name, seed, ppl, cpu="AMD EPYC", attention=None, date=None):
     d = root / name
     d.mkdir(parents=True)
-    cfg = {"task": "lm", "seed": seed, "batch_size": 4, "block_size": 8, "num_threads": 2}
+    cfg = {"task": "lm", "seed": seed, "batch_size": 4, "block_size": 8, "num_threads": 2,
+           **({"attention": attention} if attention else {})}
     (d / "final_metrics.json").write_text(json.dumps({"config": cfg, "iters": 10, "train_time_s": 60.0,
                                                       "best_metric": {"value": 5.0}, "best_iter": 10}))
     (d / "eval_test.json").write_text(json.dumps({"value": ppl, "tokens_scored": 100, "protocol": "blocks"}))
-    (d / "manifest.json").write_text(json.dumps({"train": {"machine": {"cpu": cpu}}}))
+    (d / "manifest.json").write_text(json.dumps({"train": {"machine": {"cpu": cpu}, "date": date}}))
 
 
 def test_gpt_mini_table_is_the_tools_table(tmp_path):
@@ -153,9 +154,16 @@ def test_gpt_mini_table_is_the_tools_table(tmp_path):
     fake_lm_run(runs, "linear_s2", 2, 124.5)
     assert "| linear | 125.00 +- 0.71 (124.50-125.50, 2 seeds) |" in published.render("gpt_mini_table results/gpt",
                                                                                         str(tmp_path))
+    # a run made under an older default of its method (BigBird's one draw of random blocks) says so
+    fake_lm_run(runs, "bigbird_s1", 1, 125.8, attention="bigbird", date="2026-11-27T06:28:16+00:00")
+    fake_lm_run(runs, "performer_s1", 1, 125.6, attention="performer", date="2026-11-27T06:28:16+00:00")
+    text = published.render("gpt_mini_table results/gpt", str(tmp_path))
+    assert ("| bigbird | 125.80 (1 seed) | 5.0000 (1 seed) | 5 | 1.0 | 320 | made with random_per_layer=False, "
+            "one draw of random blocks for all layers, the default before 2026-11-27 |") in text
+    assert "| performer | 125.60 (1 seed) | 5.0000 (1 seed) | 5 | 1.0 | 320 |  |" in text
 
 
-def fake_lra_run(root, name, attention, acc, steps, params=None, cpu="Intel(R) Xeon(R) Processor"):
+def fake_lra_run(root, name, attention, acc, steps, params=None, cpu="Intel(R) Xeon(R) Processor", date=None):
     d = root / name
     d.mkdir(parents=True)
     cfg = {"task": "classify", "lra_task": "text", "attention": attention, "attention_params": params or {},
@@ -163,7 +171,7 @@ def fake_lra_run(root, name, attention, acc, steps, params=None, cpu="Intel(R) X
     (d / "final_metrics.json").write_text(json.dumps({
         "test_accuracy": acc, "val_accuracy": acc, "steps_per_s": steps, "iters": 8000, "test_majority": 0.5,
         "test_examples": 4000, "config": cfg}))
-    (d / "manifest.json").write_text(json.dumps({"train": {"machine": {"cpu": cpu}}}))
+    (d / "manifest.json").write_text(json.dumps({"train": {"machine": {"cpu": cpu}, "date": date}}))
 
 
 def test_lra_text_our_runs_beside_the_published_text_numbers(tmp_path):
@@ -177,6 +185,21 @@ def test_lra_text_our_runs_beside_the_published_text_numbers(tmp_path):
     assert lines[3] == ("| dense (DANet) | fail (49.00; majority 50.00) | 5.00 | not recorded | "
                         "81.19 (DenseAttention Table 1) |")
     assert lines[4] == "| Performer | 61.55 | 6.86 | Intel Xeon | 65.40 (LRA Table 1), 64.39 (FAST Table 1) |"
+
+
+def test_a_run_under_an_older_default_of_its_method_is_named_so(tmp_path):
+    """fastmax's runs before normalization="paper" became its default (Fastmax.defaults_date) are
+    marked with the old setting in the LRA tables and the README's fields; later ones are not."""
+    runs = tmp_path / "results" / "lra"
+    fake_lra_run(runs, "text_fastmax1_cpu", "fastmax", 0.621, 5.5, {"p": 1}, date="2026-11-24T04:40:24+00:00")
+    fake_lra_run(runs, "text_fastmax2_cpu", "fastmax", 0.616, 1.3, {"p": 2}, date="2026-11-28T04:40:24+00:00")
+    lines = published.render("lra_text results/lra", str(tmp_path)).splitlines()
+    assert lines[2].startswith('| fastmax p = 1 (made with normalization="max_norm", the default before 2026-11-27) '
+                               '| 62.10 |')
+    assert lines[3].startswith("| fastmax p = 2 | 61.60 |")
+    assert published.older_defaults("fastmax", None) == published.older_defaults("fastmax", "2026-11-24T04:40:24+00:00")
+    assert published.older_defaults("softmax", None) == published.older_defaults(None, None) == ""
+    assert published.older_defaults("no_such_attention", None) == ""
 
 
 def bench_file(root, name, methods, seconds, dense, repeats=3, date="2026-11-27"):

@@ -115,7 +115,9 @@ def same(a, b):
 def archived_index(folders, testbed="recall"):
     """Protocol key -> (run path, Run) of every run of ``testbed``'s task under ``folders`` whose
     final_metrics.json holds its configuration (``scripts.analysis.runs``); a wikitext2 run needs
-    its eval_test.json too."""
+    its eval_test.json too. Left out: runs made before a change of their attention's defaults
+    (``Attention.made_before_defaults``) and runs whose data summary (final_metrics.json ``data``)
+    is not the protocol's data (``testbeds.data_problem``)."""
     import training
     from scripts.analysis.runs import find_runs, run_date
 
@@ -138,6 +140,8 @@ def archived_index(folders, testbed="recall"):
                 continue
             if tb.attention.attention_class(cfg["attention"]).made_before_defaults(run_date(run)):
                 continue
+            if "data" in metrics and tb.data_problem(testbed, metrics["data"]) is not None:
+                continue  # trained on other data than the protocol's (runs before the summary: see FULL_DATA)
             if testbed == "wikitext2":
                 evaluation = run.read_json("eval_test.json")
                 if [f"--split={evaluation['split']}", f"--protocol={evaluation['protocol']}"] != list(tb.WIKITEXT2_EVAL):
@@ -270,6 +274,8 @@ class Scorecard:
             row = self.result_row(testbed, key, fields, run.final_metrics, evaluation, source=path, wall_s=None)
             self.store.add(row)
         if row is None:
+            if self.args.tier == "full":
+                tb.check_full_data(testbed, cfg)
             self.new_run(testbed, name)
             out_dir = os.path.join(self.args.out_root, label_file(self.spec.label), f"{name}_{key[:8]}")
             os.makedirs(out_dir, exist_ok=True)
@@ -585,7 +591,7 @@ def main(argv=None):
         if card:
             print(f"wrote {card} and {leaderboard(args.results)}")
         return card
-    except configurator.ConfigError as e:
+    except (configurator.ConfigError, tb.DataNotFull) as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
 

@@ -89,6 +89,58 @@ NOT_PROTOCOL = ("out_dir", "num_threads", "device", "wandb_log", "wandb_project"
                 "data_source_file", "lra_dir", "bert_vocab", "compile")
 
 
+# The data of the published protocol, as the task's data summary gives them (``load_data``'s
+# "manifest": examples for LRA Text, GPT-2 tokens for WikiText-2). A full-tier cell runs and an
+# archived run is taken only on these: a small copy (the tests' IMDB subset of 200 reviews, say)
+# trains without an error and gives a number that would read like the protocol's.
+FULL_DATA = {
+    "lra": ({"train_size": 22_500, "val_size": 2_500, "test_size": 25_000},
+            "all of IMDB, 25,000 train and 25,000 test reviews (set IMDB_DIR to the aclImdb tarball or its "
+            "folder, or lra_options imdb_source)"),
+    "wikitext2": ({"train_size": 2_448_405, "val_size": 258_659, "test_size": 295_877},
+                  "WikiText-2 v1 in GPT-2 tokens (set WIKITEXT2_DIR, or --data_source_dir, to the folder of "
+                  "wiki.train.tokens, wiki.valid.tokens and wiki.test.tokens)"),
+}
+
+
+class DataNotFull(ValueError):
+    """A full-tier training cell's data are not the protocol's (``FULL_DATA``)."""
+
+
+def data_problem(testbed, summary):
+    """None when ``summary`` (a task's data summary, e.g. a run's final_metrics.json ``data``) has
+    the sizes of ``FULL_DATA[testbed]`` or the testbed names no data; else one sentence naming
+    the sizes found and the data the protocol needs."""
+    if testbed not in FULL_DATA:
+        return None
+    sizes, needed = FULL_DATA[testbed]
+    found = {k: (summary or {}).get(k) for k in sizes}
+    if found == sizes:
+        return None
+    shown = ", ".join(f"{k} {v if v is None else format(v, ',')}" for k, v in found.items())
+    return (f"{testbed}'s full tier needs {needed}; the prepared data ({(summary or {}).get('source', 'source unknown')}) "
+            f"have {shown}")
+
+
+def check_full_data(testbed, cfg):
+    """Prepare the data of a training cell of ``testbed`` as train.py would (the task's
+    ``prepare_data``, then ``load_data``'s summary) and check that they are ``FULL_DATA``'s.
+
+    Raises:
+        DataNotFull: other data (the message says which sizes and what to set); and what the
+            task's prepare_data / load_data raise (configurator.ConfigError, data.DataError).
+    """
+    import tasks
+
+    if testbed not in FULL_DATA:
+        return
+    task = tasks.get(cfg["task"])
+    task.prepare_data(cfg)
+    problem = data_problem(testbed, task.load_data(cfg)["manifest"])
+    if problem is not None:
+        raise DataNotFull(problem)
+
+
 class Spec:
     """The attention under test, from the text the user gives (the benchmark's method syntax,
     ``scripts.bench.methods.parse_method``): a registered name with parameters (``fastmax:p=2``),

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from scripts.scorecard import testbeds as tb
 from scripts.scorecard.__main__ import DEFAULT_SECONDS, Store, archived_index, cell_commands, evaluation_args
 from scripts.scorecard.leaderboard import format_cell
@@ -141,6 +143,31 @@ def test_runs_older_than_a_methods_default_change_are_not_reused():
     names = {os.path.basename(path) for path, _ in index.values()}
     assert "text_softmax_cpu.tar.xz" in names and "text_fastmax2_cpu.tar.xz" not in names
     assert tb.attention.attention_class("fastmax").defaults_date is not None
+
+
+def test_a_full_tier_cell_needs_the_protocols_data(tmp_path, imdb_dir):
+    """LRA Text trains without an error on the tests' IMDB subset; the full tier refuses it with
+    one sentence (the sizes found, what to set), and an archived run whose data summary shows
+    other data does not stand in for the cell."""
+    assert tb.data_problem("lra", {**tb.FULL_DATA["lra"][0], "source": "aclImdb tarball"}) is None
+    assert tb.data_problem("recall", {}) is None
+    cfg = tb.resolved_config([tb.LRA_CONFIG, f"--lra_dir={tmp_path / 'lra'}",
+                              f"--lra_options={{'imdb_source': {imdb_dir!r}}}"])
+    with pytest.raises(tb.DataNotFull, match=r"lra's full tier needs all of IMDB, 25,000 train and 25,000 test "
+                                             r"reviews \(set IMDB_DIR.*\); the prepared data \(aclImdb directory\) "
+                                             r"have train_size \d+, val_size \d+, test_size \d+"):
+        tb.check_full_data("lra", cfg)
+
+    archived = next(run for path, run in archived_index(tb.LRA_ARCHIVES, "lra").values()
+                    if path.endswith("text_softmax_cpu.tar.xz"))
+    for name, sizes in (("full", tb.FULL_DATA["lra"][0]), ("subset", {"train_size": 180, "val_size": 20,
+                                                                       "test_size": 200})):
+        run_dir = tmp_path / "archive" / name
+        run_dir.mkdir(parents=True)
+        (run_dir / "final_metrics.json").write_text(json.dumps({**archived.final_metrics, "data": sizes}))
+        (run_dir / "manifest.json").write_text(json.dumps(archived.manifest))
+    found = {os.path.basename(path) for path, _ in archived_index((str(tmp_path / "archive"),), "lra").values()}
+    assert found == {"full"}
 
 
 def test_spec_forms_and_what_applies():

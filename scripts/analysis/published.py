@@ -163,10 +163,11 @@ def display_name(label, params=None):
 
 
 def older_defaults(name, date):
-    """" (made with <old setting>, the default before <day>)" for a run of the registered attention
+    """"made with <old setting>, the default before <day>" for a run of the registered attention
     ``name`` started at ``date`` (ISO 8601 str or None, ``runs.run_date``) under a default the method
     has since changed (``Attention.made_before_defaults``, ``defaults_before``); "" for a run of
-    today's defaults, an attention no longer registered or none named. Tables that show such a run say so."""
+    today's defaults, an attention no longer registered or none named. Tables that show such a run
+    say so (``bracketed``)."""
     import attention
 
     if name is None:
@@ -177,7 +178,12 @@ def older_defaults(name, date):
         return ""
     if not cls.made_before_defaults(date):
         return ""
-    return f" (made with {cls.defaults_before}, the default before {cls.defaults_date[:10]})"
+    return f"made with {cls.defaults_before}, the default before {cls.defaults_date[:10]}"
+
+
+def bracketed(note):
+    """" (note)" to follow a name or a number; "" for no note."""
+    return f" ({note})" if note else ""
 
 
 def _markdown(header, rows):
@@ -484,7 +490,7 @@ def gpt_mini_rows(runs):
         val = [r["best_val_loss"] for r in mine if r["best_val_loss"] is not None]
         tokens = sorted({r["tokens"] for r in mine})
         notes = [] if not softmax_tokens or set(tokens) <= softmax_tokens else ["other budget than softmax"]
-        notes += sorted({r["older_defaults"].strip()[1:-1] for r in mine if r["older_defaults"]})
+        notes += sorted({r["older_defaults"] for r in mine if r["older_defaults"]})
         note = "; ".join(notes)
         rows.append([name, spread(ppl, ".2f") if ppl else "not evaluated", spread(val, ".4f") if val else "-",
                      median_per_cpu(mine, lambda r: r["tokens_per_s"] or None, ",.0f"),
@@ -683,7 +689,7 @@ def render_lra_text(root, folder):
         run = chosen[(label, "text")]
         published = ", ".join(f"{fmt_cell(vals[1])} ({SHORT_SOURCES.get(src, src)})"
                               for a, src, vals, _ in PUBLISHED_ACCURACY if a == label and vals[1] is not None)
-        rows.append([display_name(label) + older_defaults(run["attention"], run["date"]), fmt_cell(lra_cell(run)),
+        rows.append([display_name(label) + bracketed(older_defaults(run["attention"], run["date"])), fmt_cell(lra_cell(run)),
                      f"{run['steps_per_s']:.2f}",
                      short_cpu(run["cpu"]), published or "-"])
     return _markdown(["attention", "test acc % (ours, one seed)", "steps/s (ours)", "CPU",
@@ -1028,7 +1034,7 @@ def _lra_fields(root):
                        f"{join_words(names.get(label, label) for label in at)} at chance" if at else "above chance")
     fastmax_notes = {older_defaults(text[label]["attention"], text[label]["date"]) for label in ("fastmax1", "fastmax2")}
     return {"dense": pct("dense"), "f1": pct("fastmax1"), "f2": pct("fastmax2"), "softmax": pct("softmax"),
-            "fastmax_note": "".join(sorted(fastmax_notes)),  # both runs are fastmax's: one note
+            "fastmax_note": "".join(map(bracketed, sorted(fastmax_notes))),  # both runs are fastmax's: one note
             "n_se": f"{(a['test_accuracy'] - b['test_accuracy']) / se:.0f}", "reviews": f"{int(a['test_examples']):,}",
             "listops": listops_text, "pathfinder": pathfinder_text}
 
@@ -1042,7 +1048,7 @@ def _baselines_fields(root):
         if r["test_ppl"] is not None:
             ppl.setdefault(r["attention"], []).append(r["test_ppl"])
             notes[r["attention"]] = notes.get(r["attention"]) or r["older_defaults"]
-    fields = {a: f"{ppl[a][0]:.2f}{notes[a]}" for a in ("linear", "performer", "bigbird", "fastmax1", "dense", "danet")}
+    fields = {a: f"{ppl[a][0]:.2f}{bracketed(notes[a])}" for a in ("linear", "performer", "bigbird", "fastmax1", "dense", "danet")}
     for a in ("softmax", "longformer"):
         fields.update({a: f"{statistics.mean(ppl[a]):.2f} +- {statistics.stdev(ppl[a]):.2f}", f"{a}_n": len(ppl[a])})
     return fields

@@ -197,7 +197,8 @@ def test_a_run_under_an_older_default_of_its_method_is_named_so(tmp_path):
     assert lines[2].startswith('| fastmax p = 1 (made with normalization="max_norm", the default before 2026-11-27) '
                                '| 62.10 |')
     assert lines[3].startswith("| fastmax p = 2 | 61.60 |")
-    assert published.older_defaults("fastmax", None) == published.older_defaults("fastmax", "2026-11-24T04:40:24+00:00")
+    assert published.older_defaults("fastmax", None) == published.older_defaults("fastmax", "2026-11-24T04:40:24+00:00") \
+        == 'made with normalization="max_norm", the default before 2026-11-27'
     assert published.older_defaults("softmax", None) == published.older_defaults(None, None) == ""
     assert published.older_defaults("no_such_attention", None) == ""
 

@@ -274,8 +274,11 @@ class Scorecard:
             row = self.result_row(testbed, key, fields, run.final_metrics, evaluation, source=path, wall_s=None)
             self.store.add(row)
         if row is None:
-            if self.args.tier == "full":
-                tb.check_full_data(testbed, cfg)
+            problem = tb.prepared_data_problem(testbed, cfg)
+            if problem is not None and self.args.tier == "full":
+                raise tb.DataNotFull(problem)
+            if problem is not None:
+                print(f"[!] {problem}: this quick-tier cell is a smoke test, not a first look", flush=True)
             self.new_run(testbed, name)
             out_dir = os.path.join(self.args.out_root, label_file(self.spec.label), f"{name}_{key[:8]}")
             os.makedirs(out_dir, exist_ok=True)

@@ -122,23 +122,21 @@ def data_problem(testbed, summary):
             f"have {shown}")
 
 
-def check_full_data(testbed, cfg):
+def prepared_data_problem(testbed, cfg):
     """Prepare the data of a training cell of ``testbed`` as train.py would (the task's
-    ``prepare_data``, then ``load_data``'s summary) and check that they are ``FULL_DATA``'s.
+    ``prepare_data``, then ``load_data``'s summary) and return ``data_problem``'s sentence: None
+    when they are ``FULL_DATA``'s (or the testbed names no data).
 
     Raises:
-        DataNotFull: other data (the message says which sizes and what to set); and what the
-            task's prepare_data / load_data raise (configurator.ConfigError, data.DataError).
+        what the task's prepare_data / load_data raise (configurator.ConfigError, data.DataError).
     """
     import tasks
 
     if testbed not in FULL_DATA:
-        return
+        return None
     task = tasks.get(cfg["task"])
     task.prepare_data(cfg)
-    problem = data_problem(testbed, task.load_data(cfg)["manifest"])
-    if problem is not None:
-        raise DataNotFull(problem)
+    return data_problem(testbed, task.load_data(cfg)["manifest"])
 
 
 class Spec:

@@ -4,10 +4,9 @@ repository changed, a second call runs nothing, and the protocol decides what co
 cell (archived sweep runs are found)."""
 import json
 import os
+import re
 import subprocess
 import sys
-
-import pytest
 
 from scripts.scorecard import testbeds as tb
 from scripts.scorecard.__main__ import DEFAULT_SECONDS, Store, archived_index, cell_commands, evaluation_args
@@ -24,9 +23,9 @@ def docs_example():
     return text.split("```python\n", 1)[1].split("```", 1)[0]
 
 
-def scorecard(*args):
+def scorecard(*args, **env):
     proc = subprocess.run([sys.executable, "-m", "scripts.scorecard", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+                          timeout=600, env={**os.environ, **env})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return proc.stdout
 
@@ -36,14 +35,17 @@ def tracked_changes():
                           text=True).stdout
 
 
-def test_the_docs_attention_gets_its_quick_row_from_outside_the_repository(tmp_path):
+def test_the_docs_attention_gets_its_quick_row_from_outside_the_repository(tmp_path, imdb_dir):
+    """The quick tier end to end on tiny budgets, its LRA data (the IMDB subset) converted into a
+    temporary lra_dir, never into the repository's data/lra/files (which may hold the full set)."""
     (tmp_path / "cosformer.py").write_text(docs_example())
     before = tracked_changes()
     args = ["cosformer", f"--import={tmp_path / 'cosformer.py'}", f"--results={tmp_path / 'results'}",
-            f"--out_root={tmp_path / 'out'}", f"--train_args={TINY}", "--eval_args=--fraction=0.004", "--speed_T=32,64",
-            "--threads=1"]
-    out = scorecard(*args)
+            f"--out_root={tmp_path / 'out'}", f"--train_args={TINY} --lra_dir={tmp_path / 'lra'}",
+            "--eval_args=--fraction=0.004", "--speed_T=32,64", "--threads=1"]
+    out = scorecard(*args, IMDB_DIR=imdb_dir)
     assert "quick tier" in out and "[11/11]" in out
+    assert "[!] lra's full tier needs all of IMDB" in out and "this quick-tier cell is a smoke test" in out
     card = json.loads((tmp_path / "results" / "cards" / "cosformer_quick.json").read_text())
     recall = [c for c in card["cells"] if c["role"] == "recall_small"]
     assert len(recall) == 1 and recall[0]["seed"] == 0 and 0 <= recall[0]["test_accuracy"] <= 1
@@ -64,10 +66,10 @@ def test_the_docs_attention_gets_its_quick_row_from_outside_the_repository(tmp_p
     assert len(wikitext2) == 1 and wikitext2[0]["test_ppl"] > 1 and wikitext2[0]["tokens_per_s"] > 0
     (lra,) = [c for c in card["cells"] if c["role"] == "lra"]
     assert 0 <= lra["test_accuracy"] <= 1 and lra["steps"] == tb.LRA_ITERS["quick"]
-    again = scorecard(*args)  # every cell has its result: nothing runs, nothing is added
+    again = scorecard(*args, IMDB_DIR=imdb_dir)  # every cell has its result: nothing runs, nothing is added
     assert len((tmp_path / "results" / "cells.jsonl").read_text().splitlines()) == 13 and "[11/11]" in again
     os.remove(recall[0]["source"])  # a result whose run is lost is not a result
-    lost = scorecard(*args)
+    lost = scorecard(*args, IMDB_DIR=imdb_dir)
     assert "which is gone; the cell runs again" in lost and os.path.isfile(recall[0]["source"])
     assert len((tmp_path / "results" / "cells.jsonl").read_text().splitlines()) == 14
     assert tracked_changes() == before
@@ -151,12 +153,16 @@ def test_a_full_tier_cell_needs_the_protocols_data(tmp_path, imdb_dir):
     other data does not stand in for the cell."""
     assert tb.data_problem("lra", {**tb.FULL_DATA["lra"][0], "source": "aclImdb tarball"}) is None
     assert tb.data_problem("recall", {}) is None
-    cfg = tb.resolved_config([tb.LRA_CONFIG, f"--lra_dir={tmp_path / 'lra'}",
-                              f"--lra_options={{'imdb_source': {imdb_dir!r}}}"])
-    with pytest.raises(tb.DataNotFull, match=r"lra's full tier needs all of IMDB, 25,000 train and 25,000 test "
-                                             r"reviews \(set IMDB_DIR.*\); the prepared data \(aclImdb directory\) "
-                                             r"have train_size \d+, val_size \d+, test_size \d+"):
-        tb.check_full_data("lra", cfg)
+    proc = subprocess.run([sys.executable, "-m", "scripts.scorecard", "fastmax1", "--tier=full", "--testbeds=lra",
+                           f"--results={tmp_path / 'results'}", f"--out_root={tmp_path / 'out'}",
+                           f"--train_args=--lra_dir={tmp_path / 'lra'}"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "IMDB_DIR": imdb_dir})
+    errors = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(errors) == 1, proc.stderr[-3000:]
+    assert re.fullmatch(r"error: lra's full tier needs all of IMDB, 25,000 train and 25,000 test reviews \(set "
+                        r"IMDB_DIR.*\); the prepared data \(aclImdb directory\) have train_size \d+, val_size \d+, "
+                        r"test_size \d+", errors[0]), errors[0]
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("ckpt.pt"))
 
     archived = next(run for path, run in archived_index(tb.LRA_ARCHIVES, "lra").values()
                     if path.endswith("text_softmax_cpu.tar.xz"))

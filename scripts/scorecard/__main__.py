@@ -333,6 +333,8 @@ class Scorecard:
     def lra(self):
         n = tb.LRA_ITERS[self.args.tier]
         argv = [tb.LRA_CONFIG, *self.spec.layers("lra"), f"--max_iters={n}", f"--lr_decay_iters={n}"]
+        if self.args.lra_dir:
+            argv.append(f"--lra_dir={self.args.lra_dir}")  # not part of the protocol (NOT_PROTOCOL)
         self.train_cell("lra", "lra", f"lra_text_{n}", argv, {"steps": n})
 
     def wikitext2(self):
@@ -570,6 +572,8 @@ def main(argv=None):
     ap.add_argument("--out_root", default="out/scorecard", help="where training runs go")
     ap.add_argument("--results", default="results/scorecard", help="cells.jsonl, cards/, leaderboard.csv/.md")
     ap.add_argument("--train_args", default="", help="more train.py arguments for every run (e.g. tiny budgets)")
+    ap.add_argument("--lra_dir", default="", help="train.py's --lra_dir for the LRA Text cells only (where their "
+                                                   "data are prepared; default: train.py's)")
     ap.add_argument("--eval_args", default="", help="more eval_ppl.py arguments for the WikiText-2 evaluation (tests)")
     ap.add_argument("--speed_T", default="", help="comma list of T for the speed cells instead of the tier's")
     args = ap.parse_args(argv)

@@ -259,7 +259,7 @@ def test_classify_selects_by_validation_accuracy():
 
 
 def write_run(root, name, lra_task, attention, acc, steps, params=None, iters=100, val=None, majority=None,
-              **cfg_extra):
+              date="2026-11-28T00:00:00+00:00", **cfg_extra):
     d = root / name
     d.mkdir(parents=True)
     cfg = {"task": "classify", "lra_task": lra_task, "attention": attention, "attention_params": params or {},
@@ -268,6 +268,8 @@ def write_run(root, name, lra_task, attention, acc, steps, params=None, iters=10
     (d / "final_metrics.json").write_text(json.dumps({
         "test_accuracy": acc, "val_accuracy": acc + 0.01 if val is None else val, "steps_per_s": steps,
         "iters": iters, "best_iter": 50, "test_majority": majority, "test_examples": 2000, "config": cfg}))
+    if date is not None:
+        (d / "manifest.json").write_text(json.dumps({"train": {"date": date}}))
     return d
 
 
@@ -280,6 +282,7 @@ def test_lra_table(tmp_path):
     write_run(runs, "c", "listops", "fastmax", 0.25, 4.0, {"p": 1})
     write_run(runs, "d", "pathfinder", "dense", 0.5, 3.0, lra_options={"resolution": 128})
     write_run(runs, "e", "image", "fastmax", 0.4, 5.0, {"p": 2})
+    write_run(runs, "f", "text", "bigbird", 0.57, 2.0, date=None)  # no date: counts as made before its change
     out = tmp_path / "table"
     lra_table.main([str(runs), f"--out={out}"])
     md = (out / "lra_table.md").read_text()
@@ -290,6 +293,8 @@ def test_lra_table(tmp_path):
     assert rows["softmax (ours)"][:2] == ["31.25", "62.50"] and rows["softmax (ours)"][-1] == "-"
     assert rows["fastmax1 (ours)"][0] == "25.00" and rows["fastmax2 (ours)"][3] == "40.00"
     assert rows["dense (ours)"][5] == "50.00" and rows["dense (ours)"][4] == "-"  # resolution 128 = Path-X
+    assert rows["bigbird (ours; made with random_per_layer=False, one draw of random blocks for all layers, the "
+                "default before 2026-11-27)"][1] == "57.00"
     # the published numbers beside ours, labelled by their source
     assert rows["softmax (published: LRA paper, Tay et al. 2021)"][:2] == ["36.37", "64.27"]
     assert rows["fastmax2 (published: FAST Table 1)"][0] == "37.40"

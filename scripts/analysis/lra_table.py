@@ -41,13 +41,8 @@ import sys
 
 from data import write_text
 import provenance
-from scripts.analysis.published import TASKS, TITLES, bracketed, build_tables, fmt_cell, older_defaults, read_lra_runs
+from scripts.analysis.published import TASKS, TITLES, bracketed, build_tables, fmt_cell, read_lra_runs
 from scripts.analysis.runs import find_runs
-
-
-def run_note(r):
-    """``older_defaults``'s note of an LRA run record (``read_lra_runs``): "" for today's defaults."""
-    return older_defaults(r["attention"], r["date"])
 
 
 def markdown(rows, title, chosen):
@@ -55,7 +50,8 @@ def markdown(rows, title, chosen):
     attention says so when a chosen run of it (``chosen``) was made under an older default."""
     lines = [f"| {title} | " + " | ".join(TITLES) + " | Avg |", "|---" * (len(TITLES) + 2) + "|"]
     for label, source, vals, avg in rows:
-        notes = "".join(f"; {note}" for note in sorted({run_note(r) for (a, _), r in chosen.items() if a == label} - {""}))
+        notes = "".join(f"; {note}" for note in sorted({r["older_defaults"] for (a, _), r in chosen.items()
+                                                        if a == label} - {""}))
         name = f"{label} (ours{notes})" if source == "ours" else f"{label} ({source})"
         cells = [fmt_cell(v) or "-" for v in vals] + [fmt_cell(avg) or "-"]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
@@ -79,7 +75,7 @@ def runs_markdown(runs, chosen):
         val = "-" if r["val_accuracy"] is None else f"{100 * r['val_accuracy']:.2f}"
         steps = "-" if r["steps_per_s"] is None else f"{r['steps_per_s']:.3f}"
         majority = "-" if r["majority"] is None else f"{100 * r['majority']:.2f}"
-        lines.append(f"| {os.path.dirname(r['file'])} | {r['task']} | {r['label']}{bracketed(run_note(r))} | {r['max_len'] or 'default'} | "
+        lines.append(f"| {os.path.dirname(r['file'])} | {r['task']} | {r['label']}{bracketed(r['older_defaults'])} | {r['max_len'] or 'default'} | "
                      f"{100 * r['test_accuracy']:.2f} | {majority} | {val} | {r['best_iter']} / {r['iters']} | "
                      f"{steps} | {r['cpu'] or 'not recorded'} | "
                      f"{'yes' if id(r) in used else 'no (another run of the cell saw more examples)'} |")

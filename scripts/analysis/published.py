@@ -571,8 +571,8 @@ def read_lra_runs(files, skipped=None):
     """One record per LRA classification run of ``files`` (``runs.find_runs``'s Runs, or anything
     ``runs.open_run`` takes): file (its final_metrics.json, in the run folder or the packed run), run (the
     run path), label, task, test/val accuracy, steps_per_s, iters, best_iter, majority, test_examples,
-    examples_seen, max_len, cpu (of the run's manifest.json, None without one), attention (the registered
-    name), date (``run_date``). Other runs are left out,
+    examples_seen, max_len, cpu (of the run's manifest.json, None without one), older_defaults (the
+    note of a run made under an older default of its method, else ""). Other runs are left out,
     and their final_metrics.json paths appended to ``skipped`` if given."""
     runs = []
     for run in map(open_run, files):
@@ -588,8 +588,8 @@ def read_lra_runs(files, skipped=None):
                      "steps_per_s": m.get("steps_per_s"), "iters": m.get("iters"), "best_iter": m.get("best_iter"),
                      "majority": m.get("test_majority"), "test_examples": m.get("test_examples"),
                      "examples_seen": (m.get("iters") or 0) * cfg.get("batch_size", 0),
-                     "max_len": cfg.get("max_len"), "cpu": run_cpu(run), "attention": cfg.get("attention"),
-                     "date": run_date(run)})
+                     "max_len": cfg.get("max_len"), "cpu": run_cpu(run),
+                     "older_defaults": older_defaults(cfg.get("attention"), run_date(run))})
     return runs
 
 
@@ -689,7 +689,7 @@ def render_lra_text(root, folder):
         run = chosen[(label, "text")]
         published = ", ".join(f"{fmt_cell(vals[1])} ({SHORT_SOURCES.get(src, src)})"
                               for a, src, vals, _ in PUBLISHED_ACCURACY if a == label and vals[1] is not None)
-        rows.append([display_name(label) + bracketed(older_defaults(run["attention"], run["date"])), fmt_cell(lra_cell(run)),
+        rows.append([display_name(label) + bracketed(run["older_defaults"]), fmt_cell(lra_cell(run)),
                      f"{run['steps_per_s']:.2f}",
                      short_cpu(run["cpu"]), published or "-"])
     return _markdown(["attention", "test acc % (ours, one seed)", "steps/s (ours)", "CPU",
@@ -1032,7 +1032,7 @@ def _lra_fields(root):
     at = [label for label in pathfinder if at_chance(chosen[(label, "pathfinder")])]
     pathfinder_text = (f"at chance for all {number_word(len(pathfinder))}" if len(at) == len(pathfinder) else
                        f"{join_words(names.get(label, label) for label in at)} at chance" if at else "above chance")
-    fastmax_notes = {older_defaults(text[label]["attention"], text[label]["date"]) for label in ("fastmax1", "fastmax2")}
+    fastmax_notes = {text[label]["older_defaults"] for label in ("fastmax1", "fastmax2")}
     return {"dense": pct("dense"), "f1": pct("fastmax1"), "f2": pct("fastmax2"), "softmax": pct("softmax"),
             "fastmax_note": "".join(map(bracketed, sorted(fastmax_notes))),  # both runs are fastmax's: one note
             "n_se": f"{(a['test_accuracy'] - b['test_accuracy']) / se:.0f}", "reviews": f"{int(a['test_examples']):,}",

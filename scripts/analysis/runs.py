@@ -271,6 +271,18 @@ def attention_label(cfg, params=()):
     return " ".join([label, *extra])
 
 
+def run_manifest(run):
+    """The manifest.json of a run (a Run or anything ``open_run`` takes) as a dict: {} when there is
+    no run or no manifest.
+
+    Raises:
+        RunFormatError: the manifest is not a JSON object."""
+    try:
+        return open_run(run).manifest or {}
+    except RunNotFound:
+        return {}
+
+
 def run_date(run):
     """When a run (a Run or anything ``open_run`` takes) started training: the ``date`` (ISO 8601
     str) of its manifest's ``train`` entry (written through provenance.py); None without a run, a
@@ -278,11 +290,7 @@ def run_date(run):
 
     Raises:
         RunFormatError: the manifest is not a JSON object."""
-    try:
-        manifest = open_run(run).manifest or {}
-    except RunNotFound:
-        return None
-    return (manifest.get("train") or {}).get("date")
+    return (run_manifest(run).get("train") or {}).get("date")
 
 
 def run_cpu(run):
@@ -295,10 +303,7 @@ def run_cpu(run):
 
     Raises:
         RunFormatError: the manifest is not a JSON object."""
-    try:
-        manifest = open_run(run).manifest or {}
-    except RunNotFound:
-        return None
+    manifest = run_manifest(run)
     cpus = [(manifest[key].get("machine") or {}).get("cpu") for key in sorted(manifest) if key.startswith("train")]
     return " + ".join(dict.fromkeys(cpu for cpu in cpus if cpu)) or None
 

@@ -24,6 +24,9 @@ Output is byte-stable: fixed row orders and fixed formats.
 - ``gpt_mini_table <folder>``: the WikiText-2 table of ``gpt_mini_table``.
 - ``lra_text <folder>``: our LRA Text runs under ``<folder>`` beside the published Text numbers.
 - ``bench_aims``: issue 27's performance aims (``BENCH`` and ``TREE_BENCH`` name the files).
+- ``fastmax_grid <grid.json> <memory.json> [retimed=<json>]``: docs/fastmax.md's benchmark tables
+  (seconds per causal call, the targets, the break-even T against SDPA) from the attention
+  benchmark's JSONs; ``retimed``: a later run of the target cells, shown beside them.
 - ``leaderboard FOLDER``: the scorecard's leaderboard from ``FOLDER/cards/*.json``
   (``scripts/scorecard/leaderboard.py``, which ``python -m scripts.scorecard`` also writes to
   ``FOLDER/leaderboard.md``).
@@ -895,6 +898,80 @@ def _fastmax_verdict(fwd, bwd, target):
             f"(median {statistics.median(fwd):.2f} / {statistics.median(bwd):.2f})")
 
 
+# ----------------------------------------------------------------------------- docs/fastmax.md's benchmark
+
+FASTMAX_METHODS = (("fastmax1_pytorch", "fastmax p = 1"), ("fastmax2_pytorch", "fastmax p = 2"), ("sdpa", "SDPA"))
+MODES = (("forward", "forward"), ("forward_backward", "forward + backward"))
+
+
+def _seconds(x):
+    return f"{x:.2g}" if x < 0.01 else f"{x:.3g}"
+
+
+def render_fastmax_grid(root, grid, memory, retimed=""):
+    """docs/fastmax.md's benchmark tables from the attention benchmark's JSONs ``grid`` (the T x D
+    grid of fastmax p = 1, p = 2 and SDPA, with its ``targets``) and ``memory`` (fastmax p = 2 beside
+    the authors' formulation at T = 4096): seconds per causal call at T = 1,024 and 16,384, the
+    issue's targets met or not (the speed targets beside their values in ``retimed``, a later run of
+    the target cells, when given), and the break-even T against SDPA. Raises SourceMissing when a
+    file or an entry is absent."""
+    data, mem = load_json(root, grid), load_json(root, memory)
+    again = load_json(root, retimed)["targets"] if retimed else None
+    seconds = {(r["method"], r["mode"], r["causal"], r["D"], r["T"]): r["seconds"] for r in data["rows"]}
+    rows = []
+    for D in sorted({r["D"] for r in data["rows"]}):
+        for mode, mode_name in MODES:
+            for T in (1024, 16384):
+                try:
+                    rows.append([D, mode_name, f"{T:,}", *(_seconds(seconds[m, mode, True, D, T]) for m, _ in FASTMAX_METHODS)])
+                except KeyError as e:
+                    raise SourceMissing(f"{grid} has no cell {e.args[0]}") from None
+    out = ["Seconds per call, causal (the GPT's case):", "",
+           _markdown(["D", "mode", "T", *(name for _, name in FASTMAX_METHODS)], rows).rstrip("\n")]
+
+    targets = data["targets"]
+    def speedup_row(key, label):
+        runs = [targets[key], *([again[key]] if again else [])]
+        met = all(t[m]["speedup"] >= t[m]["target"] for t in runs for m in ("forward", "forward_backward"))
+        def values(m):
+            return f"{runs[0][m]['speedup']:.1f}x" + (f" ({runs[1][m]['speedup']:.1f}x re-timed)" if again else "")
+        return [label, f"forward {values('forward')}, forward + backward {values('forward_backward')}",
+                ("met" + (" in both runs" if again else "")) if met else "not met"]
+    mem_rows = {r["method"]: r for r in mem["rows"]}
+    ours, theirs = mem_rows["fastmax2_pytorch"], mem_rows["authors2"]
+    ratio = theirs["peak_mb"] / ours["peak_mb"]
+    forward = [t for t in targets["linearity_16384_vs_16x1024"] if t["mode"] == "forward"]
+    backward = {p: [t["ratio"] for t in targets["linearity_16384_vs_16x1024"]
+                    if t["mode"] == "forward_backward" and t["method"] == f"fastmax{p}_pytorch"] for p in (1, 2)}
+    lo, hi = min(t["ratio"] for t in forward), max(t["ratio"] for t in forward)
+    target_rows = [
+        speedup_row("causal_p1_D64_T16384_speedup_vs_sdpa", "causal p = 1, D = 64, T = 16384: ≥ 10x faster than SDPA"),
+        speedup_row("causal_p2_D32_T16384_speedup_vs_sdpa", "causal p = 2, D = 32, T = 16384: faster than SDPA"),
+        ["p = 2 causal forward + backward, T = 4096, D = 32: ≥ 10x less peak memory than the authors' formulation",
+         f"{ours['peak_mb']:,.1f} MB vs {theirs['peak_mb']:,.0f} MB: {ratio:.0f}x less (theirs takes "
+         f"{theirs['seconds']:.0f} s, ours {ours['seconds']:.2f} s)", "met" if ratio >= 10 else "not met"],
+        [f"forward time linear in T: t(16384) ≤ 1.2 · 16 · t(1024)",
+         f"ratio t(16384) / (16 · t(1024)) between {lo:.2f} and {hi:.2f} for all {len(forward)} forward configurations",
+         "met" if all(t["ok"] for t in forward) else "not met"],
+        ["(no target) forward + backward, the same ratio",
+         f"p = 1: {min(backward[1]):.2f}-{max(backward[1]):.2f}; p = 2: {min(backward[2]):.2f}-{max(backward[2]):.2f}", "-"],
+    ]
+    out += ["", "The issue's targets, read from the same run (`targets` in the JSON)"
+            + (f", the speed targets also from the re-timed run `{retimed}`" if again else "")
+            + f", and for memory from `{memory}`:", "", _markdown(["target", "measured", ""], target_rows).rstrip("\n")]
+
+    even = {(t["method"], t["mode"], t["causal"], t["D"]): t["T"] for t in targets["break_even_T_vs_sdpa"]}
+    def shown_T(T):
+        return T if isinstance(T, str) else ("not within the grid" if T is None else f"{T:,}")
+    even_rows = [[D, "yes" if causal else "no", mode_name,
+                  *(shown_T(even[f"fastmax{p}_pytorch", mode, causal, D]) for p in (1, 2))]
+                 for D in sorted({k[3] for k in even}) for causal in (False, True) for mode, mode_name in MODES]
+    out += ["", "Break-even T against SDPA (the T from which fastmax is faster at every larger measured T, "
+            "interpolated on the log-log grid; \"below grid\" = faster already at the smallest T):", "",
+            _markdown(["D", "causal", "mode", "p = 1", "p = 2"], even_rows)]
+    return "\n".join(out)
+
+
 # ----------------------------------------------------------------------------- README.md's Results table
 
 
@@ -1244,6 +1321,7 @@ RENDERERS = {
     "gpt_mini_table": render_gpt_mini_table,
     "lra_text": render_lra_text,
     "bench_aims": render_bench_aims,
+    "fastmax_grid": render_fastmax_grid,
     "readme_results": render_readme_results,
 }
 

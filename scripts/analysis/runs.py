@@ -345,8 +345,9 @@ def write_packed(path, name, files):
 RUN_FILES = ("manifest.json", "final_metrics.json", "log.jsonl", "train.log", "eval_test.json", "eval.log")
 
 
-def archive_run(run_dir, dest):
-    """Pack the ``RUN_FILES`` that the train.py run folder ``run_dir`` has (never checkpoints) into
+def archive_run(run_dir, dest, extra=()):
+    """Pack the ``RUN_FILES`` that the train.py run folder ``run_dir`` has (never checkpoints), and
+    the files of it named in ``extra`` (e.g. eval_ppl.py's JSON results), into
     ``dest/<run name>.tar.xz`` (``write_packed``; an existing one is replaced).
 
     Returns:
@@ -362,7 +363,7 @@ def archive_run(run_dir, dest):
     if os.path.isdir(os.path.join(dest, name)):
         raise FileExistsError(f"{os.path.join(dest, name)}/ is a run folder already; pack it "
                               f"(python -m scripts.analysis.runs pack {os.path.join(dest, name)}) or remove it")
-    files = [f for f in RUN_FILES if os.path.isfile(os.path.join(run_dir, f))]
+    files = [f for f in (*RUN_FILES, *sorted(set(extra) - set(RUN_FILES))) if os.path.isfile(os.path.join(run_dir, f))]
     contents = {}
     for f in files:
         with open(os.path.join(run_dir, f), "rb") as fh:

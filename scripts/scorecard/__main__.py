@@ -51,16 +51,32 @@ from scripts.scorecard.leaderboard import write_leaderboard
 # a cell's time before one of its testbed and tier has been measured here
 DEFAULT_SECONDS = {"quick": {"recall": 120.0, "wikitext2": 300.0, "lra": 400.0, "swap": 600.0, "speed": 15.0},
                    "full": {"recall": 300.0, "wikitext2": 1800.0, "lra": 3000.0, "swap": 300.0, "speed": 30.0}}
+SWAP_BASE_LABEL = "_swap_base"  # runs/<it>/: the softmax models of the swap testbed, shared by every attention
 VERSIONS = {"recall": tb.RECALL_VERSION, "wikitext2": tb.WIKITEXT2_VERSION, "lra": tb.LRA_VERSION}
 ARCHIVES = {"recall": tb.RECALL_ARCHIVES, "wikitext2": tb.WIKITEXT2_ARCHIVES, "lra": tb.LRA_ARCHIVES}
 TASK = {"recall": "recall", "wikitext2": "lm", "lra": "classify"}
 CONFIGS = {"recall": tb.RECALL_CONFIG, "wikitext2": tb.WIKITEXT2_CONFIG, "lra": tb.LRA_CONFIG}
 
 
-def shown(path):
-    """``path`` relative to the repository when it is inside it, else absolute."""
+def shown(path, root=tb.ROOT):
+    """``path`` relative to the work tree ``root`` when it is inside it, else absolute."""
     full = os.path.abspath(path)
-    return os.path.relpath(full, tb.ROOT) if full.startswith(tb.ROOT + os.sep) else full
+    return os.path.relpath(full, root) if full.startswith(root + os.sep) else full
+
+
+def work_tree_of(folder):
+    """The git work tree (the nearest folder with a ``.git``) that holds ``folder``, else this
+    repository's root: the results' sources are written relative to it, so that a card made by a
+    checkout elsewhere (a clean worktree, say) writing into a repository's ``results/`` names its
+    runs as that repository's paths (``results/...``), never as paths of one machine."""
+    folder = os.path.abspath(folder)
+    while True:
+        if os.path.exists(os.path.join(folder, ".git")):
+            return folder
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return tb.ROOT
+        folder = parent
 
 
 def label_file(label):
@@ -112,8 +128,9 @@ def same(a, b):
     return json.dumps(a, sort_keys=True, default=repr) == json.dumps(b, sort_keys=True, default=repr)
 
 
-def archived_index(folders, testbed="recall"):
-    """Protocol key -> (run path, Run) of every run of ``testbed``'s task under ``folders`` whose
+def archived_index(folders, testbed="recall", root=tb.ROOT):
+    """Protocol key -> (run path relative to ``root``, Run) of every run of ``testbed``'s task under
+    ``folders`` (relative to the work tree ``root``) whose
     final_metrics.json holds its configuration (``scripts.analysis.runs``); a wikitext2 run needs
     its eval_test.json too. Left out: runs made before a change of their attention's defaults
     (``Attention.made_before_defaults``) and runs whose data summary (final_metrics.json ``data``)
@@ -123,7 +140,7 @@ def archived_index(folders, testbed="recall"):
 
     index = {}
     for folder in folders:
-        full = os.path.join(tb.ROOT, folder)
+        full = os.path.join(root, folder)
         if not os.path.isdir(full):
             continue
         for run in find_runs([full]):
@@ -146,7 +163,7 @@ def archived_index(folders, testbed="recall"):
                 evaluation = run.read_json("eval_test.json")
                 if [f"--split={evaluation['split']}", f"--protocol={evaluation['protocol']}"] != list(tb.WIKITEXT2_EVAL):
                     continue
-            index.setdefault(key, (shown(run.source), run))
+            index.setdefault(key, (shown(run.source, root), run))
     return index
 
 
@@ -182,16 +199,25 @@ class Scorecard:
         self._archive, self._own, self._configs = {}, {}, {}
         self.t0, self.done, self.planned, self.remaining = time.time(), 0, 0, {}
         self.not_run = []  # under --reuse_only: "testbed: cell" that would have needed a run
+        self.root = work_tree_of(args.results)  # sources are relative to it (``work_tree_of``)
         self.commit = provenance.git_commit()  # the code that makes the card, not code edited while it runs
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def estimate(self, testbed, kind=()):
         """Seconds of one cell of ``testbed`` of the kind ``kind`` (protocol items as sorted pairs,
         ``kinds``): the median of this attention's measured cells of that kind (the same attention
-        and resolved parameters, ``own``), else of every attention's, else ``DEFAULT_SECONDS``."""
+        and resolved parameters, ``own``), else of every attention's, else ``DEFAULT_SECONDS``; a swap
+        cell whose softmax model is not trained yet adds the time of training it."""
         where = dict(kind)
-        return (self.store.seconds(testbed, {**where, **self.own(testbed)}) or self.store.seconds(testbed, where)
-                or DEFAULT_SECONDS[self.args.tier][testbed])
+        seconds = (self.store.seconds(testbed, {**where, **self.own(testbed)}) or self.store.seconds(testbed, where)
+                   or DEFAULT_SECONDS[self.args.tier][testbed])
+        if testbed == "swap" and not os.path.exists(os.path.join(self.swap_base()[3], "ckpt.pt")):
+            # its softmax model is still to train: the measured time of training one, else a
+            # WikiText-2 cell's default (the full tier's model is the WikiText-2 testbed's config)
+            trained = [r["base_train_s"] for r in self.store.rows.values()
+                       if r.get("base_train_s") and r.get("tier", "full") == self.args.tier]
+            seconds += statistics.median(trained) if trained else DEFAULT_SECONDS[self.args.tier]["wikitext2"]
+        return seconds
 
     def own(self, testbed):
         """The protocol items that make a cell of ``testbed`` this attention's: its name and the
@@ -245,7 +271,7 @@ class Scorecard:
 
     def archive(self, testbed):
         if testbed not in self._archive:
-            self._archive[testbed] = archived_index(ARCHIVES[testbed], testbed)
+            self._archive[testbed] = archived_index(ARCHIVES[testbed], testbed, self.root)
         return self._archive[testbed]
 
     def new_run(self, testbed, name):
@@ -259,12 +285,14 @@ class Scorecard:
         names is gone), an archived run's with the same protocol, or a new run (train.py, then for
         wikitext2 eval_ppl.py) in ``<out_root>/<label>/<name>_<key>``, packed as soon as it ends
         (``packed``); added to the card with ``card_fields``."""
+        from scripts.analysis.runs import run_cpu
+
         argv = [*argv, *self.args.train_args]
         cfg = tb.resolved_config(argv, self.args.imports)
         eval_argv = evaluation_args(testbed, self.args.tier, self.args.eval_args)
         key, fields = tb.protocol(cfg, testbed, VERSIONS[testbed], eval_argv)
         row = self.store.rows.get(key)
-        if row is not None and not os.path.exists(os.path.join(tb.ROOT, row["source"])):
+        if row is not None and not os.path.exists(os.path.join(self.root, row["source"])):
             print(f"[!] {testbed} {name}: its result names {row['source']}, which is gone; the cell runs again",
                   flush=True)
             row = None
@@ -295,7 +323,7 @@ class Scorecard:
             if testbed == "wikitext2":
                 with open(os.path.join(out_dir, "eval_test.json")) as f:
                     evaluation = json.load(f)
-            row = self.result_row(testbed, key, fields, metrics, evaluation, source=shown(out_dir),
+            row = self.result_row(testbed, key, fields, metrics, evaluation, source=shown(out_dir, self.root),
                                   wall_s=None if started else time.time() - start)  # a part: no estimate
         packed = self.packed(row)
         if packed is not row or self.store.rows.get(key) is not row:  # a new run, or a row naming a run folder
@@ -304,7 +332,8 @@ class Scorecard:
         shown_fields = {"recall": ("test_accuracy", "val_accuracy"), "lra": ("test_accuracy", "steps_per_s"),
                         "wikitext2": ("test_ppl", "tokens_per_s", "train_time_s")}[testbed]
         self.card["cells"].append({"role": role, "name": name, "key": key, **card_fields,
-                                   **{k: row[k] for k in shown_fields}, "source": row["source"]})
+                                   **{k: row[k] for k in shown_fields}, "source": row["source"],
+                                   "cpu": run_cpu(os.path.join(self.root, row["source"]))})  # None: no run
         self.progress(f"{testbed} {name}", row)
         return row
 
@@ -373,19 +402,27 @@ class Scorecard:
                 if status != 0:
                     raise RuntimeError(f"{what} failed (status {status}); its log: {os.path.join(out_dir, 'scorecard.log')}")
 
-    def swap(self):
-        """Test perplexity of the attention swapped into a softmax model trained once per protocol
-        (``<out_root>/_swap_base/<key>``; its softmax perplexity is the baseline)."""
+    def swap_base(self):
+        """(train.py arguments, protocol key, protocol fields, folder) of the softmax model that the
+        swap testbed trains once per protocol (``<out_root>/_swap_base/<key>``)."""
         argv = [*tb.SWAP_BASE[self.args.tier], "--attention=softmax", *self.args.train_args]
         base_key, base_fields = tb.protocol(tb.resolved_config(argv, self.args.imports), "swap", tb.SWAP_VERSION,
                                             tb.WIKITEXT2_EVAL)
-        base = os.path.join(self.args.out_root, "_swap_base", base_key)
-        start = time.time()
+        return argv, base_key, base_fields, os.path.join(self.args.out_root, SWAP_BASE_LABEL, base_key)
+
+    def swap(self):
+        """Test perplexity of the attention swapped into a softmax model trained once per protocol
+        (``swap_base``; its softmax perplexity is the baseline)."""
+        argv, base_key, base_fields, base = self.swap_base()
+        base_train_s = None
         if not os.path.exists(os.path.join(base, "ckpt.pt")):
             self.new_run("swap", "the softmax model")
             os.makedirs(base, exist_ok=True)
+            start = time.time()
             self.run_logged([[sys.executable, "train.py", *argv, f"--out_dir={base}",
                               f"--num_threads={self.args.threads}"]], base, "the softmax model of the swap testbed")
+            base_train_s = time.time() - start
+        start = time.time()
         results = {}
         for label, attention_args in (("softmax", ["--attention=softmax"]), ("swapped", tb.eval_attention_args(self.spec))):
             key = tb.digest({"base": base_key, "attention": attention_args, "evaluation": self.args.eval_args,
@@ -402,11 +439,18 @@ class Scorecard:
                     value = json.load(f)["value"]
                 row = {"key": key, "testbed": "swap", "protocol": {"base": base_fields, "attention": attention_args,
                                                                    "evaluation": self.args.eval_args},
-                       "source": shown(base), "wall_s": time.time() - start, "test_ppl": value,
+                       "source": shown(base, self.root), "wall_s": time.time() - start, "test_ppl": value,
                        "summary": f"test perplexity {value:.2f} ({label})"}
+                if base_train_s is not None:  # training the softmax model: not part of a cell's time
+                    row["base_train_s"], base_train_s = base_train_s, None
                 self.store.add(row)
                 start = time.time()
             results[label] = row
+        for label, row in results.items():  # the softmax model's run and every evaluation of it, packed
+            packed = self.packed(row, label=SWAP_BASE_LABEL)
+            if packed is not row:
+                self.store.add(packed)
+                results[label] = packed
         ratio = results["swapped"]["test_ppl"] / results["softmax"]["test_ppl"]
         self.card["cells"].append({"role": "swap", "name": f"swap_{self.args.tier}", "key": results["swapped"]["key"],
                                    "test_ppl": results["swapped"]["test_ppl"],
@@ -482,19 +526,21 @@ class Scorecard:
             self.store.add(row)
         return row
 
-    def packed(self, row):
+    def packed(self, row, label=None):
         """``row`` with its source packed: a train.py run folder (in ``out_root``) becomes
-        ``<results>/runs/<label>/<name>.tar.xz`` (``runs.archive_run``: manifest, metrics, logs, no
-        checkpoints) as soon as its cell ends, so that a result in the store never names a folder that
-        a lost ``out_root`` takes with it. Other rows are returned as they are."""
+        ``<results>/runs/<label>/<name>.tar.xz`` (``runs.archive_run``: manifest, metrics, logs and
+        the folder's eval_*.json, no checkpoints; ``label``: this attention's by default) as soon as
+        its cell ends, so that a result in the store never names a folder that a lost ``out_root``
+        takes with it. Other rows are returned as they are."""
         from scripts.analysis.runs import RUN_SUFFIX, archive_run
 
-        folder = os.path.join(tb.ROOT, row["source"])  # an absolute source stays as it is
+        folder = os.path.join(self.root, row["source"])  # an absolute source stays as it is
         if not os.path.isfile(os.path.join(folder, "manifest.json")):
             return row
-        dest = os.path.join(self.args.results, "runs", label_file(self.spec.label))
-        name, _ = archive_run(folder, dest)
-        return {**row, "source": shown(os.path.join(dest, name + RUN_SUFFIX))}
+        dest = os.path.join(self.args.results, "runs", label_file(label or self.spec.label))
+        evaluations = [f for f in os.listdir(folder) if f.startswith("eval_") and f.endswith(".json")]
+        name, _ = archive_run(folder, dest, extra=evaluations)
+        return {**row, "source": shown(os.path.join(dest, name + RUN_SUFFIX), self.root)}
 
     # -- the whole card --------------------------------------------------------------------------
     def plan(self):

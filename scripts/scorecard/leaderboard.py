@@ -47,10 +47,12 @@ def leaderboard_rows(cards):
             row[column] = mean_sd([c["test_accuracy"] for c in cells])
         lra = [c for c in card["cells"] if c["role"] == "lra"]
         row["lra"] = (lra[0]["test_accuracy"], lra[0]["steps_per_s"]) if lra else None
+        row["lra_cpu"] = lra[0].get("cpu") if lra else None
         swap = [c for c in card["cells"] if c["role"] == "swap"]
         row["swap"] = (swap[0]["test_ppl"], swap[0]["softmax_test_ppl"]) if swap else None
         wikitext2 = [c for c in card["cells"] if c["role"] == "wikitext2"]
         row["wikitext2"] = (wikitext2[0]["test_ppl"], wikitext2[0]["tokens_per_s"]) if wikitext2 else None
+        row["wikitext2_cpu"] = wikitext2[0].get("cpu") if wikitext2 else None
         speed = [c for c in card["cells"] if c["role"] == "speed"]
         causal, mode = leaderboard_call({c["causal"] for c in speed}, {c["mode"] for c in speed})
         row["speed"] = {c["T"]: c["ratio"] for c in speed if c["mode"] == mode and c["causal"] == causal}
@@ -72,6 +74,23 @@ def format_cell(stat, softmax=None, missing="not run"):
         if abs(mean - softmax[0]) < 2 * pooled:
             text += ", not separable from softmax"
     return text
+
+
+def csv_text(text):
+    """A CSV field: None as empty, commas and quotes escaped."""
+    if text is None:
+        return None
+    return '"' + text.replace('"', '""') + '"' if any(c in text for c in ',"\n') else text
+
+
+def throughput(value, fmt, cpu, softmax_cpu):
+    """A training cell's speed (tokens/s, steps/s) in brackets, with the CPU its run trained on when
+    that is not the CPU of softmax's run of the same column (speeds on different CPUs do not compare:
+    a 2-core Intel Xeon trained the mini GPT 2.5x faster than a 2-core AMD EPYC)."""
+    from scripts.analysis.published import short_cpu
+
+    on = f" on {short_cpu(cpu)}" if cpu != softmax_cpu else ""
+    return f"({value:{fmt}}{on})"
 
 
 def read_cards(results):
@@ -114,12 +133,14 @@ def tables(cards):
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     csv_lines = [",".join(["attention", "tier", "recall_256_16_mean", "recall_256_16_sd", "recall_256_16_n",
                            "recall_64_4_mean", "recall_64_4_sd", "recall_64_4_n", "wikitext2_test_ppl",
-                           "wikitext2_tokens_per_s", "lra_text_test_accuracy", "lra_text_steps_per_s", "swap_test_ppl", "swap_softmax_test_ppl",
+                           "wikitext2_tokens_per_s", "wikitext2_cpu", "lra_text_test_accuracy", "lra_text_steps_per_s", "lra_text_cpu",
+                           "swap_test_ppl", "swap_softmax_test_ppl",
                            *(f"speed_ratio_T{T}" for T in Ts), *(f"memory_ratio_T{T}" for T in Ts)])]
     not_run = []
     for r in sorted(rows, key=lambda r: (r["tier"], r["attention"] != "softmax", r["attention"])):
         base = softmax.get(r["tier"])
         missing = NOT_RUN[r["tier"]]
+        cpus = {column: base.get(column + "_cpu") if base else None for column in ("wikitext2", "lra")}
         cells = []
         for column in ("recall_256_16", "recall_64_4"):
             if "recall" in r["not_applicable"]:
@@ -131,11 +152,13 @@ def tables(cards):
         if "wikitext2" in r["not_applicable"]:
             cells.append(f"does not apply ({r['not_applicable']['wikitext2']})")
         else:
-            cells.append(f"{r['wikitext2'][0]:.2f} ({r['wikitext2'][1]:,.0f}), one seed" if r["wikitext2"] else missing)
+            cells.append(f"{r['wikitext2'][0]:.2f} {throughput(r['wikitext2'][1], ',.0f', r['wikitext2_cpu'], cpus['wikitext2'])}"
+                         ", one seed" if r["wikitext2"] else missing)
         if "lra" in r["not_applicable"]:
             cells.append(f"does not apply ({r['not_applicable']['lra']})")
         else:
-            cells.append(f"{100 * r['lra'][0]:.2f}% ({r['lra'][1]:.2f}), one seed" if r["lra"] else missing)
+            cells.append(f"{100 * r['lra'][0]:.2f}% {throughput(r['lra'][1], '.2f', r['lra_cpu'], cpus['lra'])}"
+                         ", one seed" if r["lra"] else missing)
         if "swap" in r["not_applicable"]:
             cells.append(f"does not apply ({r['not_applicable']['swap']})")
         else:
@@ -152,7 +175,8 @@ def tables(cards):
         tier = r["tier"] + (" (a first look)" if r["tier"] == "quick" else "")
         lines.append("| " + " | ".join([r["attention"], tier, *cells, *speed]) + " |")
         csv_lines.append(",".join(str(x) for x in [r["attention"], r["tier"], *r["recall_256_16"], *r["recall_64_4"],
-                                                   *(r["wikitext2"] or (None, None)), *(r["lra"] or (None, None)),
+                                                   *(r["wikitext2"] or (None, None)), csv_text(r["wikitext2_cpu"]),
+                                                   *(r["lra"] or (None, None)), csv_text(r["lra_cpu"]),
                                                    *(r["swap"] or (None, None)),
                                                    *(r.get("speed", {}).get(T) for T in Ts),
                                                    *(r.get("memory", {}).get(T) for T in Ts)]).replace("None", ""))
@@ -160,7 +184,15 @@ def tables(cards):
         lines += ["", "Not run (budget): the full tier's cells still to run, by attention "
                   "(`python -m scripts.scorecard <attention> --tier full` runs them):", "",
                   *(f"- {entry}" for entry in not_run)]
-    lines += ["", *published_rows(cards)]
+    from scripts.analysis.published import short_cpu
+
+    full = softmax.get("full") or {}
+    on = "; ".join(f"softmax's {name} run on {short_cpu(full[column + '_cpu'])}"
+                   for column, name in (("wikitext2", "WikiText-2"), ("lra", "LRA Text")) if full.get(column + "_cpu"))
+    lines += ["", f"Speeds in brackets are the training runs' own (2 CPU cores{'; ' + on if on else ''}); a run on "
+              "another CPU than softmax's run of the same column names its CPU, and its speed does not compare with "
+              "softmax's (the time / SDPA columns do: both calls measured in one process).", ""]
+    lines += [*published_rows(cards)]
     return "\n".join(lines) + "\n", "\n".join(csv_lines) + "\n"
 
 

@@ -300,3 +300,39 @@ def test_number_formats():
     assert published.display_name("longformer", {"window": 32, "num_global": 1}) == \
         "Longformer (window 32 + first token)"
     assert published.mean_sd([0.9, 0.8], ".1f", scale=100) == "85.0 ± 7.1"
+
+
+def test_fastmax_grid_reads_the_benchmark_and_says_a_missed_target(tmp_path):
+    """docs/fastmax.md's benchmark tables come from the benchmark's JSONs: a speed-up under its
+    target in either run reads "not met"; a cell the grid lacks is one SourceMissing."""
+    def speedups(p1, p2):
+        return {"causal_p1_D64_T16384_speedup_vs_sdpa": {m: {"speedup": p1, "target": 10.0} for m in ("forward", "forward_backward")},
+                "causal_p2_D32_T16384_speedup_vs_sdpa": {m: {"speedup": p2, "target": 1.0} for m in ("forward", "forward_backward")}}
+    rows = [{"method": m, "mode": mode, "causal": True, "D": D, "T": T, "seconds": 0.5}
+            for m in ("fastmax1_pytorch", "fastmax2_pytorch", "sdpa") for mode in ("forward", "forward_backward")
+            for D in (32, 64) for T in (1024, 16384)]
+    linearity = [{"method": f"fastmax{p}_pytorch", "mode": mode, "causal": True, "D": 32, "ratio": r, "ok": r <= 1.2}
+                 for p, mode, r in ((1, "forward", 0.5), (2, "forward", 0.9), (1, "forward_backward", 1.5),
+                                    (2, "forward_backward", 0.7))]
+    even = [{"method": f"fastmax{p}_pytorch", "mode": mode, "causal": c, "D": 32, "T": T}
+            for p, T in ((1, "below grid"), (2, 2048)) for mode in ("forward", "forward_backward") for c in (False, True)]
+    grid = {"rows": rows, "targets": {**speedups(26.0, 2.5), "linearity_16384_vs_16x1024": linearity,
+                                      "break_even_T_vs_sdpa": even}}
+    memory = {"rows": [{"method": "fastmax2_pytorch", "seconds": 0.5, "peak_mb": 65.0},
+                       {"method": "authors2", "seconds": 60.0, "peak_mb": 16900.0}]}
+    (tmp_path / "grid.json").write_text(json.dumps(grid))
+    (tmp_path / "mem.json").write_text(json.dumps(memory))
+    (tmp_path / "again.json").write_text(json.dumps({"targets": speedups(18.0, 0.9)}))
+    text = published.render("fastmax_grid grid.json mem.json", str(tmp_path))
+    assert "| 32 | forward | 16,384 | 0.5 | 0.5 | 0.5 |" in text
+    assert "| causal p = 1, D = 64, T = 16384: ≥ 10x faster than SDPA | forward 26.0x, forward + backward 26.0x | met |" in text
+    assert "65.0 MB vs 16,900 MB: 260x less (theirs takes 60 s, ours 0.50 s) | met |" in text
+    assert "between 0.50 and 0.90 for all 2 forward configurations | met |" in text
+    assert "| 32 | yes | forward | below grid | 2,048 |" in text
+    again = published.render("fastmax_grid grid.json mem.json retimed=again.json", str(tmp_path))
+    assert "forward 2.5x (0.9x re-timed), forward + backward 2.5x (0.9x re-timed) | not met |" in again
+    assert "forward 26.0x (18.0x re-timed), forward + backward 26.0x (18.0x re-timed) | met in both runs |" in again
+    grid["rows"] = rows[1:]
+    (tmp_path / "grid.json").write_text(json.dumps(grid))
+    with pytest.raises(SourceMissing, match="grid.json has no cell"):
+        published.render("fastmax_grid grid.json mem.json", str(tmp_path))

@@ -9,8 +9,10 @@ import subprocess
 import sys
 
 from scripts.scorecard import testbeds as tb
-from scripts.scorecard.__main__ import DEFAULT_SECONDS, Store, archived_index, cell_commands, evaluation_args
-from scripts.scorecard.leaderboard import format_cell
+from scripts.analysis.runs import open_run
+from scripts.scorecard.__main__ import (DEFAULT_SECONDS, Scorecard, Store, archived_index, cell_commands, evaluation_args,
+                                        shown, work_tree_of)
+from scripts.scorecard.leaderboard import format_cell, tables
 
 ROOT = tb.ROOT
 TINY = "--max_iters=3 --eval_interval=3 --eval_iters=1 --batch_size=1"
@@ -84,6 +86,15 @@ def test_an_inference_only_method_is_swapped_into_a_trained_softmax_model(tmp_pa
     assert set(card["not_applicable"]) == {"recall", "wikitext2", "lra"}
     (swap,) = [c for c in card["cells"] if c["role"] == "swap"]
     assert swap["test_ppl"] > 1 and swap["softmax_test_ppl"] > 1 and swap["ratio"] == swap["test_ppl"] / swap["softmax_test_ppl"]
+    # the softmax model's run and both evaluations of it, packed where every attention's swap cell finds them
+    assert swap["source"] == str(tmp_path / "results" / "runs" / "_swap_base" / os.path.basename(swap["source"]))
+    packed = open_run(swap["source"])
+    assert packed.has("manifest.json") and packed.has("log.jsonl")
+    assert sum(packed.has(f"eval_{row['key']}.json") for row in map(json.loads, (
+        tmp_path / "results" / "cells.jsonl").read_text().splitlines()) if row["testbed"] == "swap") >= 2
+    rows = Store(str(tmp_path / "results" / "cells.jsonl")).rows.values()  # each key's last row
+    trained = [r["base_train_s"] for r in rows if r.get("base_train_s")]
+    assert len(trained) == 1 and trained[0] > 0  # training the model is recorded once, apart from a cell's time
     speed = [c for c in card["cells"] if c["role"] == "speed"]
     assert {c["mode"] for c in speed} == {"forward"}  # it does not train
     board = (tmp_path / "results" / "leaderboard.md").read_text()
@@ -270,3 +281,57 @@ def test_a_stopped_training_cell_continues_from_its_checkpoint(tmp_path):
     assert started and commands[0][-2:] == [f"--out_dir={folder}", "--init_from=resume"]
     (folder / "final_metrics.json").write_text("{}")
     assert cell_commands(str(folder), args) == ([], True)
+
+
+def test_sources_are_paths_of_the_repository_that_holds_the_results(tmp_path):
+    """A card made by a checkout elsewhere (a clean worktree) writing into a repository's results/
+    names its runs as that repository's paths, never as one machine's absolute paths; results
+    outside any work tree fall back to this repository's root (absolute paths outside it)."""
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    results = repo / "results" / "scorecard"
+    results.mkdir(parents=True)
+    assert work_tree_of(str(results)) == str(repo)
+    run = results / "runs" / "softmax" / "recall_x.tar.xz"
+    assert shown(str(run), str(repo)) == "results/scorecard/runs/softmax/recall_x.tar.xz"
+    assert work_tree_of(str(tmp_path / "elsewhere")) == ROOT
+    assert shown(str(tmp_path / "x"), ROOT) == str(tmp_path / "x")
+    # the committed results: every cell's result (the last row of its key) and every card name files
+    # of this repository (a row naming a run folder was superseded by the row naming its packed run)
+    sources = [row["source"] for row in Store(os.path.join(ROOT, "results", "scorecard", "cells.jsonl")).rows.values()]
+    cards = os.path.join(ROOT, "results", "scorecard", "cards")
+    for name in os.listdir(cards):
+        if name.endswith("_full.json"):
+            with open(os.path.join(cards, name)) as f:
+                sources += [cell["source"] for cell in json.load(f)["cells"]]
+    wrong = [s for s in sources if s != "measured" and (os.path.isabs(s) or not os.path.exists(os.path.join(ROOT, s)))]
+    assert len(sources) > 100 and not wrong, wrong[:3]
+
+
+def test_a_training_speed_names_its_cpu_when_softmaxs_ran_on_another():
+    """Tokens/s and steps/s come from each run's own training, and archived runs trained on
+    different machines: a speed from another CPU than softmax's run of the column says so."""
+    def card(label, cpu, tokens_per_s):
+        return {"label": label, "attention": label, "tier": "full", "not_applicable": {"swap": "it trains"},
+                "cells": [{"role": "wikitext2", "test_ppl": 126.0, "tokens_per_s": tokens_per_s, "cpu": cpu}]}
+    md, csv = tables([card("softmax", "Intel(R) Xeon(R) Processor", 2272.0), card("linear", "Intel(R) Xeon(R) Processor", 2155.0),
+                      card("bigbird", "AMD EPYC", 820.0)])
+    assert "| 126.00 (2,155), one seed |" in md.split("| linear | full |")[1].split("\n")[0]
+    assert "| 126.00 (820 on AMD EPYC), one seed |" in md.split("| bigbird | full |")[1].split("\n")[0]
+    assert "softmax's WikiText-2 run on Intel Xeon" in md
+    header, *rows = csv.splitlines()
+    bigbird = dict(zip(header.split(","), next(r for r in rows if r.startswith("bigbird,")).split(",")))
+    assert bigbird["wikitext2_cpu"] == "AMD EPYC" and float(bigbird["wikitext2_tokens_per_s"]) == 820.0
+
+
+def test_a_swap_cells_estimate_adds_training_its_softmax_model_until_it_is_trained(tmp_path):
+    store = Store(str(tmp_path / "results" / "cells.jsonl"), "full")
+    store.add({"key": "e", "testbed": "swap", "protocol": {}, "wall_s": 100.0, "base_train_s": 1200.0})
+    args = type("Args", (), {"results": str(tmp_path / "results"), "tier": "full", "out_root": str(tmp_path / "out"),
+                             "train_args": [], "imports": [], "eval_args": []})()
+    card = Scorecard(tb.Spec("tree"), args)
+    assert card.estimate("swap") == 100.0 + 1200.0
+    base = card.swap_base()[3]
+    os.makedirs(base)
+    open(os.path.join(base, "ckpt.pt"), "wb").close()
+    assert card.estimate("swap") == 100.0

@@ -23,6 +23,10 @@ Output is byte-stable: fixed row orders and fixed formats.
   configurations describe the attentions' settings (BigBird's blocks, Longformer's window).
 - ``gpt_mini_table <folder>``: the WikiText-2 table of ``gpt_mini_table``.
 - ``lra_text <folder>``: our LRA Text runs under ``<folder>`` beside the published Text numbers.
+- ``lra_tasks <pattern>``: our reduced LRA runs matching ``<pattern>``, a row per task (accuracy,
+  steps/s and the majority rate; docs/lra.md's results table).
+- ``lra_text_budgets <pattern> <pattern> [attentions=a,b]``: each attention's Text accuracy in the
+  runs of the first pattern beside the second's, with the step of the weights kept.
 - ``bench_aims``: issue 27's performance aims (``BENCH`` and ``TREE_BENCH`` name the files).
 - ``fastmax_grid <grid.json> <memory.json> [retimed=<json>]``: docs/fastmax.md's benchmark tables
   (seconds per causal call, the targets, the break-even T against SDPA) from the attention
@@ -699,6 +703,66 @@ def render_lra_text(root, folder):
                       "published Text accuracy %"], rows)
 
 
+def render_lra_tasks(root, pattern):
+    """docs/lra.md's table of our reduced LRA runs matching the glob ``pattern`` (``lra_chosen``):
+    one row per task (its test examples and steps x batch), the majority-class rate of the test
+    split, then per attention (``ORDER``) the test accuracy % with the training steps per second;
+    "fail" marks a run at chance (``at_chance``), a run made under an older default of its method
+    is footnoted (``older_defaults``), a cell without a run reads "not run". Raises SourceMissing
+    when ``pattern`` holds no LRA run."""
+    chosen = lra_chosen(root, pattern)
+    labels = [a for a in ORDER if any(label == a for label, _ in chosen)] + sorted(
+        {a for a, _ in chosen if a not in ORDER})
+    notes = {}  # older-defaults note -> its number of stars
+    def cell(run):
+        if run is None:
+            return "not run"
+        mark = "*" * notes.setdefault(run["older_defaults"], len(notes) + 1) if run["older_defaults"] else ""
+        accuracy = 100 * run["test_accuracy"]
+        text = f"fail ({accuracy:.1f})" if at_chance(run) else f"{accuracy:.1f}"
+        return f"{text}{mark} ({run['steps_per_s']:.1f} steps/s)"
+    rows = []
+    for task, title in zip(TASKS, TITLES):
+        runs = [chosen.get((label, task)) for label in labels]
+        present = [r for r in runs if r is not None]
+        if not present:
+            continue
+        shape = {(int(r["test_examples"]), r["iters"], r["examples_seen"] // max(r["iters"] or 1, 1)) for r in present}
+        examples, iters, batch = sorted(shape)[0]
+        what = f"{title} ({examples:,} test examples; {iters:,} steps x {batch})" if len(shape) == 1 else \
+            f"{title} (runs of different sizes: " + "; ".join(f"{e:,} test, {i:,} x {b}" for e, i, b in sorted(shape)) + ")"
+        majority = {r["majority"] for r in present if r["majority"] is not None}
+        rows.append([what, "/".join(f"{100 * m:.1f}" for m in sorted(majority)) or "-", *map(cell, runs)])
+    out = _markdown(["task", "majority %", *(display_name(label) for label in labels)], rows)
+    cpus = sorted({short_cpu(r["cpu"]) for r in chosen.values()})
+    lines = [f"{'*' * n} {note}." for note, n in notes.items()]
+    lines.append(f"Every run on a 2-core {cpus[0]}." if len(cpus) == 1 else
+                 "Runs on different CPUs (steps/s do not compare across them): " + ", ".join(cpus) + ".")
+    return out + "\n" + "\n".join(lines) + "\n"
+
+
+def render_lra_text_budgets(root, short, long, attentions=""):
+    """docs/lra.md's Text table at two budgets: the test accuracy % of each attention's Text run
+    matching the glob ``short`` beside its run matching ``long`` with the step of the weights kept
+    (``best_iter``); ``attentions``: a comma list of labels (default: those of both). A run made
+    under an older default of its method is footnoted. Raises SourceMissing when a pattern holds no
+    LRA run."""
+    first, second = lra_chosen(root, short), lra_chosen(root, long)
+    wanted = attentions.split(",") if attentions else [a for a in ORDER if (a, "text") in first and (a, "text") in second]
+    notes, rows = {}, []
+    def cell(run, step=False):
+        if run is None:
+            return "not run"
+        mark = "*" * notes.setdefault(run["older_defaults"], len(notes) + 1) if run["older_defaults"] else ""
+        return f"{100 * run['test_accuracy']:.1f}{mark}" + (f" ({run['best_iter']:,})" if step else "")
+    for label in wanted:
+        a, b = first.get((label, "text")), second.get((label, "text"))
+        rows.append([display_name(label), cell(a), cell(b, step=True)])
+    steps = [f"{next(r['iters'] for (_, t), r in runs.items() if t == 'text'):,} steps" for runs in (first, second)]
+    out = _markdown(["attention", steps[0], f"{steps[1]} (weights of step)"], rows)
+    return out + "".join(f"\n{'*' * n} {note}.\n" for note, n in notes.items())
+
+
 # ----------------------------------------------------------------------------- benchmarks (issue 27's aims)
 
 # the benchmark runs the aims table and the README read: (name in the table, file, method label of
@@ -1320,6 +1384,8 @@ RENDERERS = {
     "recall_glance": render_recall_glance,
     "gpt_mini_table": render_gpt_mini_table,
     "lra_text": render_lra_text,
+    "lra_tasks": render_lra_tasks,
+    "lra_text_budgets": render_lra_text_budgets,
     "bench_aims": render_bench_aims,
     "fastmax_grid": render_fastmax_grid,
     "readme_results": render_readme_results,

@@ -163,14 +163,15 @@ def test_gpt_mini_table_is_the_tools_table(tmp_path):
     assert "| performer | 125.60 (1 seed) | 5.0000 (1 seed) | 5 | 1.0 | 320 |  |" in text
 
 
-def fake_lra_run(root, name, attention, acc, steps, params=None, cpu="Intel(R) Xeon(R) Processor", date=None):
+def fake_lra_run(root, name, attention, acc, steps, params=None, cpu="Intel(R) Xeon(R) Processor", date=None,
+                 task="text", iters=8000, best_iter=None, majority=0.5):
     d = root / name
     d.mkdir(parents=True)
-    cfg = {"task": "classify", "lra_task": "text", "attention": attention, "attention_params": params or {},
+    cfg = {"task": "classify", "lra_task": task, "attention": attention, "attention_params": params or {},
            "batch_size": 16}
     (d / "final_metrics.json").write_text(json.dumps({
-        "test_accuracy": acc, "val_accuracy": acc, "steps_per_s": steps, "iters": 8000, "test_majority": 0.5,
-        "test_examples": 4000, "config": cfg}))
+        "test_accuracy": acc, "val_accuracy": acc, "steps_per_s": steps, "iters": iters, "best_iter": best_iter,
+        "test_majority": majority, "test_examples": 4000, "config": cfg}))
     (d / "manifest.json").write_text(json.dumps({"train": {"machine": {"cpu": cpu}, "date": date}}))
 
 
@@ -185,6 +186,30 @@ def test_lra_text_our_runs_beside_the_published_text_numbers(tmp_path):
     assert lines[3] == ("| dense (DANet) | fail (49.00; majority 50.00) | 5.00 | not recorded | "
                         "81.19 (DenseAttention Table 1) |")
     assert lines[4] == "| Performer | 61.55 | 6.86 | Intel Xeon | 65.40 (LRA Table 1), 64.39 (FAST Table 1) |"
+
+
+def test_lra_tasks_a_row_per_task_and_the_text_budgets_side_by_side(tmp_path):
+    """docs/lra.md's tables: a row per task with its majority rate and each attention's accuracy and
+    steps/s ("fail" at chance, "not run" without a run, an older-default run starred and its note
+    under the table, the CPUs named); Text at two budgets with the step of the weights kept."""
+    runs = tmp_path / "results" / "lra"
+    fake_lra_run(runs, "text_softmax_cpu", "softmax", 0.597, 2.66, cpu="AMD EPYC", iters=4000)
+    fake_lra_run(runs, "listops_softmax_cpu", "softmax", 0.173, 1.63, cpu="AMD EPYC", task="listops", iters=1200,
+                 majority=0.174)
+    fake_lra_run(runs, "text_fastmax1_cpu", "fastmax", 0.621, 5.49, {"p": 1}, cpu="AMD EPYC", iters=4000,
+                 date="2026-11-24T04:40:24+00:00")
+    fake_lra_run(runs / "text_8k", "text_softmax_cpu", "softmax", 0.594, 2.8, cpu="AMD EPYC", best_iter=5000)
+    fake_lra_run(runs / "text_8k", "text_fastmax1_cpu", "fastmax", 0.627, 5.4, {"p": 1}, cpu="AMD EPYC",
+                 best_iter=7000, date="2026-11-24T04:40:24+00:00")
+    lines = published.render("lra_tasks results/lra/*_cpu", str(tmp_path)).splitlines()
+    assert lines[0] == "| task | majority % | softmax | fastmax p = 1 |"
+    assert lines[2] == "| ListOps (4,000 test examples; 1,200 steps x 16) | 17.4 | fail (17.3) (1.6 steps/s) | not run |"
+    assert lines[3] == "| Text (4,000 test examples; 4,000 steps x 16) | 50.0 | 59.7 (2.7 steps/s) | 62.1* (5.5 steps/s) |"
+    assert lines[-2:] == ['* made with normalization="max_norm", the default before 2026-11-27.',
+                          "Every run on a 2-core AMD EPYC."]
+    lines = published.render("lra_text_budgets results/lra/text_*_cpu results/lra/text_8k", str(tmp_path)).splitlines()
+    assert lines[0] == "| attention | 4,000 steps | 8,000 steps (weights of step) |"
+    assert lines[2:4] == ["| softmax | 59.7 | 59.4 (5,000) |", "| fastmax p = 1 | 62.1* | 62.7* (7,000) |"]
 
 
 def test_a_run_under_an_older_default_of_its_method_is_named_so(tmp_path):

@@ -115,6 +115,22 @@ def test_results_md_links_every_folder_and_run():
     assert not unlinked, f"docs/results.md does not link these results folders (or their manifest.json) and runs: {unlinked}"
 
 
+def test_the_files_results_md_lists_for_a_packed_run_are_the_files_it_holds():
+    """A link to a packed run followed by "(file, file, ...)" names exactly the files the archive
+    holds (a fixed list once claimed a train.log that the scorecard's runs never had)."""
+    with open(RESULTS_MD) as f:
+        text = f.read()
+    listed = re.findall(r"\]\(([^)]+" + re.escape(RUN_SUFFIX) + r")\) \(([\w.-]+\.\w+(?:, [\w.-]+\.\w+)*)\)", text)
+    assert listed
+    wrong = []
+    for target, files in listed:
+        run = open_run(os.path.normpath(os.path.join(os.path.dirname(RESULTS_MD), target)))
+        claimed = [f.strip() for f in files.split(",")]
+        if not all(run.has(f) for f in claimed) or len(claimed) != len(run.files()):
+            wrong.append(f"{target}: lists {claimed}, holds {sorted(run.files())}")
+    assert not wrong, wrong[:3]
+
+
 def test_results_md_links_exist():
     links = relative_links()
     assert links

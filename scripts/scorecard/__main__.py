@@ -51,6 +51,7 @@ from scripts.scorecard.leaderboard import write_leaderboard
 # a cell's time before one of its testbed and tier has been measured here
 DEFAULT_SECONDS = {"quick": {"recall": 120.0, "wikitext2": 300.0, "lra": 400.0, "swap": 600.0, "speed": 15.0},
                    "full": {"recall": 300.0, "wikitext2": 1800.0, "lra": 3000.0, "swap": 300.0, "speed": 30.0}}
+LOG_FILE = "scorecard.log"  # a cell's train.py / eval_ppl.py output, packed with its run
 SWAP_BASE_LABEL = "_swap_base"  # runs/<it>/: the softmax models of the swap testbed, shared by every attention
 VERSIONS = {"recall": tb.RECALL_VERSION, "wikitext2": tb.WIKITEXT2_VERSION, "lra": tb.LRA_VERSION}
 ARCHIVES = {"recall": tb.RECALL_ARCHIVES, "wikitext2": tb.WIKITEXT2_ARCHIVES, "lra": tb.LRA_ARCHIVES}
@@ -396,11 +397,11 @@ class Scorecard:
         Raises:
             RuntimeError: a command exits with a non-zero status (names ``what`` and the log).
         """
-        with open(os.path.join(out_dir, "scorecard.log"), mode) as log:
+        with open(os.path.join(out_dir, LOG_FILE), mode) as log:
             for command in commands:
                 status = subprocess.run(command, cwd=tb.ROOT, stdout=log, stderr=subprocess.STDOUT).returncode
                 if status != 0:
-                    raise RuntimeError(f"{what} failed (status {status}); its log: {os.path.join(out_dir, 'scorecard.log')}")
+                    raise RuntimeError(f"{what} failed (status {status}); its log: {os.path.join(out_dir, LOG_FILE)}")
 
     def swap_base(self):
         """(train.py arguments, protocol key, protocol fields, folder) of the softmax model that the
@@ -529,7 +530,7 @@ class Scorecard:
     def packed(self, row, label=None):
         """``row`` with its source packed: a train.py run folder (in ``out_root``) becomes
         ``<results>/runs/<label>/<name>.tar.xz`` (``runs.archive_run``: manifest, metrics, logs and
-        the folder's eval_*.json, no checkpoints; ``label``: this attention's by default) as soon as
+        the folder's eval_*.json and LOG_FILE, no checkpoints; ``label``: this attention's by default) as soon as
         its cell ends, so that a result in the store never names a folder that a lost ``out_root``
         takes with it. Other rows are returned as they are."""
         from scripts.analysis.runs import RUN_SUFFIX, archive_run
@@ -539,7 +540,7 @@ class Scorecard:
             return row
         dest = os.path.join(self.args.results, "runs", label_file(label or self.spec.label))
         evaluations = [f for f in os.listdir(folder) if f.startswith("eval_") and f.endswith(".json")]
-        name, _ = archive_run(folder, dest, extra=evaluations)
+        name, _ = archive_run(folder, dest, extra=[*evaluations, LOG_FILE])
         return {**row, "source": shown(os.path.join(dest, name + RUN_SUFFIX), self.root)}
 
     # -- the whole card --------------------------------------------------------------------------

@@ -89,7 +89,7 @@ def test_an_inference_only_method_is_swapped_into_a_trained_softmax_model(tmp_pa
     # the softmax model's run and both evaluations of it, packed where every attention's swap cell finds them
     assert swap["source"] == str(tmp_path / "results" / "runs" / "_swap_base" / os.path.basename(swap["source"]))
     packed = open_run(swap["source"])
-    assert packed.has("manifest.json") and packed.has("log.jsonl")
+    assert packed.has("manifest.json") and packed.has("log.jsonl") and "done:" in packed.read_text("scorecard.log")
     assert sum(packed.has(f"eval_{row['key']}.json") for row in map(json.loads, (
         tmp_path / "results" / "cells.jsonl").read_text().splitlines()) if row["testbed"] == "swap") >= 2
     rows = Store(str(tmp_path / "results" / "cells.jsonl")).rows.values()  # each key's last row

@@ -703,6 +703,18 @@ def render_lra_text(root, folder):
                       "published Text accuracy %"], rows)
 
 
+def starred(run, notes):
+    """The stars that footnote a run made under an older default of its method ("" for none):
+    one star for the first such note of a table, two for the second...; ``notes`` (note -> stars)
+    collects them for ``star_notes``."""
+    return "*" * notes.setdefault(run["older_defaults"], len(notes) + 1) if run["older_defaults"] else ""
+
+
+def star_notes(notes):
+    """The footnote lines of ``starred``'s ``notes``: "* <note>."."""
+    return [f"{'*' * n} {note}." for note, n in notes.items()]
+
+
 def render_lra_tasks(root, pattern):
     """docs/lra.md's table of our reduced LRA runs matching the glob ``pattern`` (``lra_chosen``):
     one row per task (its test examples and steps x batch), the majority-class rate of the test
@@ -713,11 +725,11 @@ def render_lra_tasks(root, pattern):
     chosen = lra_chosen(root, pattern)
     labels = [a for a in ORDER if any(label == a for label, _ in chosen)] + sorted(
         {a for a, _ in chosen if a not in ORDER})
-    notes = {}  # older-defaults note -> its number of stars
+    notes = {}
     def cell(run):
         if run is None:
             return "not run"
-        mark = "*" * notes.setdefault(run["older_defaults"], len(notes) + 1) if run["older_defaults"] else ""
+        mark = starred(run, notes)
         accuracy = 100 * run["test_accuracy"]
         text = f"fail ({accuracy:.1f})" if at_chance(run) else f"{accuracy:.1f}"
         return f"{text}{mark} ({run['steps_per_s']:.1f} steps/s)"
@@ -735,7 +747,7 @@ def render_lra_tasks(root, pattern):
         rows.append([what, "/".join(f"{100 * m:.1f}" for m in sorted(majority)) or "-", *map(cell, runs)])
     out = _markdown(["task", "majority %", *(display_name(label) for label in labels)], rows)
     cpus = sorted({short_cpu(r["cpu"]) for r in chosen.values()})
-    lines = [f"{'*' * n} {note}." for note, n in notes.items()]
+    lines = star_notes(notes)
     lines.append(f"Every run on a 2-core {cpus[0]}." if len(cpus) == 1 else
                  "Runs on different CPUs (steps/s do not compare across them): " + ", ".join(cpus) + ".")
     return out + "\n" + "\n".join(lines) + "\n"
@@ -753,14 +765,14 @@ def render_lra_text_budgets(root, short, long, attentions=""):
     def cell(run, step=False):
         if run is None:
             return "not run"
-        mark = "*" * notes.setdefault(run["older_defaults"], len(notes) + 1) if run["older_defaults"] else ""
+        mark = starred(run, notes)
         return f"{100 * run['test_accuracy']:.1f}{mark}" + (f" ({run['best_iter']:,})" if step else "")
     for label in wanted:
         a, b = first.get((label, "text")), second.get((label, "text"))
         rows.append([display_name(label), cell(a), cell(b, step=True)])
     steps = [f"{next(r['iters'] for (_, t), r in runs.items() if t == 'text'):,} steps" for runs in (first, second)]
     out = _markdown(["attention", steps[0], f"{steps[1]} (weights of step)"], rows)
-    return out + "".join(f"\n{'*' * n} {note}.\n" for note, n in notes.items())
+    return out + "".join(f"\n{line}\n" for line in star_notes(notes))
 
 
 # ----------------------------------------------------------------------------- benchmarks (issue 27's aims)

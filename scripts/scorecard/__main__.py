@@ -447,11 +447,13 @@ class Scorecard:
                 self.store.add(row)
                 start = time.time()
             results[label] = row
+        packed = {}  # source -> packed source: both rows name the one run folder, packed once
         for label, row in results.items():  # the softmax model's run and every evaluation of it, packed
-            packed = self.packed(row, label=SWAP_BASE_LABEL)
-            if packed is not row:
-                self.store.add(packed)
-                results[label] = packed
+            if row["source"] not in packed:
+                packed[row["source"]] = self.packed(row, label=SWAP_BASE_LABEL)["source"]
+            if packed[row["source"]] != row["source"]:
+                results[label] = {**row, "source": packed[row["source"]]}
+                self.store.add(results[label])
         ratio = results["swapped"]["test_ppl"] / results["softmax"]["test_ppl"]
         self.card["cells"].append({"role": "swap", "name": f"swap_{self.args.tier}", "key": results["swapped"]["key"],
                                    "test_ppl": results["swapped"]["test_ppl"],

@@ -17,6 +17,8 @@ paths) has a full-tier row: an attention without a full card gets one with every
 marked "not run (budget)" (the full leaderboard's runs stop at a time budget, issue 45), and the
 cells so marked are listed under the table.
 """
+import csv
+import io
 import json
 import math
 import os
@@ -76,13 +78,6 @@ def format_cell(stat, softmax=None, missing="not run"):
     return text
 
 
-def csv_text(text):
-    """A CSV field: None as empty, commas and quotes escaped."""
-    if text is None:
-        return None
-    return '"' + text.replace('"', '""') + '"' if any(c in text for c in ',"\n') else text
-
-
 def throughput(value, fmt, cpu, softmax_cpu):
     """A training cell's speed (tokens/s, steps/s) in brackets, with the CPU its run trained on when
     that is not the CPU of softmax's run of the same column (speeds on different CPUs do not compare:
@@ -131,11 +126,11 @@ def tables(cards):
               *(f"time / SDPA, T={T} (causal, forward + backward)" for T in Ts),
               f"peak memory / SDPA, T={Ts[-1]} (causal, forward + backward)"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    csv_lines = [",".join(["attention", "tier", "recall_256_16_mean", "recall_256_16_sd", "recall_256_16_n",
-                           "recall_64_4_mean", "recall_64_4_sd", "recall_64_4_n", "wikitext2_test_ppl",
-                           "wikitext2_tokens_per_s", "wikitext2_cpu", "lra_text_test_accuracy", "lra_text_steps_per_s", "lra_text_cpu",
-                           "swap_test_ppl", "swap_softmax_test_ppl",
-                           *(f"speed_ratio_T{T}" for T in Ts), *(f"memory_ratio_T{T}" for T in Ts)])]
+    csv_rows = [["attention", "tier", "recall_256_16_mean", "recall_256_16_sd", "recall_256_16_n",
+                 "recall_64_4_mean", "recall_64_4_sd", "recall_64_4_n", "wikitext2_test_ppl",
+                 "wikitext2_tokens_per_s", "wikitext2_cpu", "lra_text_test_accuracy", "lra_text_steps_per_s",
+                 "lra_text_cpu", "swap_test_ppl", "swap_softmax_test_ppl",
+                 *(f"speed_ratio_T{T}" for T in Ts), *(f"memory_ratio_T{T}" for T in Ts)]]
     not_run = []
     for r in sorted(rows, key=lambda r: (r["tier"], r["attention"] != "softmax", r["attention"])):
         base = softmax.get(r["tier"])
@@ -174,12 +169,10 @@ def tables(cards):
                 not_run.append(f"{r['attention']}: {', '.join(left)}")
         tier = r["tier"] + (" (a first look)" if r["tier"] == "quick" else "")
         lines.append("| " + " | ".join([r["attention"], tier, *cells, *speed]) + " |")
-        csv_lines.append(",".join(str(x) for x in [r["attention"], r["tier"], *r["recall_256_16"], *r["recall_64_4"],
-                                                   *(r["wikitext2"] or (None, None)), csv_text(r["wikitext2_cpu"]),
-                                                   *(r["lra"] or (None, None)), csv_text(r["lra_cpu"]),
-                                                   *(r["swap"] or (None, None)),
-                                                   *(r.get("speed", {}).get(T) for T in Ts),
-                                                   *(r.get("memory", {}).get(T) for T in Ts)]).replace("None", ""))
+        csv_rows.append([r["attention"], r["tier"], *r["recall_256_16"], *r["recall_64_4"],
+                         *(r["wikitext2"] or (None, None)), r["wikitext2_cpu"], *(r["lra"] or (None, None)), r["lra_cpu"],
+                         *(r["swap"] or (None, None)), *(r.get("speed", {}).get(T) for T in Ts),
+                         *(r.get("memory", {}).get(T) for T in Ts)])
     if not_run:
         lines += ["", "Not run (budget): the full tier's cells still to run, by attention "
                   "(`python -m scripts.scorecard <attention> --tier full` runs them):", "",
@@ -193,7 +186,9 @@ def tables(cards):
               "another CPU than softmax's run of the same column names its CPU, and its speed does not compare with "
               "softmax's (the time / SDPA columns do: both calls measured in one process).", ""]
     lines += [*published_rows(cards)]
-    return "\n".join(lines) + "\n", "\n".join(csv_lines) + "\n"
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(csv_rows)  # None as an empty field
+    return "\n".join(lines) + "\n", out.getvalue()
 
 
 def published_rows(cards):

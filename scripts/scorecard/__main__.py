@@ -458,7 +458,7 @@ class Scorecard:
         self.card["cells"].append({"role": "swap", "name": f"swap_{self.args.tier}", "key": results["swapped"]["key"],
                                    "test_ppl": results["swapped"]["test_ppl"],
                                    "softmax_test_ppl": results["softmax"]["test_ppl"], "ratio": ratio,
-                                   "source": results["swapped"]["source"]})
+                                   "softmax_key": results["softmax"]["key"], "source": results["swapped"]["source"]})
         self.progress("swap into the trained softmax model", {**results["swapped"], "summary": (
             f"test perplexity {results['swapped']['test_ppl']:.2f}, softmax's {results['softmax']['test_ppl']:.2f}")})
 
@@ -597,7 +597,7 @@ class Scorecard:
 
 def leaderboard(results):
     """Write the leaderboard of ``results`` and its manifest entry; returns the .md path."""
-    path = write_leaderboard(results)
+    path = write_leaderboard(results, Store(os.path.join(results, "cells.jsonl")).rows)
     provenance.record(path[:-len(".md")], extra={"cards": sorted(n for n in os.listdir(os.path.join(results, "cards"))
                                                           if n != "manifest.json")})
     return path

@@ -15,7 +15,7 @@ The papers' published LRA Text numbers follow in a table of their own.
 Every attention config of ``configs/attention/`` (so every registered attention but the reference
 paths) has a full-tier row: an attention without a full card gets one with every cell that applies
 marked "not run (budget)" (the full leaderboard's runs stop at a time budget, issue 45), and the
-cells so marked are listed under the table.
+cells so marked are listed under the table with the hours of new runs spent so far (``new_run_hours``).
 """
 import csv
 import io
@@ -29,6 +29,7 @@ from scripts.bench.methods import CONFIG_DIR
 from scripts.scorecard.testbeds import SPEED_T, TESTBEDS, Spec, applies, leaderboard_call
 
 NOT_RUN = {"full": "not run (budget)", "quick": "not run"}
+FULL_BUDGET_HOURS = 10  # of new runs for the full leaderboard, then its cells left are "not run (budget)"
 
 
 def mean_sd(values):
@@ -114,10 +115,25 @@ def cards_to_come(cards):
     return empty
 
 
-def tables(cards):
+def new_run_hours(cards, cells):
+    """(number of cells, hours) of the full tier's new runs: the cells of the full cards that the
+    scorecard ran itself (their source is under ``results/scorecard/`` or "measured"), not runs of
+    the sweeps archived under ``results/`` and reused; a swap cell adds its softmax evaluation and
+    the softmax model's training (``base_train_s``). ``cells``: ``cells.jsonl``'s rows by key; the
+    time is each row's ``wall_s`` (seconds of wall time, 2 CPU cores)."""
+    keys = {key for card in cards if card["tier"] == "full" for cell in card["cells"]
+            for key in (cell.get("key"), cell.get("softmax_key")) if key}
+    rows = [cells[key] for key in sorted(keys) if key in cells
+            and (cells[key].get("source") == "measured" or cells[key].get("source", "").startswith("results/scorecard/"))]
+    seconds = sum((row.get("wall_s") or 0) + (row.get("base_train_s") or 0) for row in rows)
+    return len(rows), seconds / 3600
+
+
+def tables(cards, cell_rows=None):
     """(markdown, csv) of the leaderboard of ``cards`` and of ``cards_to_come``: one row per
-    attention and tier, softmax first within a tier, the cells not run within the budget listed,
-    then the published rows (never mixed with ours)."""
+    attention and tier, softmax first within a tier, the cells not run within the budget listed
+    with the hours of new runs so far (``new_run_hours``, when ``cell_rows``, ``cells.jsonl``'s rows
+    by key, are given), then the published rows (never mixed with ours)."""
     rows = leaderboard_rows(cards + cards_to_come(cards))
     Ts = sorted({T for r in rows for T in r.get("speed", {})} | set(SPEED_T["full"]))
     softmax = {r["tier"]: r for r in rows if r["attention"] == "softmax"}
@@ -177,6 +193,11 @@ def tables(cards):
         lines += ["", "Not run (budget): the full tier's cells still to run, by attention "
                   "(`python -m scripts.scorecard <attention> --tier full` runs them):", "",
                   *(f"- {entry}" for entry in not_run)]
+    if cell_rows is not None:
+        count, hours = new_run_hours(cards, cell_rows)
+        lines += ["", f"New runs of the full tier (cells the scorecard ran itself, not the sweeps' archived runs it "
+                  f"reused; the swap cell with its softmax model's training): {count} cells, {hours:.1f} h of wall time "
+                  f"on 2 CPU cores. The full leaderboard's new runs stop at about {FULL_BUDGET_HOURS} h."]
     from scripts.analysis.published import short_cpu
 
     full = softmax.get("full") or {}
@@ -208,9 +229,10 @@ def published_rows(cards):
     return lines
 
 
-def write_leaderboard(results):
-    """``leaderboard.md`` and ``.csv`` from every card under ``<results>/cards``; returns the .md path."""
-    md, csv = tables(read_cards(results))
+def write_leaderboard(results, cell_rows=None):
+    """``leaderboard.md`` and ``.csv`` from every card under ``<results>/cards`` (and ``cell_rows``,
+    ``cells.jsonl``'s rows by key, for the hours of new runs); returns the .md path."""
+    md, csv = tables(read_cards(results), cell_rows)
     write_text(os.path.join(results, "leaderboard.csv"), csv)
     write_text(os.path.join(results, "leaderboard.md"), md)
     return os.path.join(results, "leaderboard.md")

@@ -12,7 +12,7 @@ from scripts.scorecard import testbeds as tb
 from scripts.analysis.runs import open_run
 from scripts.scorecard.__main__ import (DEFAULT_SECONDS, Scorecard, Store, archived_index, cell_commands, evaluation_args,
                                         shown, work_tree_of)
-from scripts.scorecard.leaderboard import format_cell, tables
+from scripts.scorecard.leaderboard import format_cell, new_run_hours, tables
 
 ROOT = tb.ROOT
 TINY = "--max_iters=3 --eval_interval=3 --eval_iters=1 --batch_size=1"
@@ -322,6 +322,29 @@ def test_a_training_speed_names_its_cpu_when_softmaxs_ran_on_another():
     header, *rows = csv.splitlines()
     bigbird = dict(zip(header.split(","), next(r for r in rows if r.startswith("bigbird,")).split(",")))
     assert bigbird["wikitext2_cpu"] == "AMD EPYC" and float(bigbird["wikitext2_tokens_per_s"]) == 820.0
+
+
+def test_the_hours_of_new_runs_count_the_scorecards_own_runs_and_the_swap_models_training():
+    """The full leaderboard's new runs stop at a budget: the hours under the table sum the wall time
+    of the full cards' cells that the scorecard ran (packed under results/scorecard/ or measured), a
+    swap cell with its softmax evaluation and the softmax model's training, never a sweep's archived
+    run that a cell reused nor a quick card's cells."""
+    cells = {"r": {"key": "r", "source": "results/scorecard/runs/x/recall.tar.xz", "wall_s": 1800.0},
+             "a": {"key": "a", "source": "results/recall/noshift_256_16/x.tar.xz"},  # archived: no wall time
+             "s": {"key": "s", "source": "measured", "wall_s": 360.0},
+             "w": {"key": "w", "source": "results/scorecard/runs/_swap_base/b.tar.xz", "wall_s": 400.0},
+             "b": {"key": "b", "source": "results/scorecard/runs/_swap_base/b.tar.xz", "wall_s": 440.0,
+                   "base_train_s": 3600.0},
+             "q": {"key": "q", "source": "results/scorecard/runs/x/quick.tar.xz", "wall_s": 900.0}}
+    full = {"label": "x", "attention": "x", "tier": "full", "not_applicable": {},
+            "cells": [{"role": "recall_small", "key": "r"}, {"role": "recall_small", "key": "a"},
+                      {"role": "speed", "key": "s"}, {"role": "swap", "key": "w", "softmax_key": "b"}]}
+    quick = {**full, "tier": "quick", "cells": [{"role": "recall_small", "key": "q"}]}
+    count, hours = new_run_hours([full, quick], cells)
+    assert count == 4 and hours == (1800 + 360 + 400 + 440 + 3600) / 3600
+    md = tables([{**full, "cells": []}], cells)[0]
+    assert "New runs of the full tier" in md and "0 cells, 0.0 h" in md
+    assert "New runs of the full tier" not in tables([{**full, "cells": []}])[0]
 
 
 def test_a_swap_cells_estimate_adds_training_its_softmax_model_until_it_is_trained(tmp_path):

@@ -31,6 +31,9 @@ Output is byte-stable: fixed row orders and fixed formats.
 - ``fastmax_grid <grid.json> <memory.json> [retimed=<json>]``: docs/fastmax.md's benchmark tables
   (seconds per causal call, the targets, the break-even T against SDPA) from the attention
   benchmark's JSONs; ``retimed``: a later run of the target cells, shown beside them.
+- ``swap_ranges <run> [<run> ...] [base=softmax]``: one model's test perplexity with each attention
+  on the same ranges of the test split (eval_ppl.py's JSONs in packed runs or folders), a row per
+  range, the change against ``base``'s (docs/scorecard.md: tree attention's swap cell by range).
 - ``leaderboard FOLDER``: the scorecard's leaderboard from ``FOLDER/cards/*.json``
   (``scripts/scorecard/leaderboard.py``, which ``python -m scripts.scorecard`` also writes to
   ``FOLDER/leaderboard.md``).
@@ -520,6 +523,43 @@ def render_gpt_mini_table(root, folder):
     if not runs:
         raise SourceMissing(f"a rendered block needs lm runs (final_metrics.json) under {folder}; there are none")
     return gpt_mini_table(runs)
+
+
+def render_swap_ranges(root, *runs, base="softmax"):
+    """Perplexity of one model with each attention on the same test tokens (eval_ppl.py's JSONs
+    ``eval_*.json`` / ``*.json`` in ``runs``: packed runs or folders), a row per range of the test split
+    (its first token, its length, the tokens scored), ``base``'s perplexity beside each other
+    attention's and the change, 100 (ppl / ppl_base - 1) % (the same scored tokens, so
+    exp(NLL - NLL_base) - 1). Raises SourceMissing when ``runs`` hold no such JSON, RenderError when
+    a range lacks ``base``'s evaluation or the JSONs name different models (the last folder of
+    their ``model``)."""
+    evals, models = {}, set()
+    for rel in runs:
+        run = open_run(source(root, rel))
+        for name in run.files():
+            record = run.read_json(name) if name.endswith(".json") and name != "manifest.json" else None
+            if record and record.get("metric") == "perplexity" and "range_start" in record:
+                label = attention_label({"attention": record["attention"],
+                                         "attention_params": record.get("attention_params", {})})
+                params = ", ".join(f"{k} = {v}" for k, v in sorted(record.get("attention_params", {}).items()))
+                tokens = (record["range_start"], record["range_tokens"], record["tokens_scored"])
+                evals.setdefault(tokens, {})[(label, params)] = record["value"]
+                models.add(os.path.basename(os.path.normpath(record.get("model", ""))))
+    if not evals:
+        raise SourceMissing(f"a rendered block needs eval_ppl.py JSONs in {', '.join(runs)}; there are none")
+    if len(models) > 1:
+        raise RenderError(f"the evaluations in {', '.join(runs)} are of different models ({', '.join(sorted(models))})")
+    others = sorted({a for by in evals.values() for a in by if a[0] != base})
+    header = ["test tokens (first, length; scored)", base, *(f"{display_name(label)} ({params})" if params else
+                                                             display_name(label) for label, params in others)]
+    rows = []
+    for (start, length, scored), by in sorted(evals.items(), key=lambda item: (-item[0][1], item[0][0])):
+        base_ppl = next((v for (label, _), v in by.items() if label == base), None)
+        if base_ppl is None:
+            raise RenderError(f"the test tokens from {start:,} ({length:,}) have no {base} evaluation in {', '.join(runs)}")
+        rows.append([f"{start:,}, {length:,}; {scored:,}", f"{base_ppl:.2f}",
+                     *(f"{by[a]:.2f} ({100 * (by[a] / base_ppl - 1):+.2f}%)" if a in by else "not run" for a in others)])
+    return _markdown(header, rows)
 
 
 # Zoology's Figure 2 as its text says and its plot shows (the recall table and the leaderboard quote it)
@@ -1400,6 +1440,7 @@ RENDERERS = {
     "lra_text_budgets": render_lra_text_budgets,
     "bench_aims": render_bench_aims,
     "fastmax_grid": render_fastmax_grid,
+    "swap_ranges": render_swap_ranges,
     "readme_results": render_readme_results,
 }
 

@@ -361,3 +361,31 @@ def test_fastmax_grid_reads_the_benchmark_and_says_a_missed_target(tmp_path):
     (tmp_path / "grid.json").write_text(json.dumps(grid))
     with pytest.raises(SourceMissing, match="grid.json has no cell"):
         published.render("fastmax_grid grid.json mem.json", str(tmp_path))
+
+
+def test_swap_ranges_pairs_each_attention_with_the_base_on_the_same_test_tokens(tmp_path):
+    """A row per range of the test split, the base's perplexity beside each other attention's with
+    the change; a range without the base's evaluation is an error, not a row without a reference."""
+    def evaluation(folder, name, attention, params, value, start, length, scored, model="/work/out/base"):
+        os.makedirs(tmp_path / folder, exist_ok=True)
+        record = {"metric": "perplexity", "value": value, "attention": attention, "attention_params": params,
+                  "range_start": start, "range_tokens": length, "tokens_scored": scored, "model": model}
+        (tmp_path / folder / name).write_text(json.dumps(record))
+
+    evaluation("whole", "eval_a.json", "softmax", {}, 126.0, 0, 295877, 295588)
+    evaluation("whole", "eval_b.json", "tree", {"E": 0.5}, 129.78, 0, 295877, 295588)
+    evaluation("slices", "softmax_off0.2.json", "softmax", {}, 50.0, 59392, 4096, 4092)
+    evaluation("slices", "tree_off0.2.json", "tree", {"E": 0.5}, 49.0, 59392, 4096, 4092)
+    (tmp_path / "slices" / "manifest.json").write_text("{}")
+    out = published.render_swap_ranges(str(tmp_path), "whole", "slices")
+    assert out.splitlines()[0] == "| test tokens (first, length; scored) | softmax | tree (E = 0.5) |"
+    assert out.splitlines()[2] == "| 0, 295,877; 295,588 | 126.00 | 129.78 (+3.00%) |"  # the whole split first
+    assert out.splitlines()[3] == "| 59,392, 4,096; 4,092 | 50.00 | 49.00 (-2.00%) |"
+    evaluation("orphan", "tree.json", "tree", {"E": 0.5}, 49.0, 118784, 4096, 4092)
+    with pytest.raises(RenderError, match="118,784"):
+        published.render_swap_ranges(str(tmp_path), "whole", "orphan")
+    with pytest.raises(SourceMissing):
+        published.render_swap_ranges(str(tmp_path), "nothing_here")
+    evaluation("other", "softmax.json", "softmax", {}, 47.0, 59392, 4096, 4092, model="out/another_model")
+    with pytest.raises(RenderError, match="different models"):
+        published.render_swap_ranges(str(tmp_path), "whole", "other")

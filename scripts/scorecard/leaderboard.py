@@ -115,16 +115,16 @@ def cards_to_come(cards):
     return empty
 
 
-def new_run_hours(cards, cells):
+def new_run_hours(cards, cell_rows):
     """(number of cells, hours) of the full tier's new runs: the cells of the full cards that the
     scorecard ran itself (their source is under ``results/scorecard/`` or "measured"), not runs of
     the sweeps archived under ``results/`` and reused; a swap cell adds its softmax evaluation and
-    the softmax model's training (``base_train_s``). ``cells``: ``cells.jsonl``'s rows by key; the
-    time is each row's ``wall_s`` (seconds of wall time, 2 CPU cores)."""
+    the softmax model's training (``base_train_s``). ``cell_rows``: ``cells.jsonl``'s rows by key; the
+    time is each row's ``wall_s`` (seconds of wall time)."""
     keys = {key for card in cards if card["tier"] == "full" for cell in card["cells"]
             for key in (cell.get("key"), cell.get("softmax_key")) if key}
-    rows = [cells[key] for key in sorted(keys) if key in cells
-            and (cells[key].get("source") == "measured" or cells[key].get("source", "").startswith("results/scorecard/"))]
+    rows = [cell_rows[key] for key in sorted(keys) if key in cell_rows
+            and (cell_rows[key].get("source") == "measured" or cell_rows[key].get("source", "").startswith("results/scorecard/"))]
     seconds = sum((row.get("wall_s") or 0) + (row.get("base_train_s") or 0) for row in rows)
     return len(rows), seconds / 3600
 
@@ -196,8 +196,8 @@ def tables(cards, cell_rows=None):
     if cell_rows is not None:
         count, hours = new_run_hours(cards, cell_rows)
         lines += ["", f"New runs of the full tier (cells the scorecard ran itself, not the sweeps' archived runs it "
-                  f"reused; the swap cell with its softmax model's training): {count} cells, {hours:.1f} h of wall time "
-                  f"on 2 CPU cores. The full leaderboard's new runs stop at about {FULL_BUDGET_HOURS} h."]
+                  f"reused; the swap cell with its softmax model's training): {count} cells, {hours:.1f} h of wall time. "
+                  f"The full leaderboard's new runs stop at about {FULL_BUDGET_HOURS} h."]
     from scripts.analysis.published import short_cpu
 
     full = softmax.get("full") or {}

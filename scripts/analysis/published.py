@@ -34,6 +34,10 @@ Output is byte-stable: fixed row orders and fixed formats.
 - ``swap_ranges <run> [<run> ...] [base=softmax]``: one model's test perplexity with each attention
   on the same ranges of the test split (eval_ppl.py's JSONs in packed runs or folders), a row per
   range, the change against ``base``'s (docs/scorecard.md: tree attention's swap cell by range).
+- ``tree_sweep <table.csv> [protocol=blocks] [normalization=bud_mean] [quantity=change|value]``: a
+  tree sweep's table from ``tree_sweep_table``'s CSV, a row per sampler and a column per E (the
+  paired change of perplexity against exact attention, or the metric itself), and the cost row
+  (docs/tree_attention.md).
 - ``leaderboard FOLDER``: the scorecard's leaderboard from ``FOLDER/cards/*.json``
   (``scripts/scorecard/leaderboard.py``, which ``python -m scripts.scorecard`` also writes to
   ``FOLDER/leaderboard.md``).
@@ -1141,6 +1145,43 @@ def context_used(per_position):
     return means[-1][0]
 
 
+# tree attention's samplers in the order of the paper's Figure 2, and their short names there
+# (the tree sweep's and the recall tree study's tables and plots)
+SAMPLER_ORDER = ["uniform", "edh", "alignment", "positive_alignment", "rff", "favor_plus", "favor_plus_relu"]
+SAMPLER_LABEL = {"uniform": "Uniform", "edh": "EDH", "alignment": "Align.", "positive_alignment": "Pos. Align.",
+                 "rff": "RFF", "favor_plus": "FAVOR+", "favor_plus_relu": "FAVOR+ReLU"}
+
+
+def render_tree_sweep(root, table_csv, protocol="blocks", normalization="bud_mean", quantity="change"):
+    """A tree sweep's table (docs/tree_attention.md) from the "config" rows of ``tree_sweep_table``'s
+    CSV (``table_csv``) for ``protocol`` and ``normalization``: a row per sampler, a column per E,
+    each cell mean ± sd across sampling seeds of ``quantity``, "change" (the paired change of
+    perplexity against exact attention, 100 (exp(NLL_tree - NLL_exact) - 1) %) or "value" (the
+    protocol's metric); then the inner products as a fraction of exact attention's. Raises
+    SourceMissing when the CSV has no such rows, RenderError for another ``quantity``."""
+    if quantity not in ("change", "value"):
+        raise RenderError(f"tree_sweep: quantity={quantity!r}; allowed: change, value")
+    rows = [r for r in load_csv(root, table_csv) if r["row"] == "config" and r["attention"] == "tree"
+            and r["protocol"] == protocol and r["normalization"] == normalization]
+    if not rows:
+        raise SourceMissing(f"a rendered block needs the tree rows ({protocol}, {normalization}) of {table_csv}")
+    Es = sorted({float(r["E"]) for r in rows})
+    by = {(r["sampler"], float(r["E"])): r for r in rows}
+    samplers = sorted({r["sampler"] for r in rows}, key=lambda s: (SAMPLER_ORDER.index(s) if s in SAMPLER_ORDER
+                                                                  else len(SAMPLER_ORDER), s))
+    columns = {"change": ("change_pct", "change_pct_std", "+.2f", ".2f"), "value": ("value", "std", ".1f", ".1f")}
+    mean_key, sd_key, mean_format, sd_format = columns[quantity]
+
+    def cell(r):
+        mean, sd = float(r[mean_key]), float(r[sd_key] or "nan")
+        return f"{mean:{mean_format}}" if math.isnan(sd) else f"{mean:{mean_format}} ± {sd:{sd_format}}"
+
+    table = [[SAMPLER_LABEL.get(s, s), *(cell(by[(s, E)]) if (s, E) in by else "–" for E in Es)] for s in samplers]
+    cost = [statistics.fmean(float(r["cost_fraction"]) for r in rows if float(r["E"]) == E) for E in Es]
+    table.append(["inner products / exact", *(f"{c:.3f}" for c in cost)])
+    return _markdown(["sampler", *(f"E = {E:g}" for E in Es)], table)
+
+
 def _tree_fields(root):
     """The perplexity change and cost at the smallest E of the default sampler (edh, bud_mean) in
     results/tree_sweep/tree_sweep_table.csv; the kernel's speed-ups in TREE_BENCH."""
@@ -1441,6 +1482,7 @@ RENDERERS = {
     "bench_aims": render_bench_aims,
     "fastmax_grid": render_fastmax_grid,
     "swap_ranges": render_swap_ranges,
+    "tree_sweep": render_tree_sweep,
     "readme_results": render_readme_results,
 }
 

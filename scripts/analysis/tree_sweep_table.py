@@ -31,11 +31,9 @@ import os
 import statistics
 
 import provenance
+from scripts.analysis.published import SAMPLER_LABEL, SAMPLER_ORDER
 from scripts.analysis.runs import read_evals
 
-SAMPLER_ORDER = ["uniform", "edh", "alignment", "positive_alignment", "rff", "favor_plus", "favor_plus_relu"]
-SAMPLER_LABEL = {"uniform": "Uniform", "edh": "EDH", "alignment": "Align.", "positive_alignment": "Pos. Align.",
-                 "rff": "RFF", "favor_plus": "FAVOR+", "favor_plus_relu": "FAVOR+ReLU"}
 TREE_DEFAULTS = {"E": 0.5, "sampler": "edh", "normalization": "bud_mean"}  # TreeAttention's defaults
 
 

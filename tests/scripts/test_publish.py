@@ -389,3 +389,28 @@ def test_swap_ranges_pairs_each_attention_with_the_base_on_the_same_test_tokens(
     evaluation("other", "softmax.json", "softmax", {}, 47.0, 59392, 4096, 4092, model="out/another_model")
     with pytest.raises(RenderError, match="different models"):
         published.render_swap_ranges(str(tmp_path), "whole", "other")
+
+
+def test_tree_sweep_a_row_per_sampler_in_the_papers_order_and_the_cost_row(tmp_path):
+    """The tree sweep's tables come from tree_sweep_table's CSV: samplers in Figure 2's order, a
+    column per E, mean ± sd across seeds (no ± with one seed), the cost row; a missing cell is a
+    dash, an unknown quantity an error."""
+    fields = ["row", "attention", "sampler", "E", "normalization", "protocol", "value", "std", "change_pct",
+              "change_pct_std", "cost_fraction"]
+    rows = [["run", "tree", "edh", "0.5", "bud_mean", "blocks", "65.0", "", "", "", "0.04"],
+            ["config", "tree", "edh", "0.5", "bud_mean", "blocks", "65.5", "0.01", "1.664", "0.012", "0.045"],
+            ["config", "tree", "uniform", "0.5", "bud_mean", "blocks", "65.6", "0.0", "1.702", "0.004", "0.045"],
+            ["config", "tree", "uniform", "0.2", "bud_mean", "blocks", "65.6", "nan", "1.82", "nan", "0.008"],
+            ["config", "tree", "edh", "0.5", "paper", "blocks", "99.0", "1.0", "50.0", "1.0", "0.045"],
+            ["config", "softmax", "", "1.0", "", "blocks", "64.4", "nan", "nan", "nan", "1.0"]]
+    (tmp_path / "t.csv").write_text("\n".join(",".join(r) for r in [fields, *rows]) + "\n")
+    out = published.render_tree_sweep(str(tmp_path), "t.csv").splitlines()
+    assert out[0] == "| sampler | E = 0.2 | E = 0.5 |"
+    assert out[2:] == ["| Uniform | +1.82 | +1.70 ± 0.00 |", "| EDH | – | +1.66 ± 0.01 |",
+                       "| inner products / exact | 0.008 | 0.045 |"]
+    assert published.render_tree_sweep(str(tmp_path), "t.csv", quantity="value").splitlines()[3] == \
+        "| EDH | – | 65.5 ± 0.0 |"
+    with pytest.raises(RenderError, match="quantity"):
+        published.render_tree_sweep(str(tmp_path), "t.csv", quantity="ratio")
+    with pytest.raises(SourceMissing):
+        published.render_tree_sweep(str(tmp_path), "t.csv", protocol="casino")

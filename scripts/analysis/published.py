@@ -38,6 +38,8 @@ Output is byte-stable: fixed row orders and fixed formats.
   tree sweep's table from ``tree_sweep_table``'s CSV, a row per sampler and a column per E (the
   paired change of perplexity against exact attention, or the metric itself), and the cost row
   (docs/tree_attention.md).
+- ``published_lra [attentions=a,b]``: the papers' LRA rows of those attentions (``PUBLISHED_ACCURACY``,
+  the one copy of them in the repository; docs/baselines.md).
 - ``leaderboard FOLDER``: the scorecard's leaderboard from ``FOLDER/cards/*.json``
   (``scripts/scorecard/leaderboard.py``, which ``python -m scripts.scorecard`` also writes to
   ``FOLDER/leaderboard.md``).
@@ -608,6 +610,31 @@ PUBLISHED_STEPS = [  # FAST Table 2: training steps per second on an RTX A5000, 
 ]
 SHORT_SOURCES = {"LRA paper, Tay et al. 2021": "LRA Table 1",
                  "DenseAttention Table 5 (from Chen et al. 2021)": "DenseAttention Table 5"}
+# where else a published row is printed, or whose runs it is (docs/baselines.md's table)
+PUBLISHED_NOTES = {("linear", "LRA paper, Tay et al. 2021"): "= FAST Table 1, DenseAttention Table 5",
+                   **{(a, "LRA paper, Tay et al. 2021"): "= DenseAttention Table 5"
+                      for a in ("performer", "linformer", "longformer", "bigbird", "reformer")},
+                   ("performer", "FAST Table 1"): "their runs",
+                   ("informer", "DenseAttention Table 5 (from Chen et al. 2021)"): "from Chen et al. 2021"}
+
+
+def render_published_lra(root, attentions=""):
+    """The papers' LRA accuracies (%) of the attentions in ``attentions`` (a comma list of labels;
+    default every one), a row per published row of PUBLISHED_ACCURACY in its order: ListOps, Text,
+    Retrieval, Image, Pathfinder and the average as printed (Path-X left out: failed or not
+    reported), the source with PUBLISHED_NOTES. Reads no file; ``root`` is unused. Raises RenderError
+    for a label without a published row."""
+    wanted = [a for a in attentions.split(",") if a] or list(dict.fromkeys(a for a, *_ in PUBLISHED_ACCURACY))
+    unknown = sorted(set(wanted) - {a for a, *_ in PUBLISHED_ACCURACY})
+    if unknown:
+        raise RenderError(f"published_lra: no published LRA row for {', '.join(unknown)}")
+    rows = []
+    for label, source, accuracies, average in PUBLISHED_ACCURACY:
+        if label in wanted:
+            note = PUBLISHED_NOTES.get((label, source))
+            rows.append([display_name(label), SHORT_SOURCES.get(source, source) + (f" ({note})" if note else ""),
+                         *(f"{a:.2f}" for a in accuracies[:5]), f"{average:.2f}"])
+    return _markdown(["method", "source", "ListOps", "Text", "Retrieval", "Image", "Pathfinder", "Avg"], rows)
 
 
 def task_column(cfg):
@@ -1483,6 +1510,7 @@ RENDERERS = {
     "fastmax_grid": render_fastmax_grid,
     "swap_ranges": render_swap_ranges,
     "tree_sweep": render_tree_sweep,
+    "published_lra": render_published_lra,
     "readme_results": render_readme_results,
 }
 

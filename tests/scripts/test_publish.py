@@ -414,3 +414,16 @@ def test_tree_sweep_a_row_per_sampler_in_the_papers_order_and_the_cost_row(tmp_p
         published.render_tree_sweep(str(tmp_path), "t.csv", quantity="ratio")
     with pytest.raises(SourceMissing):
         published.render_tree_sweep(str(tmp_path), "t.csv", protocol="casino")
+
+
+def test_published_lra_rows_come_from_the_one_copy_of_the_papers_numbers(tmp_path):
+    """docs/baselines.md's published LRA rows are PUBLISHED_ACCURACY's, in its order, with the
+    source's note; an attention without a published row is an error, not an empty table."""
+    out = published.render_published_lra(str(tmp_path), "linear,informer").splitlines()
+    expected = [r for r in published.PUBLISHED_ACCURACY if r[0] in ("linear", "informer")]
+    assert len(out) == 2 + len(expected) == 5
+    assert out[2] == ("| linear | LRA Table 1 (= FAST Table 1, DenseAttention Table 5) | "
+                      + " | ".join(f"{a:.2f}" for a in expected[0][2][:5]) + f" | {expected[0][3]:.2f} |")
+    assert out[4].startswith("| Informer | DenseAttention Table 5 (from Chen et al. 2021) | 32.53 |")
+    with pytest.raises(RenderError, match="cosformer"):
+        published.render_published_lra(str(tmp_path), "linear,cosformer")

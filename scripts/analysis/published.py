@@ -40,6 +40,8 @@ Output is byte-stable: fixed row orders and fixed formats.
   (docs/tree_attention.md).
 - ``published_lra [attentions=a,b]``: the papers' LRA rows of those attentions (``PUBLISHED_ACCURACY``,
   the one copy of them in the repository; docs/baselines.md).
+- ``per_position <eval.json> [edges=1,2,8,...]``: mean test NLL by context length in bins, from an
+  eval_ppl.py JSON's per_position field (docs/gpt_mini_wikitext2.md).
 - ``leaderboard FOLDER``: the scorecard's leaderboard from ``FOLDER/cards/*.json``
   (``scripts/scorecard/leaderboard.py``, which ``python -m scripts.scorecard`` also writes to
   ``FOLDER/leaderboard.md``).
@@ -1153,6 +1155,19 @@ def _gpt_mini_fields(root):
             "protocol": test["protocol"], "context": about(context_used(test["per_position"]))}
 
 
+def binned_nll(per_position, edges):
+    """[(lo, hi, mean NLL)] of the context-length bins [lo, hi) between consecutive ``edges`` that
+    hold scored tokens, each the count-weighted mean of eval_ppl.py's ``per_position`` (its
+    context_length, count and mean_nll lists; nats per token)."""
+    bins = []
+    for lo, hi in zip(edges, edges[1:]):
+        pairs = [(c, m) for length, c, m in zip(*(per_position[k] for k in ("context_length", "count", "mean_nll")))
+                 if lo <= length < hi]
+        if pairs:
+            bins.append((lo, hi, sum(c * m for c, m in pairs) / sum(c for c, _ in pairs)))
+    return bins
+
+
 def context_used(per_position):
     """The number of context tokens a model gains from: mean NLL per token in bins of context length
     [1], [2, 8), [8, 32), ... (factors of 4); the lower edge of the first bin whose mean NLL is not
@@ -1160,16 +1175,25 @@ def context_used(per_position):
     edges = [1, 2]
     while edges[-1] <= max(per_position["context_length"]):
         edges.append(edges[-1] * 4)
-    means = []
-    for lo, hi in zip(edges, edges[1:]):
-        pairs = [(c, m) for length, c, m in zip(*(per_position[k] for k in ("context_length", "count", "mean_nll")))
-                 if lo <= length < hi]
-        if pairs:
-            means.append((lo, sum(c * m for c, m in pairs) / sum(c for c, _ in pairs)))
+    means = [(lo, mean) for lo, _, mean in binned_nll(per_position, edges)]
     for (_, before), (lo, mean) in zip(means, means[1:]):
         if mean >= before:
             return lo
     return means[-1][0]
+
+
+def render_per_position(root, eval_json, edges="1,2,8,32,128,512,768,1024"):
+    """docs/gpt_mini_wikitext2.md's context table: the mean test NLL (nats per token) by the number of
+    tokens of context, in the bins [lo, hi) between consecutive ``edges``, from the ``per_position``
+    field of an eval_ppl.py JSON (``eval_json``, made with --per_position=True). Raises
+    SourceMissing when the file or its per_position field is absent."""
+    record = load_json(root, eval_json)
+    if "per_position" not in record:
+        raise SourceMissing(f"a rendered block needs the per_position field of {eval_json} (eval_ppl.py "
+                            f"--per_position=True); it has none")
+    bins = binned_nll(record["per_position"], [int(e) for e in edges.split(",")])
+    return _markdown(["context length", *(f"{lo}" if hi == lo + 1 else f"{lo}-{hi - 1}" for lo, hi, _ in bins)],
+                     [["mean NLL", *(f"{mean:.3f}" for _, _, mean in bins)]])
 
 
 # tree attention's samplers in the order of the paper's Figure 2, and their short names there
@@ -1511,6 +1535,7 @@ RENDERERS = {
     "swap_ranges": render_swap_ranges,
     "tree_sweep": render_tree_sweep,
     "published_lra": render_published_lra,
+    "per_position": render_per_position,
     "readme_results": render_readme_results,
 }
 

@@ -427,3 +427,16 @@ def test_published_lra_rows_come_from_the_one_copy_of_the_papers_numbers(tmp_pat
     assert out[4].startswith("| Informer | DenseAttention Table 5 (from Chen et al. 2021) | 32.53 |")
     with pytest.raises(RenderError, match="cosformer"):
         published.render_published_lra(str(tmp_path), "linear,cosformer")
+
+
+def test_per_position_bins_are_count_weighted_means_of_the_evaluations_field(tmp_path):
+    """The context table averages eval_ppl.py's per-position NLL over each bin weighted by the
+    tokens scored at each length; bins without tokens are left out; no per_position field is an
+    error naming the option that writes it."""
+    record = {"per_position": {"context_length": [1, 2, 3, 8], "count": [10, 1, 3, 5], "mean_nll": [5.0, 4.0, 2.0, 3.0]}}
+    (tmp_path / "e.json").write_text(json.dumps(record))
+    out = published.render_per_position(str(tmp_path), "e.json", edges="1,2,8,32,128").splitlines()
+    assert out == ["| context length | 1 | 2-7 | 8-31 |", "|---|---|---|---|", "| mean NLL | 5.000 | 2.500 | 3.000 |"]
+    (tmp_path / "no.json").write_text(json.dumps({"value": 1.0}))
+    with pytest.raises(SourceMissing, match="per_position=True"):
+        published.render_per_position(str(tmp_path), "no.json")

@@ -42,6 +42,8 @@ Output is byte-stable: fixed row orders and fixed formats.
   the one copy of them in the repository; docs/baselines.md).
 - ``per_position <eval.json> [edges=1,2,8,...]``: mean test NLL by context length in bins, from an
   eval_ppl.py JSON's per_position field (docs/gpt_mini_wikitext2.md).
+- ``table_file <tool output .md> [n=1]``: the n-th table of a table tool's markdown output, verbatim
+  (only files that tests/scripts/test_results_rebuild.py rebuilds from the runs).
 - ``leaderboard FOLDER``: the scorecard's leaderboard from ``FOLDER/cards/*.json``
   (``scripts/scorecard/leaderboard.py``, which ``python -m scripts.scorecard`` also writes to
   ``FOLDER/leaderboard.md``).
@@ -1196,6 +1198,23 @@ def render_per_position(root, eval_json, edges="1,2,8,32,128,512,768,1024"):
                      [["mean NLL", *(f"{mean:.3f}" for _, _, mean in bins)]])
 
 
+def render_table_file(root, path, n="1"):
+    """The ``n``-th markdown table (1-based) of a table tool's output ``path`` (a .md under results/),
+    verbatim. Only for a file that ``tests/scripts/test_results_rebuild.py`` makes again from the
+    committed runs (its test checks that every such block names one), so the table stays the
+    tool's. Raises SourceMissing when the file is absent, RenderError when it has fewer tables."""
+    tables, current = [], []
+    for line in read_text(root, path).splitlines() + [""]:
+        if line.startswith("|"):
+            current.append(line)
+        elif current:
+            tables.append(current)
+            current = []
+    if not 1 <= int(n) <= len(tables):
+        raise RenderError(f"table_file: {path} has {len(tables)} table(s), not a table number {n}")
+    return "\n".join(tables[int(n) - 1]) + "\n"
+
+
 # tree attention's samplers in the order of the paper's Figure 2, and their short names there
 # (the tree sweep's and the recall tree study's tables and plots)
 SAMPLER_ORDER = ["uniform", "edh", "alignment", "positive_alignment", "rff", "favor_plus", "favor_plus_relu"]
@@ -1536,6 +1555,7 @@ RENDERERS = {
     "tree_sweep": render_tree_sweep,
     "published_lra": render_published_lra,
     "per_position": render_per_position,
+    "table_file": render_table_file,
     "readme_results": render_readme_results,
 }
 

@@ -440,3 +440,11 @@ def test_per_position_bins_are_count_weighted_means_of_the_evaluations_field(tmp
     (tmp_path / "no.json").write_text(json.dumps({"value": 1.0}))
     with pytest.raises(SourceMissing, match="per_position=True"):
         published.render_per_position(str(tmp_path), "no.json")
+
+
+def test_table_file_copies_the_nth_table_of_a_tools_output(tmp_path):
+    (tmp_path / "t.md").write_text("Title\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\ntext\n| c |\n|---|\n| 3 |\n")
+    assert published.render_table_file(str(tmp_path), "t.md") == "| a | b |\n|---|---|\n| 1 | 2 |\n"
+    assert published.render_table_file(str(tmp_path), "t.md", n="2") == "| c |\n|---|\n| 3 |\n"
+    with pytest.raises(RenderError, match="2 table"):
+        published.render_table_file(str(tmp_path), "t.md", n="3")

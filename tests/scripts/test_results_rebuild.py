@@ -118,3 +118,18 @@ def test_every_committed_table_of_these_tools_is_rebuilt():
     # made from checkpoints or data outside the repository: the MLM summaries (mlm_summary evaluates ckpt.pt)
     outside = {p for p in found if p.startswith("results/mlm_wikitext2/")}
     assert sorted(found - covered - outside) == []
+
+
+def test_a_table_file_block_names_a_table_rebuilt_here():
+    """docs' and README's ``table_file`` blocks copy a tool's table verbatim: only tables that this
+    module rebuilds from the committed runs may be copied so (else the copy could hold any numbers)."""
+    import re
+
+    from scripts.analysis import publish
+
+    covered = {os.path.join(folder, name) for _, _, folder, files, *_ in REBUILDS for name in files}
+    named = []
+    for doc in publish.documents(ROOT):
+        with open(doc) as f:
+            named += re.findall(r"<!-- rendered: table_file (\S+)", f.read())
+    assert named and sorted(set(named) - covered) == []

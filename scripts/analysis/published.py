@@ -44,6 +44,9 @@ Output is byte-stable: fixed row orders and fixed formats.
   eval_ppl.py JSON's per_position field (docs/gpt_mini_wikitext2.md).
 - ``table_file <tool output .md> [n=1]``: the n-th table of a table tool's markdown output, verbatim
   (only files that tests/scripts/test_results_rebuild.py rebuilds from the runs).
+- ``tree_bench <run.json> [<run.json> ...] [L=1024] [E=0.5]``: the tree benchmark's seconds per block
+  of each implementation, a column per run, our kernel's factor over the authors' code in brackets
+  (docs/tree_attention.md).
 - ``leaderboard FOLDER``: the scorecard's leaderboard from ``FOLDER/cards/*.json``
   (``scripts/scorecard/leaderboard.py``, which ``python -m scripts.scorecard`` also writes to
   ``FOLDER/leaderboard.md``).
@@ -945,6 +948,53 @@ def tree_speedups(root):
     return out, setting
 
 
+# the tree benchmark's implementations, as its tables name them: (impl, threads, dtype) -> row label
+TREE_BENCH_ROWS = [
+    (("casinoformer", 1, "float64"), "authors' `np_attention.py` (float64, 1 thread)"),
+    (("numpy_authors", 1, "float64"), "our re-implementation of their NumPy design"),
+    (("cpu", 1, "float32"), "CPU kernel, float32, 1 thread"),
+    (("cpu", 1, "float64"), "CPU kernel, float64, 1 thread (their precision)"),
+    (("cpu", 2, "float32"), "CPU kernel, float32, 2 threads"),
+    (("vectorized", 1, "float32"), "`vectorized` (PyTorch ops), float32, 1 thread"),
+    (("reference", 1, "float64"), "reference (one query at a time)"),
+    (("softmax", 1, ""), "exact attention, SDPA, 1 thread"),
+]
+
+
+def render_tree_bench(root, *files, L="1024", E="0.5"):
+    """docs/tree_attention.md's speed tables: seconds per block of each implementation
+    (TREE_BENCH_ROWS) at block length ``L`` and ``E`` (exact SDPA at E = 1) in each benchmark run
+    (``files``: scripts/bench/tree.py JSONs, a column each, named by file), 3 significant digits,
+    "(extrapolated)" where the run timed a subset of queries; in brackets for our kernel and the
+    vectorized path, how many times faster than the authors' code in the same run. Raises
+    SourceMissing when a file is absent or has no row of the authors' code at (L, E)."""
+    L, E = int(L), float(E)
+    runs = []
+    for rel in files:
+        rows = load_json(root, rel)["rows"]
+        timed = {(r["impl"], r["threads"], r["dtype"]): r for r in rows
+                 if r["L"] == L and (r["E"] == E or r["impl"] == "softmax")}
+        if ("casinoformer", 1, "float64") not in timed:
+            raise SourceMissing(f"a rendered block needs the authors' code at L = {L}, E = {E:g} in {rel}; it has none")
+        runs.append((os.path.splitext(os.path.basename(rel))[0], timed))
+    table = []
+    for key, label in TREE_BENCH_ROWS:
+        if not any(key in timed for _, timed in runs):
+            continue
+        cells = []
+        for _, timed in runs:
+            row = timed.get(key)
+            if row is None:
+                cells.append("-")
+                continue
+            text = f"{row['seconds']:.3g}" + (" (extrapolated)" if row["extrapolated"] else "")
+            if key[0] in ("cpu", "vectorized"):
+                text += f" ({timed[('casinoformer', 1, 'float64')]['seconds'] / row['seconds']:.1f}x)"
+            cells.append(text)
+        table.append([label, *cells])
+    return _markdown(["implementation", *(f"`{name}`" for name, _ in runs)], table)
+
+
 def _met(values, ok):
     """"yes" when ``ok`` holds for every value, "no" for none, else "in k of n runs"."""
     hits = sum(1 for v in values if ok(v))
@@ -1556,6 +1606,7 @@ RENDERERS = {
     "published_lra": render_published_lra,
     "per_position": render_per_position,
     "table_file": render_table_file,
+    "tree_bench": render_tree_bench,
     "readme_results": render_readme_results,
 }
 

@@ -448,3 +448,24 @@ def test_table_file_copies_the_nth_table_of_a_tools_output(tmp_path):
     assert published.render_table_file(str(tmp_path), "t.md", n="2") == "| c |\n|---|\n| 3 |\n"
     with pytest.raises(RenderError, match="2 table"):
         published.render_table_file(str(tmp_path), "t.md", n="3")
+
+
+def test_tree_bench_a_column_per_run_and_the_kernels_factor_over_the_authors_code(tmp_path):
+    """Seconds per block at (L, E) per implementation and run, SDPA's row at E = 1, the kernel's
+    factor over the authors' code of the same run in brackets, extrapolated rows said so; a run
+    without the authors' code at (L, E) has no factor to give and is an error."""
+    def row(impl, threads, dtype, E, seconds, extrapolated=False, L=1024):
+        return {"impl": impl, "threads": threads, "dtype": dtype, "L": L, "E": E, "seconds": seconds,
+                "extrapolated": extrapolated}
+    rows = [row("casinoformer", 1, "float64", 0.5, 0.6), row("cpu", 1, "float32", 0.5, 0.006),
+            row("cpu", 1, "float32", 0.2, 0.001), row("reference", 1, "float64", 0.5, 2.0, True),
+            row("softmax", 1, "", 1.0, 0.02), row("casinoformer", 1, "float64", 0.5, 9.0, L=4096)]
+    (tmp_path / "run1.json").write_text(json.dumps({"rows": rows}))
+    out = published.render_tree_bench(str(tmp_path), "run1.json").splitlines()
+    assert out[0] == "| implementation | `run1` |"
+    assert out[2:] == ["| authors' `np_attention.py` (float64, 1 thread) | 0.6 |",
+                       "| CPU kernel, float32, 1 thread | 0.006 (100.0x) |",
+                       "| reference (one query at a time) | 2 (extrapolated) |",
+                       "| exact attention, SDPA, 1 thread | 0.02 |"]
+    with pytest.raises(SourceMissing, match="E = 0.8"):
+        published.render_tree_bench(str(tmp_path), "run1.json", E="0.8")

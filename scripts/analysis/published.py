@@ -47,6 +47,8 @@ Output is byte-stable: fixed row orders and fixed formats.
 - ``tree_bench <run.json> [<run.json> ...] [L=1024] [E=0.5]``: the tree benchmark's seconds per block
   of each implementation, a column per run, our kernel's factor over the authors' code in brackets
   (docs/tree_attention.md).
+- ``bench_layer <layer suite .json> [methods=a,b]``: tokens/s of the DANet and softmax layers per T,
+  forward and forward + backward (docs/dense_attention.md).
 - ``leaderboard FOLDER``: the scorecard's leaderboard from ``FOLDER/cards/*.json``
   (``scripts/scorecard/leaderboard.py``, which ``python -m scripts.scorecard`` also writes to
   ``FOLDER/leaderboard.md``).
@@ -995,6 +997,45 @@ def render_tree_bench(root, *files, L="1024", E="0.5"):
     return _markdown(["implementation", *(f"`{name}`" for name, _ in runs)], table)
 
 
+LAYER_METHODS = {"danet_linear": "DANet linear", "danet_quadratic": "DANet quadratic", "danet_auto": "DANet auto",
+                 "softmax_layer": "softmax"}
+MODE_SHORT = {"forward": "fwd", "forward_backward": "fwd+bwd"}
+
+
+def thousands(tokens_per_s):
+    """Tokens/s as the layer tables print them: 509k, 32.0k, 950."""
+    if tokens_per_s >= 1e5:
+        return f"{tokens_per_s / 1e3:.0f}k"
+    return f"{tokens_per_s / 1e3:.1f}k" if tokens_per_s >= 1e3 else f"{tokens_per_s:.0f}"
+
+
+def render_bench_layer(root, bench_json, methods="danet_linear,danet_quadratic,softmax_layer"):
+    """docs/dense_attention.md's layer table: tokens/s of each layer method (``methods``, LAYER_METHODS
+    names) per T, forward then forward + backward, from the layer suite's JSON of
+    scripts/bench/attention.py (``--suite layer``); a cell the run skipped says why in short
+    ("skipped (memory)"). Raises SourceMissing when the file is absent or has none of ``methods``."""
+    rows = load_json(root, bench_json)["rows"]
+    wanted = [m for m in methods.split(",") if m]
+    by = {(r["method"], r["mode"], r["T"]): r for r in rows if r["method"] in wanted}
+    if not by:
+        raise SourceMissing(f"a rendered block needs the methods {methods} in {bench_json}; it has none")
+    modes = [m for m in MODE_SHORT if any(k[1] == m for k in by)]
+    columns = [(method, mode) for mode in modes for method in wanted]
+    table = []
+    for T in sorted({k[2] for k in by}):
+        cells = []
+        for method, mode in columns:
+            r = by.get((method, mode, T))
+            if r is None:
+                cells.append("-")
+            elif r.get("tokens_per_s") is None:
+                cells.append("skipped" + (" (memory)" if "memory" in r.get("note", "") else ""))
+            else:
+                cells.append(thousands(r["tokens_per_s"]))
+        table.append([f"{T:,}", *cells])
+    return _markdown(["T", *(f"{LAYER_METHODS.get(m, m)} {MODE_SHORT[mode]}" for m, mode in columns)], table)
+
+
 def _met(values, ok):
     """"yes" when ``ok`` holds for every value, "no" for none, else "in k of n runs"."""
     hits = sum(1 for v in values if ok(v))
@@ -1607,6 +1648,7 @@ RENDERERS = {
     "per_position": render_per_position,
     "table_file": render_table_file,
     "tree_bench": render_tree_bench,
+    "bench_layer": render_bench_layer,
     "readme_results": render_readme_results,
 }
 

@@ -469,3 +469,17 @@ def test_tree_bench_a_column_per_run_and_the_kernels_factor_over_the_authors_cod
                        "| exact attention, SDPA, 1 thread | 0.02 |"]
     with pytest.raises(SourceMissing, match="E = 0.8"):
         published.render_tree_bench(str(tmp_path), "run1.json", E="0.8")
+
+
+def test_bench_layer_tokens_per_second_per_T_and_a_skipped_cell_says_why(tmp_path):
+    rows = [{"method": "danet_linear", "mode": "forward", "T": 128, "tokens_per_s": 509205.5, "note": ""},
+            {"method": "softmax_layer", "mode": "forward", "T": 128, "tokens_per_s": 7952.8, "note": ""},
+            {"method": "danet_linear", "mode": "forward", "T": 16384, "tokens_per_s": None,
+             "note": "skipped: estimated memory above limit"},
+            {"method": "danet_auto", "mode": "forward", "T": 128, "tokens_per_s": 1.0, "note": ""}]
+    (tmp_path / "b.json").write_text(json.dumps({"rows": rows}))
+    out = published.render_bench_layer(str(tmp_path), "b.json", methods="danet_linear,softmax_layer").splitlines()
+    assert out == ["| T | DANet linear fwd | softmax fwd |", "|---|---|---|", "| 128 | 509k | 8.0k |",
+                   "| 16,384 | skipped (memory) | - |"]
+    with pytest.raises(SourceMissing):
+        published.render_bench_layer(str(tmp_path), "b.json", methods="danet_quadratic")

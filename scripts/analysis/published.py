@@ -49,6 +49,8 @@ Output is byte-stable: fixed row orders and fixed formats.
   (docs/tree_attention.md).
 - ``bench_layer <layer suite .json> [methods=a,b]``: tokens/s of the DANet and softmax layers per T,
   forward and forward + backward (docs/dense_attention.md).
+- ``bench_pair <bench.json> first=<spec> second=<spec> cells=D:mode:causal,... T=t,... [base=sdpa]``: two
+  methods' times over the base's in one benchmark run, "first / second" per cell (docs/fastmax.md).
 - ``leaderboard FOLDER``: the scorecard's leaderboard from ``FOLDER/cards/*.json``
   (``scripts/scorecard/leaderboard.py``, which ``python -m scripts.scorecard`` also writes to
   ``FOLDER/leaderboard.md``).
@@ -1036,6 +1038,33 @@ def render_bench_layer(root, bench_json, methods="danet_linear,danet_quadratic,s
     return _markdown(["T", *(f"{LAYER_METHODS.get(m, m)} {MODE_SHORT[mode]}" for m, mode in columns)], table)
 
 
+def render_bench_pair(root, bench_json, first="", second="", cells="", T="", base="sdpa"):
+    """Two methods' times over ``base``'s in one run of scripts/bench/attention.py (``bench_json``),
+    as "first / second" per cell (one decimal), a row per ``cells`` entry ("D:mode:causal",
+    mode forward or forward_backward, causal true or false; comma list) and a column per ``T`` (comma
+    list); e.g. docs/fastmax.md's chunked / explicit table. Raises SourceMissing when a cell has no
+    time of a method or of ``base`` in the run, RenderError when an argument is missing (the methods
+    are key=value arguments: their specs hold "=")."""
+    if not (first and second and cells and T):
+        raise RenderError("bench_pair: give first=<spec> second=<spec> cells=D:mode:causal,... T=t,...")
+    rows = load_json(root, bench_json)["rows"]
+    seconds = {(r["spec"], r["D"], r["mode"], r["causal"], r["T"]): r["seconds"] for r in rows if r.get("seconds")}
+    Ts = [int(t) for t in T.split(",")]
+    table = []
+    for cell in cells.split(","):
+        D, mode, causal = cell.split(":")
+        key = (int(D), mode, causal == "true")
+        ratios = []
+        for t in Ts:
+            try:
+                ratios.append(" / ".join(f"{seconds[(m, *key, t)] / seconds[(base, *key, t)]:.1f}" for m in (first, second)))
+            except KeyError:
+                raise SourceMissing(f"a rendered block needs {first}, {second} and {base} at D = {D}, {mode}, "
+                                    f"causal {causal}, T = {t} in {bench_json}") from None
+        table.append([D, f"{mode.replace('_', '+')}, {'causal' if key[2] else 'non-causal'}", *ratios])
+    return _markdown(["D", "mode", *(f"T = {t}" for t in Ts)], table)
+
+
 def _met(values, ok):
     """"yes" when ``ok`` holds for every value, "no" for none, else "in k of n runs"."""
     hits = sum(1 for v in values if ok(v))
@@ -1649,6 +1678,7 @@ RENDERERS = {
     "table_file": render_table_file,
     "tree_bench": render_tree_bench,
     "bench_layer": render_bench_layer,
+    "bench_pair": render_bench_pair,
     "readme_results": render_readme_results,
 }
 

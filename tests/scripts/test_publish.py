@@ -483,3 +483,19 @@ def test_bench_layer_tokens_per_second_per_T_and_a_skipped_cell_says_why(tmp_pat
                    "| 16,384 | skipped (memory) | - |"]
     with pytest.raises(SourceMissing):
         published.render_bench_layer(str(tmp_path), "b.json", methods="danet_quadratic")
+
+
+def test_bench_pair_two_methods_over_the_base_in_one_run(tmp_path):
+    def row(spec, T, seconds, D=32, mode="forward", causal=False):
+        return {"spec": spec, "D": D, "mode": mode, "causal": causal, "T": T, "seconds": seconds}
+    rows = [row("sdpa", 64, 0.01), row("a:p=2", 64, 0.239), row("a:p=2,x=1", 64, 0.064),
+            row("sdpa", 64, 0.02, mode="forward_backward", causal=True), row("a:p=2", 64, 0.1, mode="forward_backward", causal=True)]
+    (tmp_path / "b.json").write_text(json.dumps({"rows": rows}))
+    out = published.render_bench_pair(str(tmp_path), "b.json", first="a:p=2", second="a:p=2,x=1",
+                                      cells="32:forward:false", T="64").splitlines()
+    assert out == ["| D | mode | T = 64 |", "|---|---|---|", "| 32 | forward, non-causal | 23.9 / 6.4 |"]
+    with pytest.raises(SourceMissing, match="causal true"):  # the second method has no causal cell
+        published.render_bench_pair(str(tmp_path), "b.json", first="a:p=2", second="a:p=2,x=1",
+                                    cells="32:forward_backward:true", T="64")
+    with pytest.raises(RenderError, match="first="):
+        published.render_bench_pair(str(tmp_path), "b.json", cells="32:forward:false", T="64")

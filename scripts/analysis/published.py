@@ -51,6 +51,8 @@ Output is byte-stable: fixed row orders and fixed formats.
   forward and forward + backward (docs/dense_attention.md).
 - ``bench_pair <bench.json> first=<spec> second=<spec> cells=D:mode:causal,... T=t,... [base=sdpa]``: two
   methods' times over the base's in one benchmark run, "first / second" per cell (docs/fastmax.md).
+- ``authors_fastmax <compare.json> cells=p:causal:mode:T,...``: our Fastmax beside the authors'
+  PyTorch paths, time and peak memory per cell (docs/fastmax.md).
 - ``leaderboard FOLDER``: the scorecard's leaderboard from ``FOLDER/cards/*.json``
   (``scripts/scorecard/leaderboard.py``, which ``python -m scripts.scorecard`` also writes to
   ``FOLDER/leaderboard.md``).
@@ -1065,6 +1067,39 @@ def render_bench_pair(root, bench_json, first="", second="", cells="", T="", bas
     return _markdown(["D", "mode", *(f"T = {t}" for t in Ts)], table)
 
 
+def render_authors_fastmax(root, compare_json, cells=""):
+    """docs/fastmax.md's speed and memory table against the authors' PyTorch paths, from the
+    ``timing_rows`` of scripts/bench/authors_fastmax.py's JSON: a row per ``cells`` entry
+    ("p:causal:mode:T", causal yes or no, mode forward or forward_backward; comma list), our time and
+    peak memory, their ``fastmax_function``'s, their einops variant's time, and their time over ours
+    (3 significant digits; "skipped (memory)" where the run skipped a call). Raises SourceMissing when
+    a cell has no row of ours or of ``fastmax_function``, RenderError without ``cells``."""
+    if not cells:
+        raise RenderError("authors_fastmax: give cells=p:causal:mode:T,...")
+    rows = load_json(root, compare_json)["timing_rows"]
+    by = {(r["method"], r["p"], r["causal"], r["mode"], r["T"]): r for r in rows}
+
+    def timed(method, key, memory=True):
+        r = by.get((method, *key))
+        if r is None or r.get("seconds") is None:
+            return "skipped" + (" (memory)" if r is not None and "memory" in r.get("note", "") else "")
+        return f"{r['seconds']:#.3g} s" + (f", {r['peak_mb']:,.0f} MB" if memory and r.get("peak_mb") is not None else "")
+
+    table = []
+    for cell in cells.split(","):
+        p, causal, mode, T = cell.split(":")
+        key = (int(p), causal == "yes", mode, int(T))
+        ours, theirs = by.get(("ours", *key)), by.get(("fastmax_function", *key))
+        if not (ours and theirs and ours.get("seconds") and theirs.get("seconds")):
+            raise SourceMissing(f"a rendered block needs ours and fastmax_function at {cell} in {compare_json}")
+        factor = theirs["seconds"] / ours["seconds"]
+        table.append([p, causal, mode.replace("_", " + "), f"{int(T):,}", timed("ours", key),
+                      timed("fastmax_function", key), timed("fastattention_einops", key, memory=False),
+                      f"{factor:.0f}x" if factor >= 10 else f"{factor:.1f}x"])
+    return _markdown(["p", "causal", "mode", "T", "ours", "their `fastmax_function`", "their einops",
+                      "theirs / ours"], table)
+
+
 def _met(values, ok):
     """"yes" when ``ok`` holds for every value, "no" for none, else "in k of n runs"."""
     hits = sum(1 for v in values if ok(v))
@@ -1679,6 +1714,7 @@ RENDERERS = {
     "tree_bench": render_tree_bench,
     "bench_layer": render_bench_layer,
     "bench_pair": render_bench_pair,
+    "authors_fastmax": render_authors_fastmax,
     "readme_results": render_readme_results,
 }
 

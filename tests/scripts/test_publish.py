@@ -499,3 +499,16 @@ def test_bench_pair_two_methods_over_the_base_in_one_run(tmp_path):
                                     cells="32:forward_backward:true", T="64")
     with pytest.raises(RenderError, match="first="):
         published.render_bench_pair(str(tmp_path), "b.json", cells="32:forward:false", T="64")
+
+
+def test_authors_fastmax_ours_beside_theirs_with_the_factor(tmp_path):
+    def row(method, seconds, mb=None, note=""):
+        return {"method": method, "p": 2, "causal": True, "mode": "forward", "T": 4096, "seconds": seconds,
+                "peak_mb": mb, "note": note}
+    rows = [row("ours", 0.12, 39.2), row("fastmax_function", 20.0, 8479.0), row("fastattention_einops", None, None,
+                                                                                "skipped: estimated memory above limit")]
+    (tmp_path / "c.json").write_text(json.dumps({"timing_rows": rows}))
+    out = published.render_authors_fastmax(str(tmp_path), "c.json", cells="2:yes:forward:4096").splitlines()
+    assert out[2] == "| 2 | yes | forward | 4,096 | 0.120 s, 39 MB | 20.0 s, 8,479 MB | skipped (memory) | 167x |"
+    with pytest.raises(SourceMissing):
+        published.render_authors_fastmax(str(tmp_path), "c.json", cells="1:yes:forward:4096")

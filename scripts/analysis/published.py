@@ -53,6 +53,8 @@ Output is byte-stable: fixed row orders and fixed formats.
   methods' times over the base's in one benchmark run, "first / second" per cell (docs/fastmax.md).
 - ``authors_fastmax <compare.json> cells=p:causal:mode:T,...``: our Fastmax beside the authors'
   PyTorch paths, time and peak memory per cell (docs/fastmax.md).
+- ``bench_linearity <bench.json> methods=a,b``: per method and call, time(16384) / (16 time(1024))
+  and SDPA's time over the method's at 16384, misses in bold (docs/baselines.md).
 - ``leaderboard FOLDER``: the scorecard's leaderboard from ``FOLDER/cards/*.json``
   (``scripts/scorecard/leaderboard.py``, which ``python -m scripts.scorecard`` also writes to
   ``FOLDER/leaderboard.md``).
@@ -1100,6 +1102,41 @@ def render_authors_fastmax(root, compare_json, cells=""):
                       "theirs / ours"], table)
 
 
+LINEARITY_BOUND = 1.5  # issue 26: time(16384) / (16 time(1024)) at most this, and faster than SDPA at 16384
+
+
+def factor(x):
+    """A speed factor as the docs print it: 25x, 5.8x, 1.04x (two decimals near and below 1)."""
+    return f"{x:.0f}x" if x >= 10 else f"{x:.1f}x" if x >= 1.1 else f"{x:.2f}x"
+
+
+def render_bench_linearity(root, bench_json, methods=""):
+    """docs/baselines.md's speed table from the full benchmark's summary (``bench_json``): per method
+    and call (forward, causal forward, forward + backward, causal forward + backward),
+    time(16384) / (16 time(1024)) and SDPA's time over the method's at 16384, a miss of the issue's
+    bounds (LINEARITY_BOUND, faster than SDPA) in bold, "n/a" where the method has no such call.
+    Raises SourceMissing when the summary lacks a method of ``methods`` (comma list)."""
+    summary = load_json(root, bench_json)["summary"]
+    linear = {(r["method"], r["mode"], r["causal"]): r["ratio"] for r in summary["linearity_16384_vs_16x1024"]}
+    speed = {(r["method"], r["mode"], r["causal"]): r["speedup"] for r in summary["speedup_vs_sdpa_at_16384"]}
+    calls = [("forward", False), ("forward", True), ("forward_backward", False), ("forward_backward", True)]
+    table = []
+    for method in [m for m in methods.split(",") if m]:
+        if not any(k[0] == method for k in linear):
+            raise SourceMissing(f"a rendered block needs {method} in the summary of {bench_json}; it has none")
+        cells = []
+        for mode, causal in calls:
+            ratio, up = linear.get((method, mode, causal)), speed.get((method, mode, causal))
+            if ratio is None or up is None:
+                cells.append("n/a")
+                continue
+            text_ratio = f"{ratio:.2f}" if ratio <= LINEARITY_BOUND else f"**{ratio:.2f}**"
+            text_up = factor(up) if up > 1 else f"**{factor(up)}**"
+            cells.append(f"{text_ratio} / {text_up}")
+        table.append([method, *cells])
+    return _markdown(["method", "forward", "causal forward", "forward + backward", "causal forward + backward"], table)
+
+
 def _met(values, ok):
     """"yes" when ``ok`` holds for every value, "no" for none, else "in k of n runs"."""
     hits = sum(1 for v in values if ok(v))
@@ -1715,6 +1752,7 @@ RENDERERS = {
     "bench_layer": render_bench_layer,
     "bench_pair": render_bench_pair,
     "authors_fastmax": render_authors_fastmax,
+    "bench_linearity": render_bench_linearity,
     "readme_results": render_readme_results,
 }
 

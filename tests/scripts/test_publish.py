@@ -512,3 +512,19 @@ def test_authors_fastmax_ours_beside_theirs_with_the_factor(tmp_path):
     assert out[2] == "| 2 | yes | forward | 4,096 | 0.120 s, 39 MB | 20.0 s, 8,479 MB | skipped (memory) | 167x |"
     with pytest.raises(SourceMissing):
         published.render_authors_fastmax(str(tmp_path), "c.json", cells="1:yes:forward:4096")
+
+
+def test_bench_linearity_bolds_a_miss_and_says_na_for_a_call_a_method_lacks(tmp_path):
+    def entry(method, mode, causal, **values):
+        return {"method": method, "mode": mode, "causal": causal, **values}
+    calls = [("forward", False), ("forward", True), ("forward_backward", False), ("forward_backward", True)]
+    summary = {"linearity_16384_vs_16x1024": [entry("a", m, c, ratio=r) for (m, c), r in zip(calls, (1.25, 1.6, 1.5, 1.0))]
+               + [entry("b", "forward", False, ratio=1.0)],
+               "speedup_vs_sdpa_at_16384": [entry("a", m, c, speedup=v) for (m, c), v in zip(calls, (25.2, 0.39, 1.04, 5.8))]
+               + [entry("b", "forward", False, speedup=2.0)]}
+    (tmp_path / "all.json").write_text(json.dumps({"summary": summary}))
+    out = published.render_bench_linearity(str(tmp_path), "all.json", methods="a,b").splitlines()
+    assert out[2] == "| a | 1.25 / 25x | **1.60** / **0.39x** | 1.50 / 1.04x | 1.00 / 5.8x |"
+    assert out[3] == "| b | 1.00 / 2.0x | n/a | n/a | n/a |"
+    with pytest.raises(SourceMissing, match="c in the summary"):
+        published.render_bench_linearity(str(tmp_path), "all.json", methods="c")

@@ -1110,18 +1110,20 @@ def factor(x):
     return f"{x:.0f}x" if x >= 10 else f"{x:.1f}x" if x >= 1.1 else f"{x:.2f}x"
 
 
-def render_bench_linearity(root, bench_json, methods=""):
+def render_bench_linearity(root, bench_json, methods="", bold="misses"):
     """docs/baselines.md's speed table from the full benchmark's summary (``bench_json``): per method
     and call (forward, causal forward, forward + backward, causal forward + backward),
     time(16384) / (16 time(1024)) and SDPA's time over the method's at 16384, a miss of the issue's
-    bounds (LINEARITY_BOUND, faster than SDPA) in bold, "n/a" where the method has no such call.
-    Raises SourceMissing when the summary lacks a method of ``methods`` (comma list)."""
+    bounds (LINEARITY_BOUND, faster than SDPA) in bold unless ``bold`` is "none", "n/a" where the
+    method has no such call; methods named as the docs name them (``display_name``). Raises
+    SourceMissing when the summary lacks a method of ``methods`` (a comma list, or a semicolon list
+    when a method's spec holds commas)."""
     summary = load_json(root, bench_json)["summary"]
     linear = {(r["method"], r["mode"], r["causal"]): r["ratio"] for r in summary["linearity_16384_vs_16x1024"]}
     speed = {(r["method"], r["mode"], r["causal"]): r["speedup"] for r in summary["speedup_vs_sdpa_at_16384"]}
     calls = [("forward", False), ("forward", True), ("forward_backward", False), ("forward_backward", True)]
     table = []
-    for method in [m for m in methods.split(",") if m]:
+    for method in [m for m in methods.split(";" if ";" in methods else ",") if m]:
         if not any(k[0] == method for k in linear):
             raise SourceMissing(f"a rendered block needs {method} in the summary of {bench_json}; it has none")
         cells = []
@@ -1130,10 +1132,13 @@ def render_bench_linearity(root, bench_json, methods=""):
             if ratio is None or up is None:
                 cells.append("n/a")
                 continue
-            text_ratio = f"{ratio:.2f}" if ratio <= LINEARITY_BOUND else f"**{ratio:.2f}**"
-            text_up = factor(up) if up > 1 else f"**{factor(up)}**"
+            text_ratio = f"{ratio:.0f}" if ratio >= 10 else f"{ratio:.2f}"
+            text_up = factor(up)
+            if bold != "none":
+                text_ratio = text_ratio if ratio <= LINEARITY_BOUND else f"**{text_ratio}**"
+                text_up = text_up if up > 1 else f"**{text_up}**"
             cells.append(f"{text_ratio} / {text_up}")
-        table.append([method, *cells])
+        table.append([display_name(method), *cells])
     return _markdown(["method", "forward", "causal forward", "forward + backward", "causal forward + backward"], table)
 
 

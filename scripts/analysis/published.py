@@ -55,6 +55,8 @@ Output is byte-stable: fixed row orders and fixed formats.
   PyTorch paths, time and peak memory per cell (docs/fastmax.md).
 - ``bench_linearity <bench.json> methods=a,b``: per method and call, time(16384) / (16 time(1024))
   and SDPA's time over the method's at 16384, misses in bold (docs/baselines.md).
+- ``lm_runs <throughput.json> <label@train_log@test_json@config> ...``: language-model runs side by
+  side: validation and test perplexity, tokens/s measured side by side, wall time (docs/fastmax.md).
 - ``leaderboard FOLDER``: the scorecard's leaderboard from ``FOLDER/cards/*.json``
   (``scripts/scorecard/leaderboard.py``, which ``python -m scripts.scorecard`` also writes to
   ``FOLDER/leaderboard.md``).
@@ -1142,6 +1144,39 @@ def render_bench_linearity(root, bench_json, methods="", bold="misses"):
     return _markdown(["method", "forward", "causal forward", "forward + backward", "causal forward + backward"], table)
 
 
+def render_lm_runs(root, throughput_json, *runs):
+    """docs/fastmax.md's WikiText-2 table: a row per run "label@train_log.jsonl@test.json@config"
+    (``runs``; the label an attention label, shown by ``display_name``): the validation perplexity of the run's last evaluation (``val_ppl``, else exp of its
+    validation loss), the test perplexity of the eval_ppl.py JSON, the training tokens/s of the
+    config measured side by side in ``throughput_json`` (scripts/bench/train_throughput.py: median
+    (min-max) over its rounds) and the wall time of the run (its log's last ``elapsed_s``). Raises
+    SourceMissing when a file is absent or has no evaluation, RenderError for a malformed run."""
+    throughput = load_json(root, throughput_json)
+    table, last_iter = [], None
+    for run in runs:
+        try:
+            label, log, test, config = run.split("@")
+        except ValueError:
+            raise RenderError(f"lm_runs: {run!r} is not label@train_log@test_json@config") from None
+        with open(source(root, log)) as f:
+            records = [json.loads(line) for line in f if line.strip()]
+        evals = [r for r in records if "eval" in r]
+        if not evals:
+            raise SourceMissing(f"a rendered block needs an evaluation in {log}; it has none")
+        last = evals[-1]["eval"]
+        val_ppl = last.get("val_ppl") or math.exp(last.get("val_loss", last.get("val")))
+        last_iter = evals[-1]["iter"]
+        speeds = [r["tok_per_s"] for r in throughput["rows"] if r["config"] == config]
+        if not speeds:
+            raise SourceMissing(f"a rendered block needs {config} in {throughput_json}; it has none")
+        seconds = round(max(r.get("elapsed_s", 0) for r in records))
+        table.append([display_name(label), f"{val_ppl:.2f}", f"{load_json(root, test)['value']:.2f}",
+                      f"{statistics.median(speeds):,.0f} ({min(speeds):,.0f}-{max(speeds):,.0f})",
+                      f"{seconds // 60} min {seconds % 60} s"])
+    return _markdown(["attention", f"val ppl at {last_iter}", "test ppl, `blocks`", "training tokens/s, side by side",
+                      "wall time of the run (training + its evaluations)"], table)
+
+
 def _met(values, ok):
     """"yes" when ``ok`` holds for every value, "no" for none, else "in k of n runs"."""
     hits = sum(1 for v in values if ok(v))
@@ -1758,6 +1793,7 @@ RENDERERS = {
     "bench_pair": render_bench_pair,
     "authors_fastmax": render_authors_fastmax,
     "bench_linearity": render_bench_linearity,
+    "lm_runs": render_lm_runs,
     "readme_results": render_readme_results,
 }
 

@@ -5,6 +5,7 @@ in a results file changes the rendered text)."""
 import csv
 import io
 import json
+import math
 import os
 
 import pytest
@@ -528,3 +529,19 @@ def test_bench_linearity_bolds_a_miss_and_says_na_for_a_call_a_method_lacks(tmp_
     assert out[3] == "| b | 1.00 / 2.0x | n/a | n/a | n/a |"
     with pytest.raises(SourceMissing, match="c in the summary"):
         published.render_bench_linearity(str(tmp_path), "all.json", methods="c")
+
+
+def test_lm_runs_reads_each_runs_log_test_json_and_the_side_by_side_throughput(tmp_path):
+    (tmp_path / "log.jsonl").write_text("\n".join(json.dumps(r) for r in [
+        {"iter": 600, "eval": {"val_loss": 5.0}, "elapsed_s": 100.0},
+        {"iter": 650, "loss": 5.1, "elapsed_s": 2700.2},
+        {"iter": 650, "eval": {"val": math.log(144.47)}, "elapsed_s": 2733.5}]) + "\n")
+    (tmp_path / "test.json").write_text(json.dumps({"value": 126.08}))
+    (tmp_path / "tp.json").write_text(json.dumps({"rows": [{"config": "c.py", "tok_per_s": v} for v in (1461.0, 1178.0, 1729.0)]}))
+    out = published.render_lm_runs(str(tmp_path), "tp.json", "fastmax1@log.jsonl@test.json@c.py").splitlines()
+    assert out[0].startswith("| attention | val ppl at 650 |")
+    assert out[2] == "| fastmax p = 1 | 144.47 | 126.08 | 1,461 (1,178-1,729) | 45 min 34 s |"
+    with pytest.raises(SourceMissing, match="other.py"):
+        published.render_lm_runs(str(tmp_path), "tp.json", "softmax@log.jsonl@test.json@other.py")
+    with pytest.raises(RenderError, match="label@train_log"):
+        published.render_lm_runs(str(tmp_path), "tp.json", "softmax@log.jsonl")

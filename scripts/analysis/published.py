@@ -55,8 +55,9 @@ Output is byte-stable: fixed row orders and fixed formats.
   PyTorch paths, time and peak memory per cell (docs/fastmax.md).
 - ``bench_linearity <bench.json> methods=a,b``: per method and call, time(16384) / (16 time(1024))
   and SDPA's time over the method's at 16384, misses in bold (docs/baselines.md).
-- ``lm_runs <throughput.json> <label@train_log@test_json@config> ...``: language-model runs side by
-  side: validation and test perplexity, tokens/s measured side by side, wall time (docs/fastmax.md).
+- ``lm_runs <throughput.json|log> <label@train_log@test_json@config> ... [val_iters=600,650]``:
+  language-model runs side by side: validation and test perplexity, tokens/s (measured side by side,
+  or the median of each run's log), wall time (docs/fastmax.md, docs/dense_attention.md).
 - ``leaderboard FOLDER``: the scorecard's leaderboard from ``FOLDER/cards/*.json``
   (``scripts/scorecard/leaderboard.py``, which ``python -m scripts.scorecard`` also writes to
   ``FOLDER/leaderboard.md``).
@@ -1144,15 +1145,18 @@ def render_bench_linearity(root, bench_json, methods="", bold="misses"):
     return _markdown(["method", "forward", "causal forward", "forward + backward", "causal forward + backward"], table)
 
 
-def render_lm_runs(root, throughput_json, *runs):
-    """docs/fastmax.md's WikiText-2 table: a row per run "label@train_log.jsonl@test.json@config"
-    (``runs``; the label an attention label, shown by ``display_name``): the validation perplexity of the run's last evaluation (``val_ppl``, else exp of its
-    validation loss), the test perplexity of the eval_ppl.py JSON, the training tokens/s of the
-    config measured side by side in ``throughput_json`` (scripts/bench/train_throughput.py: median
-    (min-max) over its rounds) and the wall time of the run (its log's last ``elapsed_s``). Raises
-    SourceMissing when a file is absent or has no evaluation, RenderError for a malformed run."""
-    throughput = load_json(root, throughput_json)
-    table, last_iter = [], None
+def render_lm_runs(root, throughput, *runs, val_iters=""):
+    """Language-model runs side by side (docs/fastmax.md, docs/dense_attention.md): a row per run
+    "label@train_log.jsonl@test.json@config" (``runs``; the label an attention label, shown by
+    ``display_name``): the validation perplexity at each of ``val_iters`` (comma list; default the
+    last evaluation; ``val_ppl``, else exp of the validation loss), the test perplexity of the
+    eval_ppl.py JSON, the training tokens/s and the wall time of the run (its log's last
+    ``elapsed_s``). ``throughput``: "log" for the median of the run's own logged tokens/s, else
+    scripts/bench/train_throughput.py's JSON, where the config was measured side by side with the
+    others (median (min-max) over its rounds). Raises SourceMissing when a file is absent or lacks
+    an evaluation or the config, RenderError for a malformed run."""
+    side_by_side = load_json(root, throughput) if throughput != "log" else None
+    table, iters = [], []
     for run in runs:
         try:
             label, log, test, config = run.split("@")
@@ -1160,20 +1164,24 @@ def render_lm_runs(root, throughput_json, *runs):
             raise RenderError(f"lm_runs: {run!r} is not label@train_log@test_json@config") from None
         with open(source(root, log)) as f:
             records = [json.loads(line) for line in f if line.strip()]
-        evals = [r for r in records if "eval" in r]
-        if not evals:
-            raise SourceMissing(f"a rendered block needs an evaluation in {log}; it has none")
-        last = evals[-1]["eval"]
-        val_ppl = last.get("val_ppl") or math.exp(last.get("val_loss", last.get("val")))
-        last_iter = evals[-1]["iter"]
-        speeds = [r["tok_per_s"] for r in throughput["rows"] if r["config"] == config]
-        if not speeds:
-            raise SourceMissing(f"a rendered block needs {config} in {throughput_json}; it has none")
+        evals = {r["iter"]: r["eval"] for r in records if "eval" in r}
+        iters = [int(i) for i in val_iters.split(",")] if val_iters else [max(evals, default=0)]
+        if not all(i in evals for i in iters):
+            raise SourceMissing(f"a rendered block needs the evaluations at {iters} in {log}; it has {sorted(evals)}")
+        val = [evals[i].get("val_ppl") or math.exp(evals[i].get("val_loss", evals[i].get("val"))) for i in iters]
+        if side_by_side is None:
+            speed = f"{statistics.median(r['tok_per_s'] for r in records if 'tok_per_s' in r):,.0f}"
+        else:
+            speeds = [r["tok_per_s"] for r in side_by_side["rows"] if r["config"] == config]
+            if not speeds:
+                raise SourceMissing(f"a rendered block needs {config} in {throughput}; it has none")
+            speed = f"{statistics.median(speeds):,.0f} ({min(speeds):,.0f}-{max(speeds):,.0f})"
         seconds = round(max(r.get("elapsed_s", 0) for r in records))
-        table.append([display_name(label), f"{val_ppl:.2f}", f"{load_json(root, test)['value']:.2f}",
-                      f"{statistics.median(speeds):,.0f} ({min(speeds):,.0f}-{max(speeds):,.0f})",
-                      f"{seconds // 60} min {seconds % 60} s"])
-    return _markdown(["attention", f"val ppl at {last_iter}", "test ppl, `blocks`", "training tokens/s, side by side",
+        table.append([display_name(label), " / ".join(f"{v:.2f}" for v in val),
+                      f"{load_json(root, test)['value']:.2f}", speed, f"{seconds // 60} min {seconds % 60} s"])
+    speed_header = "training tokens/s (median of the run's log)" if side_by_side is None else \
+        "training tokens/s, side by side"
+    return _markdown(["attention", f"val ppl at {' / '.join(map(str, iters))}", "test ppl, `blocks`", speed_header,
                       "wall time of the run (training + its evaluations)"], table)
 
 

@@ -545,3 +545,17 @@ def test_lm_runs_reads_each_runs_log_test_json_and_the_side_by_side_throughput(t
         published.render_lm_runs(str(tmp_path), "tp.json", "softmax@log.jsonl@test.json@other.py")
     with pytest.raises(RenderError, match="label@train_log"):
         published.render_lm_runs(str(tmp_path), "tp.json", "softmax@log.jsonl")
+
+
+def test_lm_runs_with_the_logs_own_speed_and_several_evaluations(tmp_path):
+    (tmp_path / "log.jsonl").write_text("\n".join(json.dumps(r) for r in [
+        {"iter": 10, "loss": 6.0, "tok_per_s": 1000.0, "elapsed_s": 10.0},
+        {"iter": 20, "loss": 5.5, "tok_per_s": 1400.0, "elapsed_s": 20.0},
+        {"iter": 20, "eval": {"val_ppl": 170.14}, "elapsed_s": 65.4},
+        {"iter": 10, "eval": {"val_ppl": 173.97}, "elapsed_s": 12.0}]) + "\n")
+    (tmp_path / "test.json").write_text(json.dumps({"value": 150.42}))
+    out = published.render_lm_runs(str(tmp_path), "log", "danet@log.jsonl@test.json@c.py", val_iters="10,20").splitlines()
+    assert out[0].startswith("| attention | val ppl at 10 / 20 | test ppl, `blocks` | training tokens/s (median of the run's log) |")
+    assert out[2] == "| DANet mini | 173.97 / 170.14 | 150.42 | 1,200 | 1 min 5 s |"
+    with pytest.raises(SourceMissing, match="30"):
+        published.render_lm_runs(str(tmp_path), "log", "danet@log.jsonl@test.json@c.py", val_iters="30")

@@ -549,6 +549,33 @@ def render_gpt_mini_table(root, folder):
     return gpt_mini_table(runs)
 
 
+def marker_numbers(renderer, text, kind=int):
+    """The numbers of a marker's comma list ``text`` ("1024" or "0.2,0.5") as ``kind``. Raises
+    RenderError naming the renderer and the text when one is not a number."""
+    try:
+        return [kind(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise RenderError(f"{renderer}: {text!r} is not a comma list of {kind.__name__} numbers") from None
+
+
+def marker_number(renderer, text, kind=int):
+    """The one number of a marker's argument ``text``. Raises RenderError unless it is one number."""
+    numbers = marker_numbers(renderer, text, kind)
+    if len(numbers) != 1:
+        raise RenderError(f"{renderer}: {text!r} is not one {kind.__name__} number")
+    return numbers[0]
+
+
+def marker_cells(renderer, cells, fields):
+    """The ``cells`` argument of a marker ("a:b:c,a:b:c") as tuples of len(``fields``) strings.
+    Raises RenderError naming the fields when an entry has another number of parts."""
+    out = [tuple(cell.split(":")) for cell in cells.split(",") if cell]
+    bad = [":".join(c) for c in out if len(c) != len(fields)]
+    if bad or not out:
+        raise RenderError(f"{renderer}: cells={cells!r}; each entry is {':'.join(fields)}")
+    return out
+
+
 def render_swap_ranges(root, *runs, base="softmax"):
     """Perplexity of one model with each attention on the same test tokens (eval_ppl.py's JSONs
     ``eval_*.json`` / ``*.json`` in ``runs``: packed runs or folders), a row per range of the test split
@@ -979,7 +1006,7 @@ def render_tree_bench(root, *files, L="1024", E="0.5"):
     "(extrapolated)" where the run timed a subset of queries; in brackets for our kernel and the
     vectorized path, how many times faster than the authors' code in the same run. Raises
     SourceMissing when a file is absent or has no row of the authors' code at (L, E)."""
-    L, E = int(L), float(E)
+    L, E = marker_number("tree_bench", L), marker_number("tree_bench", E, float)
     runs = []
     for rel in files:
         rows = load_json(root, rel)["rows"]
@@ -1056,11 +1083,11 @@ def render_bench_pair(root, bench_json, first="", second="", cells="", T="", bas
         raise RenderError("bench_pair: give first=<spec> second=<spec> cells=D:mode:causal,... T=t,...")
     rows = load_json(root, bench_json)["rows"]
     seconds = {(r["spec"], r["D"], r["mode"], r["causal"], r["T"]): r["seconds"] for r in rows if r.get("seconds")}
-    Ts = [int(t) for t in T.split(",")]
+    Ts = marker_numbers("bench_pair", T)
     table = []
-    for cell in cells.split(","):
-        D, mode, causal = cell.split(":")
-        key = (int(D), mode, causal == "true")
+    for D, mode, causal in marker_cells("bench_pair", cells, ("D", "mode", "causal")):
+        cell = f"{D}:{mode}:{causal}"
+        key = (marker_number("bench_pair", D), mode, causal == "true")
         ratios = []
         for t in Ts:
             try:
@@ -1091,9 +1118,9 @@ def render_authors_fastmax(root, compare_json, cells=""):
         return f"{r['seconds']:#.3g} s" + (f", {r['peak_mb']:,.0f} MB" if memory and r.get("peak_mb") is not None else "")
 
     table = []
-    for cell in cells.split(","):
-        p, causal, mode, T = cell.split(":")
-        key = (int(p), causal == "yes", mode, int(T))
+    for p, causal, mode, T in marker_cells("authors_fastmax", cells, ("p", "causal", "mode", "T")):
+        cell = f"{p}:{causal}:{mode}:{T}"
+        key = (marker_number("authors_fastmax", p), causal == "yes", mode, marker_number("authors_fastmax", T))
         ours, theirs = by.get(("ours", *key)), by.get(("fastmax_function", *key))
         if not (ours and theirs and ours.get("seconds") and theirs.get("seconds")):
             raise SourceMissing(f"a rendered block needs ours and fastmax_function at {cell} in {compare_json}")
@@ -1165,7 +1192,7 @@ def render_lm_runs(root, throughput, *runs, val_iters=""):
         with open(source(root, log)) as f:
             records = [json.loads(line) for line in f if line.strip()]
         evals = {r["iter"]: r["eval"] for r in records if "eval" in r}
-        iters = [int(i) for i in val_iters.split(",")] if val_iters else [max(evals, default=0)]
+        iters = marker_numbers("lm_runs", val_iters) if val_iters else [max(evals, default=0)]
         if not all(i in evals for i in iters):
             raise SourceMissing(f"a rendered block needs the evaluations at {iters} in {log}; it has {sorted(evals)}")
         val = [evals[i].get("val_ppl") or math.exp(evals[i].get("val_loss", evals[i].get("val"))) for i in iters]
@@ -1433,7 +1460,7 @@ def render_per_position(root, eval_json, edges="1,2,8,32,128,512,768,1024"):
     if "per_position" not in record:
         raise SourceMissing(f"a rendered block needs the per_position field of {eval_json} (eval_ppl.py "
                             f"--per_position=True); it has none")
-    bins = binned_nll(record["per_position"], [int(e) for e in edges.split(",")])
+    bins = binned_nll(record["per_position"], marker_numbers("per_position", edges))
     return _markdown(["context length", *(f"{lo}" if hi == lo + 1 else f"{lo}-{hi - 1}" for lo, hi, _ in bins)],
                      [["mean NLL", *(f"{mean:.3f}" for _, _, mean in bins)]])
 
@@ -1450,9 +1477,10 @@ def render_table_file(root, path, n="1"):
         elif current:
             tables.append(current)
             current = []
-    if not 1 <= int(n) <= len(tables):
+    k = marker_number("table_file", n)
+    if not 1 <= k <= len(tables):
         raise RenderError(f"table_file: {path} has {len(tables)} table(s), not a table number {n}")
-    return "\n".join(tables[int(n) - 1]) + "\n"
+    return "\n".join(tables[k - 1]) + "\n"
 
 
 # tree attention's samplers in the order of the paper's Figure 2, and their short names there

@@ -559,3 +559,23 @@ def test_lm_runs_with_the_logs_own_speed_and_several_evaluations(tmp_path):
     assert out[2] == "| DANet mini | 173.97 / 170.14 | 150.42 | 1,200 | 1 min 5 s |"
     with pytest.raises(SourceMissing, match="30"):
         published.render_lm_runs(str(tmp_path), "log", "danet@log.jsonl@test.json@c.py", val_iters="30")
+
+
+def test_a_malformed_marker_argument_is_one_render_error_not_a_traceback(tmp_path, monkeypatch, capsys):
+    """Numbers and cells in a block's marker are checked: a wrong one is a RenderError naming the
+    renderer and what it expects, which the publishing command prints as one line (exit 2)."""
+    (tmp_path / "t.md").write_text("| a |\n|---|\n| 1 |\n")
+    with pytest.raises(RenderError, match="table_file: 'x'"):
+        published.render_table_file(str(tmp_path), "t.md", n="x")
+    (tmp_path / "b.json").write_text(json.dumps({"rows": []}))
+    with pytest.raises(RenderError, match="D:mode:causal"):
+        published.render_bench_pair(str(tmp_path), "b.json", first="a", second="b", cells="32:forward", T="64")
+    with pytest.raises(RenderError, match="one float"):
+        published.render_tree_bench(str(tmp_path), "b.json", E="0.2,0.5")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "x.md").write_text("<!-- rendered: table_file t.md n=first -->\n<!-- end rendered -->\n")
+    monkeypatch.setattr(publish, "ROOT", str(tmp_path))
+    with pytest.raises(SystemExit) as stop:
+        publish.main([])
+    assert stop.value.code == 2 and capsys.readouterr().err.strip().startswith("error: table_file: 'first'")

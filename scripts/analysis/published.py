@@ -102,6 +102,13 @@ def load_json(root, rel):
         return json.load(f)
 
 
+def load_jsonl(root, rel):
+    """The records of the JSON-lines file ``root/rel`` (a training log), blank lines skipped. Raises
+    SourceMissing when it does not exist."""
+    with open(source(root, rel)) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 def load_csv(root, rel):
     """The rows (dicts of strings) of the CSV file ``root/rel``. Raises SourceMissing when it does not exist."""
     with open(source(root, rel), newline="") as f:
@@ -1103,8 +1110,8 @@ def render_authors_fastmax(root, compare_json, cells=""):
     """docs/fastmax.md's speed and memory table against the authors' PyTorch paths, from the
     ``timing_rows`` of scripts/bench/authors_fastmax.py's JSON: a row per ``cells`` entry
     ("p:causal:mode:T", causal yes or no, mode forward or forward_backward; comma list), our time and
-    peak memory, their ``fastmax_function``'s, their einops variant's time, and their time over ours
-    (3 significant digits; "skipped (memory)" where the run skipped a call). Raises SourceMissing when
+    peak memory, their ``fastmax_function``'s, their einops variant's time (3 significant digits),
+    and their time over ours (``factor``; "skipped (memory)" where the run skipped a call). Raises SourceMissing when
     a cell has no row of ours or of ``fastmax_function``, RenderError without ``cells``."""
     if not cells:
         raise RenderError("authors_fastmax: give cells=p:causal:mode:T,...")
@@ -1124,10 +1131,9 @@ def render_authors_fastmax(root, compare_json, cells=""):
         ours, theirs = by.get(("ours", *key)), by.get(("fastmax_function", *key))
         if not (ours and theirs and ours.get("seconds") and theirs.get("seconds")):
             raise SourceMissing(f"a rendered block needs ours and fastmax_function at {cell} in {compare_json}")
-        factor = theirs["seconds"] / ours["seconds"]
         table.append([p, causal, mode.replace("_", " + "), f"{int(T):,}", timed("ours", key),
                       timed("fastmax_function", key), timed("fastattention_einops", key, memory=False),
-                      f"{factor:.0f}x" if factor >= 10 else f"{factor:.1f}x"])
+                      factor(theirs["seconds"] / ours["seconds"])])
     return _markdown(["p", "causal", "mode", "T", "ours", "their `fastmax_function`", "their einops",
                       "theirs / ours"], table)
 
@@ -1189,8 +1195,7 @@ def render_lm_runs(root, throughput, *runs, val_iters=""):
             label, log, test, config = run.split("@")
         except ValueError:
             raise RenderError(f"lm_runs: {run!r} is not label@train_log@test_json@config") from None
-        with open(source(root, log)) as f:
-            records = [json.loads(line) for line in f if line.strip()]
+        records = load_jsonl(root, log)
         evals = {r["iter"]: r["eval"] for r in records if "eval" in r}
         iters = marker_numbers("lm_runs", val_iters) if val_iters else [max(evals, default=0)]
         if not all(i in evals for i in iters):
@@ -1417,8 +1422,7 @@ def _gpt_mini_fields(root):
     if not params:
         raise SourceMissing("a rendered block needs the parameter count (model: ... parameters) in "
                             "results/gpt_mini_wikitext2/train_stdout.log; it has none")
-    with open(source(root, "results/gpt_mini_wikitext2/train_log.jsonl")) as f:
-        seconds = max(json.loads(line).get("elapsed_s", 0) for line in f if line.strip())
+    seconds = max(r.get("elapsed_s", 0) for r in load_jsonl(root, "results/gpt_mini_wikitext2/train_log.jsonl"))
     test = load_json(root, "results/gpt_mini_wikitext2/test_blocks.json")
     return {"params": params.group(1), "minutes": int(seconds // 60), "ppl": f"{test['value']:.2f}",
             "protocol": test["protocol"], "context": about(context_used(test["per_position"]))}

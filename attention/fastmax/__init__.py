@@ -9,8 +9,9 @@ prefix sums when causal (Eq. 32-35). Cost O(T D^(p+1)) instead of O(T^2 D).
 Files: ``reference.py`` (explicit (T, T) weights; the specification, including normalization
 and dropout), ``dropout.py`` (the three dropout variants of section 2.4), ``function.py`` (the
 custom autograd Function of section 2.5, the backend choice and the output gradients, shared by
-both backends), ``chunked.py`` (the PyTorch backend), ``triton_kernels.py`` (the Triton backend:
-forward and backward kernels; on CPU tensors they run under ``TRITON_INTERPRET=1``),
+both backends), ``chunked.py`` (the PyTorch backend), ``kernels/`` (the Triton backend: chunk-state
+kernels for p = 1 and 2 and a FlashAttention-style kernel for p = 2, forward and backward; on CPU
+tensors they run under ``TRITON_INTERPRET=1``),
 ``authors_baseline.py`` (the authors' formulation, for benchmarks). Imports go one way:
 this module -> function.py -> the backends, which import nothing of the package.
 """
@@ -28,10 +29,12 @@ from attention.fastmax.reference import (NORMALIZATIONS, kernel_minimum, max_nor
                                          reference_forward, score_bound)
 
 IMPLEMENTATIONS = ("auto", "pytorch", "triton", "reference")
+TRITON_KERNELS = ("auto", "chunk", "parallel")  # kernels.kernel_for: the Triton backend's choice, or one forced
 # the module's dropout variants: ours on the factorized terms (dropout.py), the authors' CUDA
 # extension's multiplicative output noise, and "auto" = quadratic for p = 2, standard for p = 1
 MODULE_DROPOUT_VARIANTS = ("auto", *DROPOUT_VARIANTS, "output_noise")
 TRITON_HEAD_DIMS = (16, 32, 64, 128)
+TRITON_CHUNK_SIZES = (16, 32, 64, 128)  # kernels.CHUNK_SIZES (this module does not import triton)
 # "auto" computes p = 2 through the explicit (T, T) weights up to T = EXPLICIT_T_PER_D x head dim, for
 # at most EXPLICIT_MAX_ELEMENTS weights per call (64 MB in float32). Measured on the CPU, B x H = 32
 # (results/bench_attention/fastmax_explicit_crossover, docs/fastmax.md): forward+backward 5-32x faster
@@ -68,14 +71,14 @@ def implementation_for(implementation, p, shape, dropout_active=False):
     return "pytorch"
 
 
-def chunk_size_for(p, chunk_size, implementation):
+def chunk_size_for(p, chunk_size):
     """Positions per chunk of the causal fast paths: ``chunk_size`` when given, else 128 for p = 2
-    on the PyTorch backend and 64 otherwise (the Triton kernels' shared memory needs 64 at D = 64;
-    docs/fastmax.md says how 128 was chosen). ``implementation``: "pytorch", "triton" or "auto"
-    (= "pytorch": the chunk size of the chunked path ``Fastmax.implementation_for`` may pick)."""
+    and 64 for p = 1, on both backends (docs/fastmax.md says how 128 was chosen for the PyTorch
+    path; the Triton chunk kernels' p = 2 states cost 4 F (Dv + 1) / C bytes per token and head,
+    at most 10 KB at C = 128, D = 64: ``kernels/chunk.py``)."""
     if chunk_size is not None:
         return chunk_size
-    return 128 if p == 2 and implementation != "triton" else 64
+    return 128 if p == 2 else 64
 
 
 @register("fastmax")
@@ -119,14 +122,18 @@ class Fastmax(Attention):
             sequences without active dropout: T <= 8 D and B H T^2 <= 2^24, where the explicit
             (T, T) weights of "reference" are faster, ``implementation_for``; the Triton kernels
             have never run on a GPU, only under the interpreter), "pytorch" (chunked.py),
-            "triton" (opt-in, triton_kernels.py; a CUDA launch is checked against the device's
-            shared memory per block; CPU tensors need TRITON_INTERPRET=1) or "reference" (the
-            (T, T) matrix, autograd through it).
+            "triton" (opt-in, kernels/: float32, bfloat16 or float16 inputs as they are,
+            float32 accumulation; no dropout on the factorized terms, "output_noise" works; CPU
+            tensors need TRITON_INTERPRET=1) or "reference" (the (T, T) matrix, autograd
+            through it).
+        triton_kernel (str): with implementation="triton": "auto" (default; p = 1 and D = 16 the
+            chunk kernels, p = 2 the parallel kernel up to T = kernels.PARALLEL_MAX_T and the
+            chunk kernels beyond), "chunk" or "parallel" (p = 2 only) forced.
         chunk_size (int | None): positions per chunk of the causal fast paths, a power of two in
-            [16, 1024]. None (default): 128 for p = 2 on the PyTorch backend, else 64 (measured
-            on the CPU: p = 2 causal at T = 16384, D = 64, 128 took 0.62x the time of 64 forward
-            and 0.71x forward+backward, `results/bench_attention/rerun_dense_fastmax_tree`; p = 1
-            is fastest at 64; the Triton kernels' shared memory needs 64 at D = 64).
+            [16, 1024] ([16, 128] for the Triton kernels). None (default): 128 for p = 2, 64 for
+            p = 1 (measured on the CPU: p = 2 causal at T = 16384, D = 64, 128 took 0.62x the time
+            of 64 forward and 0.71x forward+backward,
+            `results/bench_attention/rerun_dense_fastmax_tree`; p = 1 is fastest at 64).
 
     Negative weights: the paper's Eq. 10 (weights >= 0) needs f(s) >= 0 on the scores that
     occur. For p = 2 with the default coefficients f >= 1/2 everywhere. For p = 1, f(s) < 0 when
@@ -168,12 +175,12 @@ class Fastmax(Attention):
         features = D + quadratic
         if not causal:
             return heads * 4 * T * features * Y
-        C = chunk_size_for(p, params["chunk_size"], implementation)
+        C = chunk_size_for(p, params["chunk_size"])
         Tc = math.ceil(T / C) * C
         return heads * (4 * Tc * features * Y + 2 * Tc * C * (D + Y))
 
     def __init__(self, p=2, a0=1.0, a1=1.0, a2=0.5, temperature=None, normalization="paper", lim=1.0,
-                 dropout=0.0, dropout_variant="auto", implementation="auto", chunk_size=None):
+                 dropout=0.0, dropout_variant="auto", implementation="auto", chunk_size=None, triton_kernel="auto"):
         super().__init__()
         if p not in (1, 2) or isinstance(p, bool):
             raise ValueError(f"p must be 1 or 2 (the degree of f); got p={p!r}")
@@ -206,6 +213,11 @@ class Fastmax(Attention):
         if implementation not in IMPLEMENTATIONS:
             raise ValueError(f"implementation '{implementation}' unknown; allowed: {', '.join(IMPLEMENTATIONS)}")
         self.implementation = implementation
+        if triton_kernel not in TRITON_KERNELS:
+            raise ValueError(f"triton_kernel '{triton_kernel}' unknown; allowed: {', '.join(TRITON_KERNELS)}")
+        if triton_kernel == "parallel" and self.p != 2:
+            raise ValueError("triton_kernel 'parallel' computes p = 2 only; use 'chunk' or 'auto' with p = 1")
+        self.triton_kernel = triton_kernel
         if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
                                        or chunk_size < 16 or chunk_size > 1024 or chunk_size & (chunk_size - 1)):
             raise ValueError(f"chunk_size must be a power of two in [16, 1024] or None (= 128 for p = 2 on the "
@@ -217,7 +229,7 @@ class Fastmax(Attention):
         return (f"p={self.p}, a0={self.a0}, a1={self.a1}, a2={self.a2}, temperature={self.temperature}, "
                 f"normalization={self.normalization}, lim={self.lim}, dropout={self.dropout}, "
                 f"dropout_variant={self.dropout_variant}, implementation={self.implementation}, "
-                f"chunk_size={self.chunk_size}")
+                f"chunk_size={self.chunk_size}, triton_kernel={self.triton_kernel}")
 
     def implementation_for(self, q):
         """The implementation ``forward`` uses for a (B, H, T, D) query tensor like q ("auto" resolved)."""
@@ -237,9 +249,9 @@ class Fastmax(Attention):
             return math.sqrt(D)
         return name
 
-    def chunk_size_for(self, implementation):
-        """Positions per chunk of the causal fast path ``implementation`` ("pytorch" or "triton")."""
-        return chunk_size_for(self.p, self.chunk_size, implementation)
+    def chunk_size_for(self):
+        """Positions per chunk of the causal fast paths (``chunk_size_for``)."""
+        return chunk_size_for(self.p, self.chunk_size)
 
     def forward(self, q, k, v, causal, attention_mask=None):
         """q, k, v: (B, H, T, D) -> out (B, H, T, D) in v's dtype; attention_mask (B, T) bool or None."""
@@ -247,8 +259,9 @@ class Fastmax(Attention):
         if q.shape[2] != k.shape[2]:
             raise ValueError(f"fastmax needs as many queries as keys; got {q.shape[2]} and {k.shape[2]}")
         impl = self.implementation_for(q)
+        dropout_on_terms = self.training and self.dropout > 0 and self.dropout_variant != "output_noise"
         if impl == "triton":
-            _check_triton(q, v)
+            _check_triton(q, v, self.chunk_size_for(), dropout_on_terms)
         self._warn_negative_weights(q.shape[-1])
         causal = bool(causal)
         masks = None
@@ -264,8 +277,9 @@ class Fastmax(Attention):
             if impl == "reference":
                 out = reference_forward(q, k, v, causal, attention_mask, **params)
             else:
-                out = fast_forward(q, k, v, causal, attention_mask, **params, chunk_size=self.chunk_size_for(impl),
-                                   backend=impl)
+                backend = impl if impl != "triton" or self.triton_kernel == "auto" else f"triton_{self.triton_kernel}"
+                out = fast_forward(q, k, v, causal, attention_mask, **params, chunk_size=self.chunk_size_for(),
+                                   backend=backend)
         if noise:  # the authors' CUDA extension: multiplicative Gaussian noise on the output
             out = out * (1.0 + self.dropout * torch.randn_like(out))
         return out
@@ -290,14 +304,16 @@ def fast_forward(q, k, v, causal, attention_mask=None, p=2, a0=1.0, a1=1.0, a2=0
                  normalization="max_norm", lim=1.0, dropout_variant=None, dropout_rate=0.0, dropout_masks=None,
                  chunk_size=64, backend="pytorch"):
     """Fastmax through the factorized fast paths; same arguments and result as
-    ``reference.reference_forward`` plus ``chunk_size`` and ``backend`` ("pytorch" or "triton").
+    ``reference.reference_forward`` plus ``chunk_size`` and ``backend`` (``function.BACKENDS``).
+    The PyTorch backend computes in float32 or wider; the Triton ones in the inputs' dtype when it
+    is float32, bfloat16 or float16 (float32 accumulation inside), else float32.
 
     Normalization and dropout are plain differentiable PyTorch ops (O(T D)); the attention itself
     is ``function.FastmaxFunction`` (custom backward).
     """
     work = torch.promote_types(q.dtype, torch.float32)
-    if backend == "triton":
-        work = torch.float32  # the kernels accumulate in float32
+    if backend.startswith("triton"):  # 16-bit inputs as they are (no float32 copies); float64 -> float32
+        work = q.dtype if q.dtype in (torch.float32, torch.bfloat16, torch.float16) else torch.float32
     q_scale = k_scale = None
     if normalization == "max_norm" and backend == "pytorch" and dropout_masks is None:
         # a per-position scaling: the fast path applies it block by block (no scaled copies)
@@ -323,11 +339,18 @@ def fast_forward(q, k, v, causal, attention_mask=None, p=2, a0=1.0, a1=1.0, a2=0
     return out.to(v.dtype)
 
 
-def _check_triton(q, v):
+def _check_triton(q, v, chunk_size, dropout_on_terms):
+    """Refuse what the Triton backend cannot run (one line each; ``kernels/__init__.py``)."""
     D, Dv = q.shape[-1], v.shape[-1]
     if D not in TRITON_HEAD_DIMS or Dv not in TRITON_HEAD_DIMS:
         raise ValueError(f"implementation='triton' supports head dims {', '.join(map(str, TRITON_HEAD_DIMS))}; "
                          f"got q/k head dim {D} and v head dim {Dv} (use implementation='pytorch')")
+    if chunk_size not in TRITON_CHUNK_SIZES:
+        raise ValueError(f"implementation='triton' needs chunk_size in {', '.join(map(str, TRITON_CHUNK_SIZES))} "
+                         f"(or None); got {chunk_size}")
+    if dropout_on_terms:
+        raise ValueError("implementation='triton' has no dropout on the factorized terms; use "
+                         "dropout_variant='output_noise' or implementation='pytorch'")
     if importlib.util.find_spec("triton") is None:
         raise ValueError("implementation='triton' needs the triton package")
     if q.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":

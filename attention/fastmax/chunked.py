@@ -340,10 +340,36 @@ def _finish_block(n, has_key, out, den):
 
 def _exclusive(sums, carry, reverse=False):
     """State before (after, when reverse) each chunk of a group (dim 1): carry plus the sums of
-    the group's earlier (later) chunks; and the new carry. A running sum, chunk after chunk (each
-    state is the previous one plus that chunk's sums), so that no rounding of a chunk's own terms
-    reaches the other side (exact causality); one pass over the states, where torch.cumsum along
-    dim 1 plus the shift and the carry took several (and cumsum over a middle dim is slow on CPU)."""
+    the group's earlier (later) chunks; and the new carry (carry plus all the group's sums).
+
+    Args:
+        sums: list of tensors (N, G, ...), the per-chunk sums of a group of G chunks.
+        carry: list like ``sums`` without dim 1 (the state entering the group), or None (zero).
+        reverse: states after each chunk (sums of later chunks), walking the group backwards.
+
+    Returns:
+        (states, new_carry): lists like ``sums`` and like ``carry``.
+
+    Two ways to the same states, chosen by device (``_exclusive_for``): on the CPU a running sum
+    (``_exclusive_running``), on CUDA a scan (``_exclusive_scan``): the running sum's one add per
+    chunk is one kernel launch per chunk on a GPU, thousands at T = 65,536, and the GPU then waits
+    on the launches; the scan is a few launches per tensor. Both are exactly causal: a state is
+    built from the carry and the sums of the chunks strictly before it, never from an inclusive
+    sum minus the chunk's own term, so no rounding of its own or a later chunk's sums reaches it."""
+    return _exclusive_for(sums[0].device)(sums, carry, reverse)
+
+
+def _exclusive_for(device):
+    """``_exclusive_scan`` for tensors on CUDA (few launches), else ``_exclusive_running`` (the
+    tests force the scan on CPU tensors by replacing this function)."""
+    return _exclusive_scan if device.type == "cuda" else _exclusive_running
+
+
+def _exclusive_running(sums, carry, reverse=False):
+    """``_exclusive`` as a running sum, chunk after chunk (each state is the previous one plus that
+    chunk's sums), so that no rounding of a chunk's own terms reaches the other side (exact
+    causality); one pass over the states, where torch.cumsum along dim 1 plus the shift and the
+    carry took several (and cumsum over a middle dim is slow on CPU)."""
     chunks = sums[0].shape[1]
     order = range(chunks - 1, -1, -1) if reverse else range(chunks)
     states, new_carry = [], []
@@ -358,6 +384,25 @@ def _exclusive(sums, carry, reverse=False):
             previous = c
         states.append(state)
         new_carry.append(state[:, previous] + x[:, previous])
+    return states, new_carry
+
+
+def _exclusive_scan(sums, carry, reverse=False):
+    """``_exclusive`` as one inclusive cumsum along dim 1 per tensor (the GPU path: a few launches
+    instead of one per chunk). The scanned sequence is shifted by one chunk, [carry, x_0, ...,
+    x_{G-2}], so its entry c is carry + x_0 + ... + x_{c-1}: the state before chunk c, made of the
+    carry and the earlier chunks' sums only (an inclusive scan's entry c depends on entries 0..c
+    alone, whatever order it adds them in). Reverse: the same on the chunks flipped, then flipped
+    back; never total minus a prefix, which would put the earlier chunks' rounding into the later
+    states. The new carry is the last state plus the last chunk's sums."""
+    states, new_carry = [], []
+    for i, x in enumerate(sums):
+        if reverse:
+            x = x.flip(1)
+        start = x.new_zeros(x[:, :1].shape) if carry is None else carry[i].unsqueeze(1).to(x.dtype)
+        state = torch.cat([start, x[:, :-1]], dim=1).cumsum_(1)
+        new_carry.append(state[:, -1] + x[:, -1])
+        states.append(state.flip(1) if reverse else state)
     return states, new_carry
 
 

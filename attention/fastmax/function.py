@@ -25,21 +25,24 @@ and, in backward, the gradients of numerator and denominator from the output's
 (``output_gradients``). The backends compute the rest on (N, T, X) tensors with one interface,
     forward(q, k, v, kl, ka, kb, rho, has_key, causal, coeffs, chunk) -> (out, den)
     backward(g, delta, q, k, v, kl, ka, kb, rho, causal, coeffs, chunk) -> (dq, dk, dv, dkl, dka, dkb)
-"pytorch": ``chunked.py``; "triton": ``triton_kernels.py`` (imported on first use: triton is an
-optional dependency). The backends import nothing from each other, from this module or from the
+"pytorch": ``chunked.py``; "triton", "triton_chunk", "triton_parallel": the package ``kernels``
+(its dispatch between the chunk and the parallel kernels, or one of them forced; imported on
+first use: triton is an optional dependency). The backends import nothing from each other, from this module or from the
 package; this module imports them. The output math that ``outputs.py`` used to hold lives here
 because it is the Function's part of the chain rule (o = numerator / denominator), the one thing
 both backends take from their caller; a module of its own would only be imported from here.
 
 Memory: the Function saves q, k, v (and the numerator keys under dropout), the output and the
 denominator: O(T D) per head. Backward recomputes the states (section 2.5) instead of storing
-per-position ones. Accumulation is in float32 or wider (``fast_forward`` in ``__init__`` casts).
+per-position ones. Accumulation is in float32 or wider: the PyTorch backend computes in float32 or
+float64 (``fast_forward`` in ``__init__`` casts), the Triton kernels take float32, bfloat16 or
+float16 inputs as they are and accumulate in float32 (``kernels/common.py``).
 """
 import torch
 
 from attention.fastmax import chunked
 
-BACKENDS = ("pytorch", "triton")
+BACKENDS = ("pytorch", "triton", "triton_chunk", "triton_parallel")
 
 
 def coefficients(p, a0, a1, a2, temperature):
@@ -70,16 +73,16 @@ def output_gradients(grad_out, out, den, rho, causal):
 
 
 def backend(name):
-    """The module of backend ``name`` ("pytorch" or "triton"), with ``forward`` and ``backward``.
+    """The backend ``name`` (one of ``BACKENDS``): an object with ``forward`` and ``backward``.
 
     Raises:
         ValueError: an unknown name.
     """
     if name == "pytorch":
         return chunked
-    if name == "triton":
-        from attention.fastmax import triton_kernels  # needs triton; CPU tensors need TRITON_INTERPRET=1
-        return triton_kernels
+    if name in BACKENDS:
+        from attention.fastmax import kernels  # needs triton; CPU tensors need TRITON_INTERPRET=1
+        return kernels.backend(name.partition("_")[2] or "auto")
     raise ValueError(f"backend '{name}' unknown; allowed: {', '.join(BACKENDS)}")
 
 
@@ -91,7 +94,7 @@ class FastmaxFunction(torch.autograd.Function):
 
     Args:
         q, k: (B, H, T, D) normalized queries and keys in the working dtype (float32 / float64;
-            float32 for the Triton backend); k zero at padded keys.
+            float32, bfloat16 or float16 for the Triton backends); k zero at padded keys.
         v: (B, H, T, Dv), zero at padded keys.
         k_linear, k_quad_a, k_quad_b: numerator keys like k (dropout), or None (= k). With p = 1
             the quadratic ones are ignored.
@@ -99,7 +102,8 @@ class FastmaxFunction(torch.autograd.Function):
         causal: bool.
         coeffs: (c0, c1, c2) from ``coefficients``.
         chunk_size: positions per chunk (power of two >= 16 for the Triton backend).
-        backend: "pytorch" (``chunked.py``) or "triton" (``triton_kernels.py``).
+        backend: one of ``BACKENDS``: "pytorch" (``chunked.py``), "triton" (``kernels``, its own
+            choice of kernel), "triton_chunk" or "triton_parallel" (that kernel forced).
         q_scale, k_scale: optional (B, H, T) per-position factors; the attention then uses
             q * q_scale and k * k_scale (max_norm's normalization, padded keys' k_scale = 0) without
             materialising them in the forward pass. Only with backend "pytorch" and no dropout.
@@ -110,7 +114,8 @@ class FastmaxFunction(torch.autograd.Function):
 
     Raises:
         ValueError: an unknown backend; q_scale / k_scale with the Triton backend or with numerator
-            keys; from the Triton backend, inputs that are not float32.
+            keys; from the Triton backends, inputs of another dtype, separate numerator keys (dropout),
+            unsupported head dims or chunk sizes.
     """
 
     @staticmethod

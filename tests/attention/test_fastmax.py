@@ -201,119 +201,12 @@ def test_memory_saved_for_backward_is_linear_in_T():
 
 
 # ---------------------------------------------------------------------------------------------
-# Triton kernels (interpreter on CPU tensors; float32 kernels against the float64 reference)
-
-try:  # a probe kernel for the quadratic-state helper, at module level: the interpreter runs a
-    # kernel with its module's globals
-    import triton
-    import triton.language as tl
-    from attention.fastmax.triton_kernels import _add_quadratic_row, _column, _tile
-
-    @triton.jit
-    def _quadratic_probe(A, B, VALUES, W, C, X3, Y3, D: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr):
-        rows = tl.arange(0, BT)
-        rmask = rows < BT
-        offs_d = tl.arange(0, D)
-        b, c = _tile(B, rows, rmask, offs_d, D), _tile(C, rows, rmask, offs_d, D)
-        values = _tile(VALUES, rows, rmask, tl.arange(0, BV), BV)
-        x3_ptrs = X3 + offs_d[:, None] * BV + tl.arange(0, BV)[None, :]
-        for m in range(D):
-            x3m, y3m = tl.load(x3_ptrs + m * D * BV), tl.load(Y3 + m * D + offs_d)
-            _add_quadratic_row(x3_ptrs + m * D * BV, Y3 + m * D + offs_d, x3m, y3m, _column(A, rows, rmask, m, D), b,
-                               values, _column(W, rows, rmask, m, D), c)
-except ImportError:  # the Triton tests fail without triton; the others still run
-    _quadratic_probe = None
-
-
-def _compare_triton(T, D, p, causal, padded=False, variant=None, chunk=16, Dv=None, H=2, seed=0):
-    q, k, _ = _qkv(B=2 if padded else 1, H=H, T=T, D=D, seed=seed, grad=True)
-    v = _qkv(B=q.shape[0], H=H, T=T, D=Dv or D, seed=seed + 1, grad=True)[0]
-    mask = _padding(2, T) if padded else None
-    kw = dict(p=p, a0=0.9, a1=1.1, a2=0.6, temperature=1.3)
-    if variant is not None:
-        masks = draw_dropout_masks(variant, 0.3, p, tuple(k.shape), "cpu", torch.Generator().manual_seed(4))
-        kw.update(dropout_variant=variant, dropout_rate=0.3, dropout_masks=masks)
-    ref = reference_forward(q, k, v, causal, mask, **kw)
-    out = fast_forward(q, k, v, causal, mask, **kw, chunk_size=chunk, backend="triton")
-    torch.testing.assert_close(out, ref, rtol=2e-5, atol=2e-6)
-    grad_out = torch.randn_like(ref)
-    for a, b in zip(torch.autograd.grad(out, (q, k, v), grad_out), torch.autograd.grad(ref, (q, k, v), grad_out)):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
-
-
-@pytest.mark.parametrize("p", [1, 2])
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("padded", [False, True])
-def test_triton_matches_reference(p, causal, padded):
-    _compare_triton(T=37, D=16, p=p, causal=causal, padded=padded)  # 37 = 2 chunks of 16 + 5
-
-
-@pytest.mark.parametrize("variant,causal", [("quadratic", True), ("standard", False), ("1d", True)])
-def test_triton_dropout_matches_reference(variant, causal):
-    _compare_triton(T=21, D=16, p=2, causal=causal, padded=True, variant=variant)
-
-
-@pytest.mark.parametrize("T", [1, 16])
-def test_triton_short_sequences(T):
-    for causal in (False, True):
-        _compare_triton(T=T, D=16, p=2, causal=causal)
-
-
-def test_triton_value_blocks_and_chunk_32(monkeypatch):
-    # two value blocks (partial dq / dk sums across programs) and a 32-position chunk
-    from attention.fastmax import triton_kernels
-    monkeypatch.setattr(triton_kernels, "BLOCK_V", 16)
-    for causal in (False, True):
-        _compare_triton(T=40, D=16, Dv=32, p=2, causal=causal, chunk=32, H=1)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("D", [32, 64, 128])
-@pytest.mark.parametrize("p", [1, 2])
-def test_triton_head_dims(D, p):
-    for causal in (False, True):
-        _compare_triton(T=70, D=D, p=p, causal=causal, padded=True, H=1)
-
-
-def test_module_triton_implementation_matches_pytorch():
-    q, k, v = _qkv(T=20, D=16, dtype=torch.float32)
-    for causal in (False, True):
-        outs = [attention.build("fastmax", implementation=impl, chunk_size=16)(q, k, v, causal)
-                for impl in ("triton", "pytorch")]
-        torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-6)
-
-
-def test_triton_quadratic_state_helper_matches_torch():
-    """``_add_quadratic_row``, the one copy of the quadratic-state update, driven row by row from a
-    probe kernel (interpreter) against the sums it stands for, starting from nonzero states:
-    x3[m] += sum_r (a_r (x) b_r)[m] (x) values_r and y3[m] += sum_r w_rm c_r."""
-    D, BT, BV = 16, 16, 32
-    g = torch.Generator().manual_seed(9)
-    a, b, w, c = [torch.randn(BT, D, generator=g) for _ in range(4)]
-    values = torch.randn(BT, BV, generator=g)
-    x3, y3 = torch.randn(D, D, BV, generator=g), torch.randn(D, D, generator=g)
-    expected_x3 = x3 + torch.einsum("rm,rl,rj->mlj", a, b, values)
-    expected_y3 = y3 + torch.einsum("rm,rl->ml", w, c)
-    _quadratic_probe[(1,)](a, b, values, w, c, x3, y3, D=D, BT=BT, BV=BV)
-    torch.testing.assert_close(x3, expected_x3, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(y3, expected_y3, rtol=1e-5, atol=1e-5)
-
-
-def test_triton_kernels_update_quadratic_states_only_through_the_helper():
-    import inspect
-    import re
-    from attention.fastmax import triton_kernels as tk
-    # the update's product (a_m b)^T values appears once in the module, in the helper
-    assert len(re.findall(r"tl\.trans\(\w+\[:, None\] \* \w+\)", inspect.getsource(tk))) == 1
-    for kernel in (tk._fwd_kernel, tk._dq_kernel, tk._dkv_kernel):
-        body = inspect.getsource(kernel.fn)
-        assert re.search(r"_add_(key_)?quadratic_row\(", body), kernel.fn.__name__
-        assert "tl.store(x3" not in body and "tl.store(y3" not in body and "tl.store(r2" not in body
+# structure of the package (the Triton kernels: tests/attention/test_fastmax_triton.py)
 
 
 def test_backends_import_nothing_of_the_package():
-    """function.py imports the backends; chunked.py and triton_kernels.py import no module of the
-    repository (no circle, no import of the package's __init__ names)."""
+    """function.py imports the backends; chunked.py imports no module of the repository, and the
+    Triton kernels (kernels/) only each other (no circle, no import of the package's __init__ names)."""
     import ast
     import pathlib
     folder = pathlib.Path(chunked.__file__).parent
@@ -327,8 +220,10 @@ def test_backends_import_nothing_of_the_package():
                 found.update(alias.name for alias in node.names)
         return {m for m in found if m.split(".")[0] == "attention"}
 
-    assert imported("chunked.py") == set() and imported("triton_kernels.py") == set()
-    assert imported("function.py") == {"attention.fastmax.chunked", "attention.fastmax.triton_kernels"}
+    assert imported("chunked.py") == set()
+    for name in ("__init__.py", "chunk.py", "parallel.py", "common.py"):
+        assert all(m.startswith("attention.fastmax.kernels.") for m in imported(f"kernels/{name}")), name
+    assert imported("function.py") == {"attention.fastmax.chunked", "attention.fastmax.kernels"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -444,6 +339,76 @@ def test_fast_path_is_exactly_causal_in_float32(p):
     assert torch.count_nonzero(dk[:, :, 40:]) == 0 and torch.count_nonzero(dv[:, :, 40:]) == 0
 
 
+def test_exclusive_scan_is_the_cuda_branch():
+    assert chunked._exclusive_for(torch.device("cuda")) is chunked._exclusive_scan
+    assert chunked._exclusive_for(torch.device("cpu")) is chunked._exclusive_running
+
+
+@pytest.mark.parametrize("chunks", [1, 2, 5])
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("with_carry", [False, True])
+def test_exclusive_scan_matches_running_sum(chunks, reverse, with_carry):
+    g = torch.Generator().manual_seed(chunks)
+    shapes = [(3,), (4, 3), (10, 3)]  # like x1, x2, x3: (N, G, ...)
+    sums = [torch.randn(2, chunks, *shape, generator=g, dtype=torch.float64) for shape in shapes]
+    carry = [torch.randn(2, *shape, generator=g, dtype=torch.float64) for shape in shapes] if with_carry else None
+    states, new_carry = chunked._exclusive_scan(sums, carry, reverse)
+    expected_states, expected_carry = chunked._exclusive_running(sums, carry, reverse)
+    for actual, expected in zip(states + new_carry, expected_states + expected_carry):
+        _assert_close(actual, expected, rtol=1e-13, atol=1e-13)
+    # the definition: carry plus the sums of the strictly earlier (later, reverse) chunks
+    for c in range(chunks):
+        others = slice(c + 1, None) if reverse else slice(0, c)
+        expected = sums[1][:, others].sum(1) + (carry[1] if with_carry else 0.0)
+        _assert_close(states[1][:, c], expected, rtol=1e-13, atol=1e-13)
+    # a chunk's own and later (earlier, reverse) sums never reach its state, not even by rounding
+    changed = [x.clone() for x in sums]
+    c = 0 if reverse else chunks - 1
+    for x in changed:
+        x[:, c] = 1e6 * torch.randn(x[:, c].shape, generator=g, dtype=x.dtype)
+    changed_states, _ = chunked._exclusive_scan(changed, carry, reverse)
+    for a, b in zip(changed_states, states):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("p", [1, 2])
+def test_fast_path_with_the_cuda_scan_matches_reference_and_is_causal(monkeypatch, p):
+    """The CUDA branch of ``_exclusive`` forced on CPU tensors: outputs and gradients against the
+    reference (groups of several chunks and a carry between groups), and no leak from later tokens."""
+    calls = []
+
+    def scan(sums, carry, reverse=False):
+        calls.append((sums[0].shape[1], carry is not None, reverse))
+        return chunked._exclusive_scan(sums, carry, reverse)
+    monkeypatch.setattr(chunked, "_exclusive_for", lambda device: scan)
+    budget = {1: 30_000, 2: 60_000}[p]  # groups of 2 to 4 chunks of 16 positions, carried across
+    monkeypatch.setattr(chunked, "STATE_BUDGET", budget)
+    monkeypatch.setattr(chunked, "CACHE_BUDGET", budget)
+    q, k, v = _qkv(T=70, grad=True)  # 5 chunks of 16
+    mask = _padding(2, 70)
+    ref = reference_forward(q, k, v, True, mask, p=p)
+    fast = fast_forward(q, k, v, True, mask, p=p, chunk_size=16, backend="pytorch")
+    _assert_close(fast, ref)
+    grad_out = torch.randn_like(ref)
+    for g_fast, g_ref in zip(torch.autograd.grad(fast, (q, k, v), grad_out),
+                             torch.autograd.grad(ref, (q, k, v), grad_out)):
+        _assert_close(g_fast, g_ref, rtol=1e-8, atol=1e-10)
+    assert any(chunks > 1 and has_carry for chunks, has_carry, _ in calls)
+    assert any(chunks > 1 and has_carry and reverse for chunks, has_carry, reverse in calls)
+
+    t = 40  # positions > t changed: outputs at <= t bit-identical, their gradient zero for later keys
+    q, k, v = (x.detach().float() for x in (q, k, v))
+    out = fast_forward(q, k, v, True, p=p, chunk_size=16, backend="pytorch")
+    k2, v2 = k.clone(), v.clone()
+    k2[:, :, t + 1:], v2[:, :, t + 1:] = 3 * torch.randn_like(k2[:, :, t + 1:]), 3 * torch.randn_like(v2[:, :, t + 1:])
+    assert torch.equal(fast_forward(q, k2, v2, True, p=p, chunk_size=16, backend="pytorch")[:, :, :t + 1],
+                       out[:, :, :t + 1])
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
+    out = fast_forward(q, k, v, True, p=p, chunk_size=16, backend="pytorch")
+    _, dk, dv = torch.autograd.grad(out[:, :, :t + 1].sum(), (q, k, v))
+    assert torch.count_nonzero(dk[:, :, t + 1:]) == 0 and torch.count_nonzero(dv[:, :, t + 1:]) == 0
+
+
 def test_low_precision_inputs_accumulate_in_float32():
     q, k, v = _qkv(T=40, D=16)
     ref = reference_forward(q, k, v, True)
@@ -550,7 +515,8 @@ def test_registered_with_parameters():
     assert "fastmax" in attention.registered()
     assert attention.accepted_params("fastmax") == {
         "p": 2, "a0": 1.0, "a1": 1.0, "a2": 0.5, "temperature": None, "normalization": "paper", "lim": 1.0,
-        "dropout": 0.0, "dropout_variant": "auto", "implementation": "auto", "chunk_size": None}
+        "dropout": 0.0, "dropout_variant": "auto", "implementation": "auto", "chunk_size": None,
+        "triton_kernel": "auto"}
 
 
 def test_default_dropout_variant_is_valid_for_both_degrees():
@@ -631,6 +597,8 @@ def test_auto_uses_pytorch_on_cpu_and_matches():
     (dict(lim=-1.0), r"lim must be > 0"),
     (dict(dropout=1.0), r"dropout must be in \[0, 1\)"),
     (dict(chunk_size=48), r"chunk_size must be a power of two in \[16, 1024\]"),
+    (dict(triton_kernel="flash"), r"triton_kernel 'flash' unknown; allowed: auto, chunk, parallel"),
+    (dict(p=1, triton_kernel="parallel"), r"triton_kernel 'parallel' computes p = 2 only"),
 ])
 def test_bad_parameters_raise(params, match):
     with pytest.raises(ValueError, match=match):
@@ -641,6 +609,11 @@ def test_bad_inputs_raise():
     q, k, v = _qkv(T=8, D=24)
     with pytest.raises(ValueError, match=r"head dims 16, 32, 64, 128.*got q/k head dim 24"):
         attention.build("fastmax", implementation="triton")(q, k, v, True)
+    q16, k16, v16 = _qkv(T=8, D=16)
+    with pytest.raises(ValueError, match=r"chunk_size in 16, 32, 64, 128 \(or None\); got 256"):
+        attention.build("fastmax", implementation="triton", chunk_size=256)(q16, k16, v16, True)
+    with pytest.raises(ValueError, match=r"no dropout on the factorized terms; use dropout_variant='output_noise'"):
+        attention.build("fastmax", implementation="triton", dropout=0.1).train()(q16, k16, v16, True)
     with pytest.raises(ValueError, match="as many queries as keys"):
         attention.build("fastmax")(q[:, :, :5], k, v, True)
     with pytest.raises(ValueError, match="attention_mask|mask"):
@@ -689,22 +662,7 @@ def test_autocast_does_not_lower_the_accumulation_precision():
 
 
 # ---------------------------------------------------------------------------------------------
-# Triton launch checks (no GPU here: the check is a function of the launch and the device's limit)
-
-
-def test_shared_memory_estimate_matches_the_compiled_kernels_and_limits():
-    from attention.fastmax import triton_kernels as tk
-    # ptxas figures of the two largest kernels (chunk 64, float32): D = 64 and D = 128
-    assert tk.shared_memory_bytes(64, 64, 64) == 115_200
-    assert tk.shared_memory_bytes(64, 128, 128) == 197_120
-    sm86, a100 = 101_376, 166_912
-    with pytest.raises(ValueError, match=r"need about 115,200 B .*allows 101,376 B\. chunk_size=32 fits"):
-        tk.check_shared_memory(64, 64, 64, sm86, "sm_86")
-    assert tk.check_shared_memory(32, 64, 64, sm86) <= sm86
-    assert tk.check_shared_memory(64, 64, 64, a100) == 115_200
-    with pytest.raises(ValueError, match=r"197,120 B .*allows 166,912 B.*implementation='pytorch'"):
-        tk.check_shared_memory(64, 128, 128, a100, "A100")
-    assert tk.check_shared_memory(16, 128, 128, sm86) <= sm86
+# implementation and chunk size choices
 
 
 def test_auto_never_picks_the_unverified_triton_kernels():
@@ -741,11 +699,12 @@ def test_auto_uses_the_explicit_weights_for_short_p2_sequences():
 
 
 def test_default_chunk_size_per_degree_and_backend():
-    """None: 128 for p = 2 on the PyTorch backend (faster on the CPU benchmark), else 64; an
-    explicit chunk_size is kept; the default gives the same causal output as an explicit one."""
+    """None: 128 for p = 2 (faster on the CPU benchmark; the Triton chunk kernels' state bytes),
+    64 for p = 1; an explicit chunk_size is kept; the default gives the same causal output as an
+    explicit one."""
     two, one = attention.build("fastmax", p=2), attention.build("fastmax", p=1)
-    assert (two.chunk_size_for("pytorch"), two.chunk_size_for("triton"), one.chunk_size_for("pytorch")) == (128, 64, 64)
-    assert attention.build("fastmax", p=2, chunk_size=32).chunk_size_for("pytorch") == 32
+    assert (two.chunk_size_for(), one.chunk_size_for()) == (128, 64)
+    assert attention.build("fastmax", p=2, chunk_size=32).chunk_size_for() == 32
     q, k, v = (torch.randn(1, 2, 300, 8, generator=torch.Generator().manual_seed(i), dtype=torch.float64)
                for i in range(3))
     torch.testing.assert_close(two(q, k, v, True), attention.build("fastmax", p=2, chunk_size=16)(q, k, v, True),

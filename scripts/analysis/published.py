@@ -61,6 +61,10 @@ Output is byte-stable: fixed row orders and fixed formats.
 - ``leaderboard FOLDER``: the scorecard's leaderboard from ``FOLDER/cards/*.json``
   (``scripts/scorecard/leaderboard.py``, which ``python -m scripts.scorecard`` also writes to
   ``FOLDER/leaderboard.md``).
+- ``kernel_report <report.json>``: the offline sm_90 compilation of Fastmax's Triton kernels
+  (scripts/bench/kernel_report.py's table: registers, stack, shared memory, tensor cores, compile
+  time, the verdict per kernel), with a line naming Triton's version, the target and the count of
+  kernels missing a limit (docs/gpu.md).
 - ``readme_results``: README.md's Results table (``README_ROWS``: a template per row, its fields
   computed from the files each row function names).
 """
@@ -75,6 +79,7 @@ import statistics
 
 from scripts.analysis.runs import (FINAL_METRICS, RUN_SUFFIX, RunNotFound, attention_label, find_runs, open_run, run_cpu,
                                    run_date)
+from scripts.bench.kernel_report import markdown_table as kernel_report_table
 
 
 class SourceMissing(FileNotFoundError):
@@ -1813,6 +1818,18 @@ def render_leaderboard(root, folder):
     return tables(read_cards(os.path.join(root, folder)))[0].split("\n\n", 1)[0] + "\n"
 
 
+def render_kernel_report(root, report_json):
+    """docs/gpu.md's offline compilation table from scripts/bench/kernel_report.py's JSON: the
+    script's own table (one format), then a line with the Triton version, the target and how many
+    kernels miss a limit. Raises SourceMissing when the file is absent."""
+    report = load_json(root, report_json)
+    rows = report["rows"]
+    missed = sum(1 for row in rows if row["failures"])
+    summary = (f"{len(rows)} distinct kernels compiled for {report['target']['arch']} with Triton {report['triton']}"
+               f" on {report['date'][:10]}: {missed} missing a limit.")
+    return kernel_report_table(rows) + "\n\n" + summary + "\n"
+
+
 RENDERERS = {
     "leaderboard": render_leaderboard,
     "recall_ablation": render_recall_ablation,
@@ -1835,6 +1852,7 @@ RENDERERS = {
     "bench_linearity": render_bench_linearity,
     "lm_runs": render_lm_runs,
     "readme_results": render_readme_results,
+    "kernel_report": render_kernel_report,
 }
 
 

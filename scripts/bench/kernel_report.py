@@ -1,6 +1,7 @@
 """Offline compilation report of Fastmax's Triton kernels for the H100 (sm_90), on a machine without a GPU.
 
-    python -m scripts.bench.kernel_report [--workers=2] [--json=PATH] [--no_fail] [--D=16,64] [--dtype=bfloat16,float32]
+    python -m scripts.bench.kernel_report [--workers=2] [--out=results/kernel_report/sm90] [--no_fail] [--D=16,64]
+        [--dtype=bfloat16,float32]
 
 Why (issue 56, C3): the kernels of ``attention/fastmax/kernels/`` are written and tested on CPUs
 (the Triton interpreter), which says nothing about how they compile for a GPU. Triton compiles for
@@ -32,8 +33,10 @@ What it does:
    kernel that multiplies tiles (a kernel without a ``tt.dot`` has nothing to put on them).
 
 Outputs: one markdown table on stdout (a row per distinct launch; where several configurations
-share a launch, their differing fields are listed together); with ``--json PATH`` the rows plus
-the Triton version, the target and the date. Exit status 1 when a limit is missed (``--no_fail``:
+share a launch, their differing fields are listed together); with ``--out results/<folder>/<name>``
+``<name>.json`` (the rows plus the Triton version, the target and the date) and its entry in the
+folder's ``manifest.json`` (``provenance.record``: the command, the commit, the machine), which
+docs/gpu.md renders (``scripts.analysis.published``'s renderer ``kernel_report``). Exit status 1 when a limit is missed (``--no_fail``:
 0), 2 when the kernels package does not expose ``forward`` / ``backward`` yet.
 """
 import argparse
@@ -408,12 +411,15 @@ def report(configs, workers=2, api_module=KERNELS_MODULE):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workers", type=int, default=2, help="compiling processes (default 2)")
-    parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    parser.add_argument("--out", metavar="PATH", help="results/<folder>/<name>: write <name>.json and its manifest entry")
     parser.add_argument("--no_fail", action="store_true", help="exit 0 even when a limit is missed")
     parser.add_argument("--D", default=",".join(map(str, D_VALUES)), help="head dims D = Dv (comma list)")
     parser.add_argument("--dtype", default=",".join(DTYPES), help="dtypes (comma list)")
     args = parser.parse_args(argv)
     configs = configurations([int(d) for d in args.D.split(",")], [d.strip() for d in args.dtype.split(",")])
+    import provenance
+
+    commit = provenance.git_commit()  # when the run starts: the code that made the rows
     rows = report(configs, args.workers)
     if rows is None:
         print("attention.fastmax.kernels has no forward / backward yet: nothing to compile", file=sys.stderr)
@@ -421,8 +427,10 @@ def main(argv=None):
     print(markdown_table(rows))
     failed = [row for row in rows if row["failures"]]
     print(f"\n{len(rows)} distinct kernels for sm_{TARGET[1]}, {len(failed)} missing a limit")
-    if args.json:
-        write_report_json(args.json, rows)
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        write_report_json(args.out + ".json", rows)
+        provenance.record(args.out, commit=commit, extra={"workers": args.workers})
     return 1 if failed and not args.no_fail else 0
 
 

@@ -167,8 +167,8 @@ def test_main_prints_the_table_writes_json_and_fails_on_a_missed_limit(monkeypat
     assert good["causal"] == "True/False" and good["constexprs"] == {"BT": 64, "QUAD": True}
     bad = kr.make_row(job, configs[:1], dict(result, stack_bytes=32))
     monkeypatch.setattr(kr, "report", lambda configs, workers: [good, bad])
-    path = tmp_path / "report.json"
-    assert kr.main([f"--json={path}"]) == 1
+    assert kr.main([f"--out={tmp_path / 'kernels' / 'sm90'}"]) == 1
+    path = tmp_path / "kernels" / "sm90.json"
     out = capsys.readouterr().out
     assert ("| k | 64 | 64 | bfloat16 | 2 | chunk | True/False | forward | BT=64 QUAD=1 | 4 | 200 | 0 | 90,000 | yes | 3.2 "
             "| ok |") in out
@@ -176,6 +176,8 @@ def test_main_prints_the_table_writes_json_and_fails_on_a_missed_limit(monkeypat
     saved = json.loads(path.read_text())
     assert saved["target"]["arch"] == "sm_90" and saved["triton"] == triton.__version__ and not saved["ok"]
     assert [r["failures"] for r in saved["rows"]] == [[], ["stack 32 B (spills)"]]
+    manifest = json.loads((tmp_path / "kernels" / "manifest.json").read_text())
+    assert manifest["sm90"]["commit"] and "kernel_report" in manifest["sm90"]["command"]
     assert kr.main(["--no_fail"]) == 0
     monkeypatch.setattr(kr, "report", lambda configs, workers: None)
     assert kr.main([]) == 2

@@ -21,8 +21,8 @@ tensor-core product of width FW, which the packed triangle is not.
 
 Passes (C = the chunk, NC = ceil(T / C) chunks, N = B * H):
 
-1. ``_state_kernel``, grid (N, 1 + NP, ceil(Dv / BV)): one program per (sequence, feature block,
-   value block) walks the chunks in order (or reverse) and stores, before adding each chunk, the
+1. ``_state_kernel``, grid (N, 1 + NP, ceil(Dv / BV)) (BV = 16 for p = 1): one program per
+   (sequence, feature block, value block) walks the chunks in order (or reverse) and stores, before adding each chunk, the
    running sums of the keys' features times the values (D x BV linear, FW x BV per pair block:
    one tensor-core product and one store per chunk), and of the features times rho (the
    denominator's column, by value block 0), the value sums x1 and the key counts y1. Non-causal:
@@ -38,8 +38,9 @@ Passes (C = the chunk, NC = ceil(T / C) chunks, N = B * H):
    from the key states, and of its keys and values from the query states, plus the chunk's own
    C x C terms.
 
-Tile sizes: C = 64 (p = 1) and ``P2_CHUNK`` (p = 2), BV = min(64, Dv), BP = 8 at D >= 64 and 4
-below. Precision: ``common.py`` (16-bit inputs as they are, float32 accumulators and states).
+Tile sizes: C = 64 (p = 1) and ``P2_CHUNK`` = 128 (p = 2), BV = min(64, Dv) (16 in the p = 1
+state pass), BP = 8 at D >= 64 and 4 below. Precision: ``common.py`` (16-bit inputs as they are,
+float32 accumulators and states).
 
 Cost per token and head of each kernel (``kernel_costs``; issue 56 C4 bounds them): with
 e bytes per input element, F features, Y = Dv + 1 value columns and the denominator's, and
@@ -65,7 +66,10 @@ from attention.fastmax.kernels.common import mm, to_operand
 
 P1_CHUNK = 64
 P2_CHUNK = 128
-BLOCK_V = 64
+BLOCK_V = 64  # value columns per program of the output kernel and of the p = 2 state pass
+# p = 1's state pass has one feature block: narrower value blocks put 4x the programs in flight
+# (32 at B = 1, H = 8, Dv = 64) on a walk whose time is the latency of its per-chunk loads and stores
+LINEAR_STATE_BLOCK_V = 16
 NUM_WARPS = 8  # output and gradient kernels (4 spill at p = 2, D = 64; the state pass: 4, 8 at C = 128)
 NONCAUSAL_ROWS = 64
 FLOAT32_MAX_CHUNK = 64  # float32 inputs: C x C float32 tiles of 128 need more than 255 registers (kernel report)
@@ -419,7 +423,7 @@ def _states(x, y, w, causal, chunk, quad, reverse=False):
     s_lin, z_lin = torch.empty(N, NS, D, Dv, **f32), torch.empty(N, NS, D, **f32)
     x1, y1 = torch.empty(N, NS, Dv, **f32), torch.empty(N, NS, **f32)
     s_quad, z_quad = torch.empty(N, NS, NP, FW, Dv, **f32), torch.empty(N, NS, NP, FW, **f32)
-    BV = min(BLOCK_V, Dv)
+    BV = min(BLOCK_V if quad else LINEAR_STATE_BLOCK_V, Dv)
     common.launch(_state_kernel, (N, 1 + NP, Dv // BV), x, y, w, s_lin, z_lin, x1, y1, s_quad, z_quad,
                   _pairs(D, x.device), T, NC, D=D, DV=Dv, C=chunk, BV=BV, CAUSAL=bool(causal), REVERSE=bool(reverse),
                   DOT=common.dot_mode(), num_warps=4 if chunk * x.element_size() <= 128 else 8, **layout)

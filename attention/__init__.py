@@ -53,7 +53,7 @@ implementation named by one rule:
 - ``reference.py``: the readable implementation that follows the paper's equations (tests
   compare every other implementation with it);
 - ``<name>.py`` for each fast path (e.g. ``vectorized.py``, ``chunked.py``, ``compute.py``), and
-  ``triton_kernels.py`` / ``*.cpp`` for kernels, each with its reference beside it;
+  a ``kernels/`` folder (Triton) or ``*.cpp`` for kernels, each with its reference beside it;
 - ``authors_baseline.py`` / ``numpy_baseline.py``: the authors' own algorithm, kept to compare with.
 
 Families import ``attention.registry`` and the shared modules, never this package or another

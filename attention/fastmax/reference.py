@@ -2,7 +2,7 @@
 
 Paper: "FAST: Factorizable Attention for Speeding up Transformers" (Gerami, Hoover, Dulepet,
 Duraiswami 2024), section 2.2 (Eq. 5-12) and section 2.4 (dropout). This file is the
-specification; the fast paths (``chunked.py``, ``triton_kernels.py``) must give the same outputs
+specification; the fast paths (``chunked.py``, the Triton ``kernels/``) must give the same outputs
 and gradients.
 
 Definitions, per batch element and head, positions i (query) and j (key) in 0..T-1:

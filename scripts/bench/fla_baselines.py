@@ -5,7 +5,9 @@ it ``available()`` says why and nothing here imports it.
 The FLA kernels used (fla-core 0.6.0; inputs (B, T, H, D), "head-first" False; causal only):
 
 - ``fla.ops.linear_attn.chunk_linear_attn(q, k, v, scale, normalize=True)``: o_t = (s q_t)^T
-  sum_{j<=t} k_j v_j^T / ((s q_t)^T sum_{j<=t} k_j + 1e-10), no feature map of its own.
+  sum_{j<=t} k_j v_j^T / ((s q_t)^T sum_{j<=t} k_j + 1e-10), no feature map of its own. Timed
+  twice: on elu + 1 features (``linear``) and on the features under which it computes Fastmax
+  p = 1 (``fastmax1_features``, the identity ``LINEAR_VS_FLA``).
 - ``fla.ops.based.fused_chunk_based(q, k, v, scale)`` (D <= 16, linear in T) and
   ``fla.ops.based.parallel_based(q, k, v, scale)`` (D <= 128, quadratic in T): Based's
   second-order Taylor feature map, ``BASED_VS_FASTMAX`` below.
@@ -37,18 +39,32 @@ BASED_VS_FASTMAX = (
     "epsilon. So Based(q, k, v) = fastmax(p=2, normalization='none', temperature='sqrt_head_dim')(q, k, v), and the "
     "default fastmax p = 2 = Based(q_hat, k_hat, v) with scale = 1/sqrt(D), both up to Based's 1e-6 (f >= 1/2, so "
     "the denominator of row i is at least (i + 1) / 2 and the 1e-6 changes it by at most 2e-6 relative).")
+FEATURE_MULTIPLE = 16  # fastmax1_features pads its D + 1 features with zeros to a multiple of this (LINEAR_VS_FLA)
 LINEAR_VS_FLA = (
-    "FLA's chunk_linear_attn (normalize=True) computes o_t = phi_q^T sum_{j<=t} phi_k v_j^T / (phi_q^T sum_{j<=t} "
-    "phi_k + 1e-10) of whatever q, k it is given (scale s multiplies q). This repo's linear attention is that with "
-    "phi = elu + 1 on q and k and s = 1 (Katharopoulos et al.), which is what the row fla_chunk_linear_attn times. "
-    "Fastmax p = 1 (default: normalization 'paper', temperature D, f(s) = 1 + s) is that with phi(x) = [1, 0, "
-    "x_hat / sqrt(D)] (D + 2 features: the 1 gives f's constant term, the 0 makes the count even, which FLA's "
-    "backward wants) and s = 1, up to the 1e-10.")
+    "FLA's chunk_linear_attn (normalize=True) computes o_t = phi_q(t)^T sum_{j<=t} phi_k(j) v_j^T / (phi_q(t)^T "
+    "sum_{j<=t} phi_k(j) + 1e-10) of whatever features phi_q, phi_k it is given as q and k (scale s multiplies "
+    "phi_q). This repo's linear attention is that with phi = elu + 1 on q and k and s = 1 (Katharopoulos et al.): "
+    "the row fla_chunk_linear_attn. Fastmax p = 1 has the weights w_ij = c0 rho_j + c1 q_hat_i . k_hat_j over the "
+    "allowed keys and o_i = sum_j w_ij v_j / sum_j w_ij (attention/fastmax/function.py: c0 = a0, c1 = a1 / "
+    "temperature, rho_j = 1 for a real key and 0 for a padded one, k_hat zero at padded keys; the module's defaults, "
+    "normalization 'paper' and temperature D, give c0 = 1, c1 = 1 / D). With phi_q(i) = [sqrt(c0), sqrt(c1) "
+    "q_hat_i] and phi_k(j) = [sqrt(c0) rho_j, sqrt(c1) k_hat_j] (D + 1 features; c0, c1 >= 0), phi_q(i) . phi_k(j) "
+    "= w_ij, so chunk_linear_attn(phi_q, phi_k, v, scale=1, normalize=True) is causal Fastmax p = 1 exactly, up to "
+    "the 1e-10 in its denominator: the row fla_chunk_linear_attn_fastmax1 (default coefficients and no padding: "
+    "[1, q_hat / sqrt(D)] and [1, k_hat / sqrt(D)]). FLA needs no power of two: its chunk kernels tile the feature "
+    "dim in autotuned blocks of 32 to 128 with boundary checks (fla/ops/common/chunk_h.py and chunk_o.py, as read, "
+    "not run here), so 65 features run as two blocks of 64 or one of 128 either way. The features are padded with "
+    f"zeros to a multiple of {FEATURE_MULTIPLE} (80 at D = 64), so that every head's rows start 16-byte aligned in "
+    "bfloat16 (65 x 2 bytes do not); zeros change no product and no block count. Both sides normalize q and k and "
+    "build their features inside the timed call.")
 
 # label -> (FLA function, head dims it accepts, what it computes, the registered attention with the same function)
 CALLS = {
     "fla_chunk_linear_attn": ("linear_attn.chunk_linear_attn", None, "phi = elu + 1 on q and k, scale 1, normalize",
                               "linear"),
+    "fla_chunk_linear_attn_fastmax1": ("linear_attn.chunk_linear_attn", None,
+                                       "phi = [1, x_hat / sqrt(D)] on q and k, zero-padded, scale 1, normalize",
+                                       "fastmax:p=1"),
     "fla_fused_chunk_based": ("based.fused_chunk_based", 16, "Based, scale D^-1/2",
                               "fastmax:p=2,normalization=none,temperature=sqrt_head_dim"),
     "fla_parallel_based": ("based.parallel_based", 128, "Based, scale D^-1/2",
@@ -99,12 +115,25 @@ def elu_features(x):
     return F.elu(x) + 1
 
 
-def fastmax1_features(x, D):
-    """[1, 0, x_hat / sqrt(D)] of (B, T, H, D) x with x_hat the 'paper' normalization: the
-    features under which FLA's normalized linear attention computes fastmax p = 1 (D + 2 of them)."""
-    x_hat = normalize_qk(x, x, "paper")[0]
-    ones = torch.ones_like(x_hat[..., :1])
-    return torch.cat([ones, torch.zeros_like(ones), x_hat / math.sqrt(D)], dim=-1)
+def fastmax1_features(q, k, c0=1.0, c1=None):
+    """(phi_q, phi_k): the features of (B, T, H, D) queries and keys under which FLA's normalized
+    linear attention computes causal Fastmax p = 1 without padding (``LINEAR_VS_FLA``):
+    [sqrt(c0), sqrt(c1) x_hat] with x_hat the 'paper' normalization of x, zero-padded to a
+    multiple of FEATURE_MULTIPLE features, in q's dtype. c1 defaults to 1 / D (the module's
+    temperature D for p = 1, a1 = 1).
+
+    Raises:
+        ValueError: c0 or c1 negative (no real square root; the identity needs both >= 0).
+    """
+    D = q.shape[-1]
+    c1 = 1.0 / D if c1 is None else c1
+    if c0 < 0 or c1 < 0:
+        raise ValueError(f"fastmax1_features needs c0, c1 >= 0; got c0={c0}, c1={c1}")
+    width = -(-(D + 1) // FEATURE_MULTIPLE) * FEATURE_MULTIPLE
+    q_hat, k_hat = normalize_qk(q, k, "paper")
+    constant = torch.full_like(q_hat[..., :1], math.sqrt(c0))
+    padding = torch.zeros_like(q_hat[..., :1]).expand(*q_hat.shape[:-1], width - D - 1)
+    return tuple(torch.cat([constant, math.sqrt(c1) * x_hat, padding], dim=-1) for x_hat in (q_hat, k_hat))
 
 
 def fla_call(label):
@@ -123,6 +152,8 @@ def fla_call(label):
         q, k, v = (x.transpose(1, 2) for x in (q, k, v))
         if label == "fla_chunk_linear_attn":
             out = function(elu_features(q), elu_features(k), v, scale=1.0, normalize=True)[0]
+        elif label == "fla_chunk_linear_attn_fastmax1":
+            out = function(*fastmax1_features(q, k), v, scale=1.0, normalize=True)[0]
         else:
             out = function(q, k, v)
         return out.transpose(1, 2)
@@ -154,8 +185,8 @@ def same_function_checks(device, T=512, H=2, seed=0):
         cases = [
             ("chunk_linear_attn(elu(q) + 1, elu(k) + 1, v, scale=1)", "linear",
              lambda: linear(elu_features(qt), elu_features(kt), vt, scale=1.0, normalize=True)[0]),
-            ("chunk_linear_attn([1, 0, q_hat / sqrt(D)], [1, 0, k_hat / sqrt(D)], v, scale=1)", "fastmax:p=1",
-             lambda: linear(fastmax1_features(qt, D), fastmax1_features(kt, D), vt, scale=1.0, normalize=True)[0]),
+            ("chunk_linear_attn([1, q_hat / sqrt(D), 0...], [1, k_hat / sqrt(D), 0...], v, scale=1)", "fastmax:p=1",
+             lambda: linear(*fastmax1_features(qt, kt), vt, scale=1.0, normalize=True)[0]),
             ("parallel_based(q, k, v)", "fastmax:p=2,normalization=none,temperature=sqrt_head_dim",
              lambda: parallel(qt, kt, vt)),
             ("parallel_based(q_hat, k_hat, v, scale=1/sqrt(D))", "fastmax:p=2",

@@ -48,15 +48,16 @@ def cuda():
 
 @pytest.fixture(scope="session")
 def compiled_triton(cuda):
-    """The Fastmax Triton kernels module, compiled for the GPU; skips when Triton interprets
-    (TRITON_INTERPRET set before the kernels were imported: they would run on the CPU through the
-    interpreter, which is not what these tests check; gpu_check.sh unsets it)."""
-    from attention.fastmax import triton_kernels
-    interpreted = type(triton_kernels._fwd_kernel).__name__ == "InterpretedFunction"
+    """The Fastmax Triton kernels package (``attention.fastmax.kernels``), compiled for the GPU;
+    skips when Triton interprets (TRITON_INTERPRET set before the kernels were imported: they would
+    run on the CPU through the interpreter, which is not what these tests check; gpu_check.sh
+    unsets it)."""
+    from attention.fastmax import kernels
+    interpreted = type(kernels.chunk._output_kernel).__name__ == "InterpretedFunction"
     if interpreted or os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         pytest.skip("TRITON_INTERPRET is set, so the Triton kernels are interpreted, not compiled: unset it "
                     "(`env -u TRITON_INTERPRET python -m pytest -m gpu`; scripts/bench/gpu_check.sh does)")
-    return triton_kernels
+    return kernels
 
 
 SESSION_START = time.time()

@@ -15,8 +15,9 @@ data and initialisation; only rounding differs).
 
 The runs are separate processes run together (the GPU is nearly idle with one tiny model), each
 with its own output and data folders; the Triton kernels they need are compiled meanwhile, in
-parallel (``scripts.bench.gpu.warm_triton``). On a GPU they start as soon as the session's tests are
-collected (conftest.py), so they overlap with the other modules.
+parallel processes (``scripts.bench.gpu.compile_kernels``: head dim 64, causal, float32 and
+bfloat16, the kernels "auto" picks at 64 tokens). On a GPU they start as soon as the session's
+tests are collected (conftest.py), so they overlap with the other modules.
 """
 import concurrent.futures
 import json
@@ -115,15 +116,17 @@ def selected_runs(session, module, device):
 
 def train_all(selected, device, tmp):
     """Run ``selected`` a few at a time (half the CPU count on a GPU); the Triton runs wait for their
-    kernels, compiled meanwhile in 3 processes (head dim 64, causal). run -> ``launch``'s result."""
+    kernels, compiled meanwhile in 4 processes (head dim 64, causal). run -> ``launch``'s result."""
     triton = sorted({TRITON_P[r.split("-")[0]] for r in selected if r.split("-")[0] in TRITON_P})
     jobs = max(1, min(len(selected), (os.cpu_count() or 2) // 2)) if device == "cuda" else 1
     ordered = sorted(selected, key=lambda r: r.split("-")[0] in TRITON_P)  # the others first
     with concurrent.futures.ThreadPoolExecutor(jobs + 1) as pool:
         warm = None
         if triton and device == "cuda":
-            from scripts.bench.gpu import warm_triton
-            warm = pool.submit(warm_triton, [(64, p, True) for p in triton], 3)
+            from attention.fastmax.kernels import kernel_for
+            from scripts.bench.gpu import compile_kernels, kernel_configs
+            families = [(p, kernel_for("auto", p, 64, 64)) for p in triton]  # T = --block_size, D = mqar.py's width
+            warm = pool.submit(compile_kernels, kernel_configs([64], ["float32", "bfloat16"], families, (True,)), 4)
 
         def run(r):
             if warm is not None and r.split("-")[0] in TRITON_P:

@@ -1,8 +1,11 @@
 """The GPU check (scripts/bench/gpu_check.sh, scripts/bench/gpu.py, docs/gpu.md) kept from rotting
 between GPU runs: its dry run on this CPU end to end (tiny sizes, the Triton kernels through the
-interpreter, no FLA) writes the folder the GPU run writes; the unpacking of missing packages from
-wheels/; the pins of fetch_gpu_wheels.sh; the merge of the folders two device runs bring back;
-and the GPU tests' marker, which keeps them out of the default run."""
+interpreter, no FLA) writes the folder the GPU run writes, G0 and the batch scan included; the
+aims of issue 56 and the p = 2 crossover computed from rows; the plan of curves; the features
+under which FLA's linear attention computes fastmax p = 1 (the identity, without FLA); what each
+compiling process runs (``warm_config``, through the interpreter); the unpacking of missing
+packages from wheels/; the pins of fetch_gpu_wheels.sh; the merge of the folders two device runs
+bring back; and the GPU tests' marker, which keeps them out of the default run."""
 import ast
 import csv
 import importlib.util
@@ -14,9 +17,10 @@ import sys
 import zipfile
 
 import pytest
+import torch
 
 import attention
-from scripts.bench import gpu, gpu_wheels
+from scripts.bench import fla_baselines, gpu, gpu_wheels
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FOLDER_FILES = {"bench.csv", "bench.json", "bench.md", "bench.png", "manifest.json", "tests.log",
@@ -34,34 +38,126 @@ def test_dry_run_writes_the_gpu_folder(tmp_path):
     assert {"bench.csv", "bench.json", "bench.md", "bench.png", "manifest.json", "bench_profile.txt"} <= files
     with open(out / "bench_profile.txt") as f:
         profile = f.read()
-    assert profile.count("\n== fastmax") == 3 and "failed:" not in profile, profile[:2000]
-    scan = profile.split("== BLOCK_V", 1)[1].splitlines()  # the Triton path at 64, 32, 16 value columns
-    assert [line.split(":")[0] for line in scan[1:3]] == ["fastmax1_triton", "fastmax2_triton"]
-    assert all(line.count("ms") == 0 and line.count(": ") == 4 for line in scan[1:3]), scan
+    assert profile.count("\n== fastmax") == len(gpu.PROFILED) and "failed:" not in profile, profile[:2000]
     with open(out / "bench.json") as f:
         data = json.load(f)
     with open(out / "bench.csv", newline="") as f:
         assert len(list(csv.DictReader(f))) == len(data["rows"])
     rows = data["rows"]
-    assert data["settings"]["T"] == [32, 64] and data["settings"]["device"] == "cpu"
+    settings = data["settings"]
+    assert settings["T"] == [32, 64] and settings["device"] == "cpu" and settings["batch"] == 2
+    assert {group: entry["status"] for group, entry in data["groups"].items()} == {g: "ok" for g in gpu.GROUP_SHARES}
     # every registered attention has measured rows (the registry's, no list here)
     measured = {gpu.parse_method(r["spec"]).name for r in rows if r["kind"] == "registry" and r["seconds"]}
     assert set(attention.registered()) <= measured
-    # the Triton kernels ran (interpreted), forward and backward; SDPA forced to flash
-    for label in gpu.TRITON_METHODS:
+    # every Triton kernel family ran (interpreted), forward and backward, at B = 1 and in the batch scan
+    for label, spec in gpu.OURS.items():
         assert {r["mode"] for r in rows if r["method"] == label and r["seconds"]} == set(gpu.MODES)
+        assert {r["spec"] for r in rows if r["method"] == label} == {spec}
+    scan = {(r["method"], r["mode"]) for r in rows if r["batch"] == 2 and r["T"] == settings["batch_T"] and r["seconds"]}
+    assert scan == {(label, mode) for label in gpu.BATCH_SCAN for mode in gpu.MODES}
     assert {r["sdpa_backend"] for r in rows if r["method"] == "sdpa" and r["seconds"]} == {"flash (forced)"}
+    # G0: each family against the float64 PyTorch path, within C1's bfloat16 bounds
+    accuracy = data["accuracy"]
+    assert accuracy["passed"] == {label: True for label in gpu.ACCURACY_FAMILIES}
+    assert [(c["method"], c["T"]) for c in accuracy["cases"]] == [(label, 64) for label in gpu.ACCURACY_FAMILIES]
+    assert all(max(c["errors"].values()) <= 0.05 for c in accuracy["cases"])
+    # the crossover of the two forced p = 2 kernels, the aims of issue 56 (the batch scan's measured here)
+    assert [(c["T"], c["mode"]) for c in data["crossover"]["cells"]] == [(T, m) for m in gpu.MODES for T in (32, 64)]
+    assert all(c["faster"] in ("parallel", "chunk") for c in data["crossover"]["cells"])
+    scan_aims = [a for a in data["aims"] if a["aim"].startswith("batch scan")]
+    assert len(scan_aims) == 2 * len(gpu.BATCH_SCAN) and all(a["ratio"] > 0 for a in scan_aims)
+    assert data["triton_compile"] == {"skipped": "not on a CPU: the interpreter runs the kernels from source"}
     fla = [r for r in rows if r["kind"] == "fla"]
     assert fla and all(r["seconds"] is None for r in fla)
     if importlib.util.find_spec("fla") is None:
         assert {r["note"] for r in fla if r["causal"]} == {"skipped: fla not installed"}
         assert data["comparisons"] == [{"skipped": "skipped: fla not installed"}]
-    assert "f(s) = 1 + s + s^2 / 2" in data["based_vs_fastmax"] and data["aims"]
+    assert "f(s) = 1 + s + s^2 / 2" in data["based_vs_fastmax"] and "sqrt(c1) k_hat_j" in data["linear_vs_fla"]
     with open(out / "manifest.json") as f:
         entry = json.load(f)["bench"]
     assert all(key in entry for key in ("command", "commit", "machine", "date", "versions"))
     with open(out / "bench.md") as f:
-        assert "## Aims of issue 43" in f.read()
+        text = f.read()
+    assert all(heading in text for heading in ("## Aims of issue 56", "## G0: accuracy", "## p = 2: the parallel kernel"))
+
+
+def _rows(cells, D=64):
+    """bench.csv rows (the fields ``aims`` and ``crossover`` read) of {(method, mode, T, batch): seconds}."""
+    return [dict(method=m, D=D, causal=True, mode=mode, T=T, batch=batch, seconds=s) for (m, mode, T, batch), s
+            in cells.items()]
+
+
+SETTINGS = dict(D=64, D_based=16, batch=8, batch_T=16384, crossover_T=[2048, 4096, 8192, 16384])
+
+
+def test_aims_are_their_time_over_ours_and_the_batch_scan_ratio():
+    rows = _rows({("fastmax2_triton", "forward", 16384, 1): 0.010, ("sdpa", "forward", 16384, 1): 0.020,
+                  ("fastmax1_triton", "forward", 65536, 1): 0.010, ("sdpa", "forward", 65536, 1): 0.050,
+                  ("fastmax2_triton", "forward", 65536, 1): 0.010, ("fla_parallel_based", "forward", 65536, 1): 0.010,
+                  ("fastmax2_triton_chunk", "forward", 16384, 1): 0.002,
+                  ("fastmax2_triton_chunk", "forward", 16384, 8): 0.012})
+    found = {(a["ours"], a["theirs"], a["T"], a["mode"]): a for a in gpu.aims(rows, SETTINGS)}
+    p2 = found[("fastmax2_triton", "sdpa", 16384, "forward")]
+    assert p2["ratio"] == pytest.approx(2.0) and p2["need"] == 1.5 and p2["met"] is True
+    p1 = found[("fastmax1_triton", "sdpa", 65536, "forward")]
+    assert p1["ratio"] == pytest.approx(5.0) and p1["need"] == 8 and p1["met"] is False
+    based = found[("fastmax2_triton", "fla_parallel_based", 65536, "forward")]  # "above 1": equal times miss it
+    assert based["ratio"] == pytest.approx(1.0) and based["strict"] and based["met"] is False
+    scan = found[("fastmax2_triton_chunk", "fastmax2_triton_chunk", 16384, "forward")]
+    assert scan["ratio"] == pytest.approx(6.0) and scan["need"] == 4 and scan["met"] is True
+    assert found[("fastmax1_triton", "fla_chunk_linear_attn_fastmax1", 16384, "forward")]["met"] is None  # not measured
+    assert found[(None, None, None, None)]["aim"] == gpu.AIM_AUTO
+
+
+def test_crossover_compares_the_forced_kernels():
+    parallel, chunk = gpu.CROSSOVER
+    rows = _rows({(parallel, "forward", 4096, 1): 0.004, (chunk, "forward", 4096, 1): 0.006,
+                  (parallel, "forward", 16384, 1): 0.050, (chunk, "forward", 16384, 1): 0.020})
+    cells = {(c["T"], c["mode"]): c for c in gpu.crossover(rows, SETTINGS)["cells"]}
+    assert len(cells) == 8 and cells[(2048, "forward")]["faster"] is None
+    assert cells[(4096, "forward")]["faster"] == "parallel" and cells[(4096, "forward")]["chunk_over_parallel"] == 1.5
+    assert cells[(16384, "forward")]["faster"] == "chunk"
+
+
+def test_curves_plan_the_crossover_and_the_batch_scan():
+    settings = dict(SETTINGS, T=[1024, 4096, 16384, 65536])
+    planned = gpu.curves(settings)
+    triton = [c for c in planned if c["group"] == "triton"]
+    assert {c["label"] for c in triton} == set(gpu.OURS)
+    for c in triton:
+        if c["batch"] == 8:
+            assert c["label"] in gpu.BATCH_SCAN and c["T"] == [16384] and c["causal"]
+        elif c["label"] in gpu.CROSSOVER:
+            assert c["T"] == [1024, 2048, 4096, 8192, 16384, 65536] and c["D"] == 64
+    assert [c["label"] for c in planned if c["group"] == "triton"][:2] == ["fastmax1_triton"] * 2  # the aims first
+    baselines = {(c["label"], c["D"]) for c in planned if c["group"] == "baselines"}
+    assert {("fla_chunk_linear_attn_fastmax1", 64), ("fla_chunk_linear_attn", 64), ("fla_parallel_based", 64),
+            ("fla_fused_chunk_based", 16), ("sdpa", 64), ("sdpa", 16), ("fastmax1", 64), ("fastmax2", 64)} <= baselines
+    pytorch_path = gpu.parse_method("@configs/attention/fastmax2.py")
+    assert gpu.slow_path(pytorch_path) == "Fastmax's PyTorch path"
+    assert gpu.slow_path(gpu.parse_method(gpu.OURS["fastmax2_triton"])) is None
+
+
+def test_fastmax1_features_make_normalized_linear_attention_compute_fastmax_p1():
+    """The identity of ``fla_baselines.LINEAR_VS_FLA``, checked without FLA: FLA's normalized causal
+    linear attention (o_t = phi_q(t) . sum_{j<=t} phi_k(j) v_j / (phi_q(t) . sum_{j<=t} phi_k(j) + 1e-10),
+    written out here) on ``fastmax1_features`` equals fastmax p = 1 (its PyTorch path), float64."""
+    B, T, H, D = 2, 37, 3, 16
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(B, T, H, D, generator=g, dtype=torch.float64) for _ in range(3))  # FLA's layout
+    phi_q, phi_k = fla_baselines.fastmax1_features(q, k)
+    assert phi_q.shape[-1] == 32 and phi_q.shape[-1] % fla_baselines.FEATURE_MULTIPLE == 0
+    states = torch.einsum("bthf,bthe->bthfe", phi_k, v).cumsum(1)
+    numerator = torch.einsum("bthf,bthfe->bthe", phi_q, states)
+    denominator = (phi_q * phi_k.cumsum(1)).sum(-1, keepdim=True) + 1e-10
+    got = (numerator / denominator).transpose(1, 2)
+    context = {"head_dim": D, "n_head": H, "block_size": T, "layer_idx": 0}
+    expected = attention.build("fastmax", context, p=1, implementation="pytorch").double()(
+        *(x.transpose(1, 2) for x in (q, k, v)), True)
+    torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9)
+    with pytest.raises(ValueError, match="c0, c1 >= 0"):
+        fla_baselines.fastmax1_features(q, k, c1=-1.0)
 
 
 def make_wheel(folder, name, version="1.0"):
@@ -176,18 +272,16 @@ def test_gpu_tests_carry_the_marker_and_stay_out_of_the_default_run():
         assert marks and "pytest.mark.gpu" in marks[0], f"tests/gpu/{name} lacks pytestmark = pytest.mark.gpu"
 
 
-def test_compile_kernels_arguments_launch_in_the_interpreter():
-    """The arguments ``compile_kernels`` hands to Triton's ``warmup`` on a GPU (it needs CUDA) are
-    the kernels' own: each kernel launches with them through the interpreter."""
-    from attention.fastmax import triton_kernels as tk
-    if type(tk._fwd_kernel).__name__ != "InterpretedFunction":
+def test_warm_config_runs_each_kernel_family_in_the_interpreter():
+    """``warm_config``, what each compiling process runs on a GPU, runs every kernel family's forward
+    and backward through the interpreter here (the arguments it hands to the kernels package are
+    the ones a GPU compiles)."""
+    from attention.fastmax.kernels import chunk
+    if type(chunk._output_kernel).__name__ != "InterpretedFunction":
         pytest.skip("needs TRITON_INTERPRET=1 before the kernels are imported (.ci/run sets it)")
-    for p in (1, 2):
-        for separate in (False, True):
-            args, meta, nv = tk.warmup_arguments(16, 16, 16, p, "cpu", separate)
-            assert (meta["QUAD"], meta["SEPARATE"]) == (p == 2, separate)
-            for causal in (False, True):
-                for name, kernel in tk.KERNELS.items():
-                    kernel[(1, nv)](*args[name], CAUSAL=causal, **meta)
-    with pytest.raises(ValueError, match="needs a CUDA device"):
-        tk.compile_kernels(16, 16, 16, True, 1, "cpu")
+    configs = gpu.kernel_configs([16], ["bfloat16", "float32"], causal=(True,))
+    assert {(c["p"], c["kernel"], c["dtype"]) for c in configs} == {
+        (p, kernel, dtype) for p, kernel in gpu.FAMILIES for dtype in ("bfloat16", "float32")}
+    for config in configs:
+        row = gpu.warm_config(config, device="cpu")
+        assert row["error"] is None and row["seconds"] >= 0 and row["D"] == 16, row

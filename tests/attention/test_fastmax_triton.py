@@ -3,7 +3,7 @@
 C1 every kernel under the interpreter against the float64 PyTorch path (``chunked.py``): outputs,
    denominators and the gradients of q, k, v; float32 inputs (exact "ieee" products) within rtol
    1e-4, atol 1e-5 x max(1, max|ref|), bfloat16 inputs within a relative Frobenius error of 2e-2
-   (outputs) and 5e-2 (gradients). A subset here; the full grid (about 1,300 cases, hours) with
+   (outputs) and 5e-2 (gradients). A subset here; the full grid (1,728 cases, hours) with
    ``pytest -m slow``.
 C2 the grids the launcher records at B = 1, H = 8, D = 64, T = 4096 (nothing run).
 C4 the HBM bytes and FLOPs per token and head of the chunk kernels (their formulas).
@@ -100,6 +100,8 @@ SUBSET = [
     (130, 64, 64, 2, "chunk", True, torch.bfloat16, True, 64),
     (15, 64, 16, 2, "chunk", False, torch.bfloat16, False, 16),
     (1, 16, 16, 2, "chunk", False, torch.float32, False, 16),
+    (300, 16, 16, 2, "chunk", True, torch.float32, True, 128),  # chunks of 128 in programs of 64 rows
+    (300, 32, 64, 1, "chunk", True, torch.bfloat16, True, 128),
     (65, 16, 16, 2, "parallel", True, torch.float32, True, 16),
     (200, 64, 64, 2, "parallel", True, torch.bfloat16, True, 64),
     (65, 32, 16, 2, "parallel", False, torch.bfloat16, True, 32),
@@ -123,7 +125,7 @@ def test_the_subset_covers_every_kernel_family_dtype_and_edge():
 
 FULL_GRID = [(T, D, Dv, p, kernel, causal, dtype, chunk_size)
              for T, chunk_size, D, Dv, (p, kernel), causal, dtype in itertools.product(
-                 (1, 15, 64, 65, 200, 333), (16, 32, 64), (16, 32, 64), (16, 64), FAMILIES, (False, True),
+                 (1, 15, 64, 65, 200, 333), (16, 32, 64, 128), (16, 32, 64), (16, 64), FAMILIES, (False, True),
                  (torch.float32, torch.bfloat16))]
 
 
@@ -252,13 +254,17 @@ def test_grids_keep_the_gpu_busy(p, kernel):
 
 
 def test_only_the_state_pass_walks_the_sequence():
-    """The chunk family's output and gradient kernels loop over feature blocks only: no loop over
-    the chunks (the state pass alone walks them, one product and one store per chunk)."""
+    """The chunk family's output and gradient kernels loop over feature blocks and over the R-row
+    blocks of their own chunk only (from ``chunk_start``, to the program's own block or the
+    chunk's end): no loop over the chunks, which the state pass alone walks (one product and one
+    store per chunk)."""
+    within_chunk = (r"chunk_start, tl\.program_id\(0\) \* R \+ R, R", r"tl\.program_id\(0\) \* R, chunk_start \+ C, R")
     for kernel in (chunk._output_kernel, chunk._dq_kernel, chunk._dkv_kernel, chunk._through_states):
         source = inspect.getsource(kernel.fn)
-        loops = re.findall(r"for \w+ in (?:tl\.)?(?:static_)?range\(([^)]*)\)", source)
-        assert all(re.fullmatch(r"0, NP", bounds) for bounds in loops), (kernel.fn.__name__, loops)
-    state_loops = re.findall(r"for \w+ in range\(([^)]*)\)", inspect.getsource(chunk._state_kernel.fn))
+        loops = re.findall(r"for \w+ in (?:tl\.)?(?:static_)?range\((.*)\):$", source, re.M)
+        assert all(bounds == "0, NP" or any(re.fullmatch(p, bounds) for p in within_chunk) for bounds in loops), \
+            (kernel.fn.__name__, loops)
+    state_loops = re.findall(r"for \w+ in range\((.*)\):$", inspect.getsource(chunk._state_kernel.fn), re.M)
     assert state_loops == ["0, NC", "0, NC"]
 
 

@@ -22,21 +22,22 @@ tensor-core product of width FW, which the packed triangle is not.
 Passes (C = the chunk, NC = ceil(T / C) chunks, N = B * H):
 
 1. ``_state_kernel``, grid (N, 1 + NP, ceil(Dv / BV)) (BV = 16 for p = 1): one program per
-   (sequence, feature block, value block) walks the chunks in order (or reverse) and stores, before adding each chunk, the
-   running sums of the keys' features times the values (D x BV linear, FW x BV per pair block:
+   (sequence, feature block, value block) walks the chunks in order (or reverse) and stores,
+   before adding each chunk, the running sums of the keys' features times the values (D x BV
+   linear, FW x BV per pair block:
    one tensor-core product and one store per chunk), and of the features times rho (the
    denominator's column, by value block 0), the value sums x1 and the key counts y1. Non-causal:
    only the totals. The backward pass runs it again on the keys (section 2.5: recompute, do not
    store) and, in reverse, on the queries with g as values and delta as weights (the query states
    of the key gradients).
-2. ``_output_kernel``, grid (NC, N, ceil(Dv / BV)): one program per chunk and value block; the
-   earlier chunks through the stored state (c0 x1 + c1 q H + c2 sum_f psi_f(q) S_f, one product
-   per feature block), its own chunk through the explicit C x C weights with the causal mask.
-   Denominator: the same sums on the rho column (a vector product per feature block), no second
-   pass over the sequence.
-3. ``_dq_kernel`` and ``_dkv_kernel``, grid (NC, N) each: the gradients of one chunk's queries
-   from the key states, and of its keys and values from the query states, plus the chunk's own
-   C x C terms.
+2. ``_output_kernel``, grid (ceil(T / R), N, ceil(Dv / BV)), R = min(C, ``ROWS``) rows per
+   program: the earlier chunks through the stored state (c0 x1 + c1 q H + c2 sum_f psi_f(q) S_f,
+   one product per feature block), the chunk's own keys through explicit R x R weights with the
+   causal mask, over the R-row blocks of the chunk up to the program's own. Denominator: the same
+   sums on the rho column (a vector product per feature block), no second pass over the sequence.
+3. ``_dq_kernel`` and ``_dkv_kernel``, grid (ceil(T / R), N) each: the gradients of R queries
+   from the key states, and of R keys and their values from the query states, plus the chunk's
+   own R x R terms (queries up to the row block; keys from it to the chunk's end).
 
 Tile sizes: C = 64 (p = 1) and ``P2_CHUNK`` = 128 (p = 2), BV = min(64, Dv) (16 in the p = 1
 state pass), BP = 8 at D >= 64 and 4 below. Precision: ``common.py`` (16-bit inputs as they are,
@@ -50,7 +51,8 @@ float32 states of 4 (F Y + Dv + 1) bytes per chunk of C tokens (S, Z, x1, y1),
         FLOPs      2 F Y + F                                  the state product, the features
     output
         HBM bytes  e (2 D + 2 Dv) + 9 + 4 (F Y + Dv + 1) / C  q, k, v, rho, has_key, out, den; states read
-        FLOPs      2 F Y + F + 2 C (D + Dv) + 5 C             the states' use; the C x C scores and weights
+        FLOPs      2 F Y + F + 2 C (D + Dv) + 5 C             the states' use; the chunk's own scores and
+                                                              weights (a row meets (C + R) / 2 <= C keys)
     dq (from the key states) and dkv (from the query states)
         HBM bytes  e (2 D + 2 Dv) + 8 + e D + 4 (F Y + Dv + 1) / C   (dkv: + e Dv for dv)
         FLOPs      dq: 2 F Y + 4 F + 2 C (D + 2 Dv) + 6 C;  dkv: 4 F Y + 5 F + 2 C (2 D + 2 Dv) + 8 C
@@ -70,8 +72,8 @@ BLOCK_V = 64  # value columns per program of the output kernel and of the p = 2 
 # p = 1's state pass has one feature block: narrower value blocks put 4x the programs in flight
 # (32 at B = 1, H = 8, Dv = 64) on a walk whose time is the latency of its per-chunk loads and stores
 LINEAR_STATE_BLOCK_V = 16
-NUM_WARPS = 8  # output and gradient kernels (4 spill at p = 2, D = 64; the state pass: 4, 8 at C = 128)
-NONCAUSAL_ROWS = 64
+ROWS = 64  # rows per program of the output and gradient kernels (``_rows_per_program``)
+NUM_WARPS = 8  # of the output and gradient kernels (4 spill at p = 2, D = 64; the state pass: ``_states``)
 FLOAT32_MAX_CHUNK = 64  # float32 inputs: C x C float32 tiles of 128 need more than 255 registers (kernel report)
 
 
@@ -215,37 +217,47 @@ def _state_index(n, c, NC, CAUSAL: tl.constexpr):
         return n
 
 
+@triton.jit
+def _program_rows(T, C: tl.constexpr, R: tl.constexpr):
+    """This program's R rows (block program_id(0)), their mask, and the start of the chunk of C
+    positions that holds them (R divides C)."""
+    start = tl.program_id(0) * R
+    rows = start + tl.arange(0, R)
+    return rows, rows < T, (start // C) * C
+
+
 @triton.jit(do_not_specialize=["T", "NC"])
 def _output_kernel(Q, K, V, RHO, HAS_KEY, S_LIN, Z_LIN, X1, Y1, S_QUAD, Z_QUAD, PAIRS, OUT, DEN, T, NC,
-                   c0, c1, c2, D: tl.constexpr, DV: tl.constexpr, C: tl.constexpr, BV: tl.constexpr,
-                   BP: tl.constexpr, NP: tl.constexpr, CAUSAL: tl.constexpr, QUAD: tl.constexpr,
+                   c0, c1, c2, D: tl.constexpr, DV: tl.constexpr, C: tl.constexpr, R: tl.constexpr,
+                   BV: tl.constexpr, BP: tl.constexpr, NP: tl.constexpr, CAUSAL: tl.constexpr, QUAD: tl.constexpr,
                    DOT: tl.constexpr):
-    """out (N, T, DV) and den (N, T) of one chunk and value block (module docstring, pass 2)."""
-    c = tl.program_id(0)
+    """out (N, T, DV) and den (N, T) of R rows and one value block (module docstring, pass 2)."""
     n = tl.program_id(1).to(tl.int64)
     iv = tl.program_id(2)
-    offs_c = tl.arange(0, C)
+    rows, rmask, chunk_start = _program_rows(T, C, R)
+    offs_r = tl.arange(0, R)
     offs_d = tl.arange(0, D)
     offs_v = iv * BV + tl.arange(0, BV)
-    rows = c * C + offs_c
-    rmask = rows < T
     q_base = Q + n * T * D
     q = _rows_tile(q_base, rows, rmask, offs_d, D)
-    num = tl.zeros((C, BV), dtype=tl.float32)
-    den = tl.zeros((C,), dtype=tl.float32)
-    if CAUSAL:  # the chunk's own keys, j <= i: explicit weights, first so that they are dead in the loop
-        k = _rows_tile(K + n * T * D, rows, rmask, offs_d, D)
-        v = _rows_tile(V + n * T * DV, rows, rmask, offs_v, DV)
-        rho = tl.load(RHO + n * T + rows, mask=rmask, other=0.0)
-        s = mm(q, tl.trans(k), DOT)
-        w = c0 * rho[None, :] + c1 * s
-        if QUAD:
-            w += c2 * s * s
-        w = tl.where(offs_c[:, None] >= offs_c[None, :], w, 0.0)
-        num = mm(to_operand(w, v, DOT), v, DOT)
-        den = tl.sum(w, 1)
+    num = tl.zeros((R, BV), dtype=tl.float32)
+    den = tl.zeros((R,), dtype=tl.float32)
+    if CAUSAL:  # the chunk's own keys j <= i, R at a time: explicit weights, first so that they are dead in the loop
+        for key_start in range(chunk_start, tl.program_id(0) * R + R, R):
+            keys = key_start + offs_r
+            kmask = keys < T
+            k = _rows_tile(K + n * T * D, keys, kmask, offs_d, D)
+            v = _rows_tile(V + n * T * DV, keys, kmask, offs_v, DV)
+            rho = tl.load(RHO + n * T + keys, mask=kmask, other=0.0)
+            s = mm(q, tl.trans(k), DOT)
+            w = c0 * rho[None, :] + c1 * s
+            if QUAD:
+                w += c2 * s * s
+            w = tl.where(rows[:, None] >= keys[None, :], w, 0.0)
+            num += mm(to_operand(w, v, DOT), v, DOT)
+            den += tl.sum(w, 1)
     # the earlier chunks (or all, not causal) through the states
-    state = _state_index(n, c, NC, CAUSAL)
+    state = _state_index(n, chunk_start // C, NC, CAUSAL)
     h = tl.load(S_LIN + state * D * DV + offs_d[:, None] * DV + offs_v[None, :])
     z = tl.load(Z_LIN + state * D + offs_d)
     num += c0 * tl.load(X1 + state * DV + offs_v)[None, :] + c1 * mm(q, to_operand(h, q, DOT), DOT)
@@ -272,27 +284,27 @@ def _output_kernel(Q, K, V, RHO, HAS_KEY, S_LIN, Z_LIN, X1, Y1, S_QUAD, Z_QUAD, 
 
 @triton.jit
 def _through_states(grad, y, w, x_base, rows, rmask, state, S_LIN, Z_LIN, S_QUAD, Z_QUAD, PAIRS, c1, c2,
-                    C: tl.constexpr, D: tl.constexpr, DV: tl.constexpr, BP: tl.constexpr, NP: tl.constexpr,
+                    R: tl.constexpr, D: tl.constexpr, DV: tl.constexpr, BP: tl.constexpr, NP: tl.constexpr,
                     QUAD: tl.constexpr, VALUES: tl.constexpr, DOT: tl.constexpr):
-    """grad (C, D) plus sum_j (c1 + 2 c2 x_i . x'_j) (y_i . y'_j - w_i w'_j) x'_j for the rows i of
-    a chunk, from the other side's states (S = sum x' (x) y', Z = sum w' x', with phi_f(x') for
+    """grad (C, D) plus sum_j (c1 + 2 c2 x_i . x'_j) (y_i . y'_j - w_i w'_j) x'_j for the R rows i
+    of a program, from the other side's states (S = sum x' (x) y', Z = sum w' x', with phi_f(x') for
     the quadratic part): c1 (y S_lin^T - w Z_lin) + 2 c2 M_i x_i, where
     M_i = sum_j (y_i . y'_j - w_i w'_j) x'_j x'_j^T is assembled from its pair blocks
     m_f = y S_f^T - w Z_f. dq with (g, delta, q) and the key states; dk with (v, rho, k) and the
     query states. ``VALUES`` (dk): also c2 sum_f psi_f(x) S_f, the quadratic part of dv, from the
-    same loads. Returns (grad (C, D), that dv part (C, DV) or 0), float32."""
+    same loads. Returns (grad (R, D), that dv part (R, DV) or 0), float32."""
     offs_d = tl.arange(0, D)
     offs_all_v = tl.arange(0, DV)
     h_t = tl.load(S_LIN + state * D * DV + offs_d[None, :] * DV + offs_all_v[:, None])  # (DV, D)
     z = tl.load(Z_LIN + state * D + offs_d)
     grad += c1 * (mm(y, to_operand(h_t, y, DOT), DOT) - w[:, None] * z[None, :])
-    dv = tl.zeros((C, DV), dtype=tl.float32)
+    dv = tl.zeros((R, DV), dtype=tl.float32)
     if QUAD:
         NB: tl.constexpr = D // BP
         offs_f = tl.arange(0, BP * BP)
         offs_p = tl.arange(0, BP)
         blocks = tl.arange(0, NB)
-        grad = tl.reshape(grad, (C, NB, BP))  # dims by block: M x adds to blocks a and b
+        grad = tl.reshape(grad, (R, NB, BP))  # dims by block: M x adds to blocks a and b
         for f in range(0, NP):
             a = tl.load(PAIRS + 2 * f)
             b = tl.load(PAIRS + 2 * f + 1)
@@ -300,7 +312,7 @@ def _through_states(grad, y, w, x_base, rows, rmask, state, S_LIN, Z_LIN, S_QUAD
             sq = to_operand(sq, y, DOT)
             zq = tl.load(Z_QUAD + (state * NP + f) * BP * BP + offs_f)
             m = mm(y, tl.trans(sq), DOT) - w[:, None] * zq[None, :]
-            m = tl.reshape(m, (C, BP, BP))  # m[i, p, r]: dims a*BP + p and b*BP + r
+            m = tl.reshape(m, (R, BP, BP))  # m[i, p, r]: dims a*BP + p and b*BP + r
             xa = _rows_tile(x_base, rows, rmask, a * BP + offs_p, D).to(tl.float32)
             xb = _rows_tile(x_base, rows, rmask, b * BP + offs_p, D).to(tl.float32)
             to_a = tl.sum(m * xb[:, None, :], 2)  # block (a, b) of M times x's block b
@@ -308,82 +320,84 @@ def _through_states(grad, y, w, x_base, rows, rmask, state, S_LIN, Z_LIN, S_QUAD
             grad += tl.where((blocks == a)[None, :, None], 2.0 * c2 * to_a[:, None, :], 0.0)
             grad += tl.where(((blocks == b) & (a < b))[None, :, None], 2.0 * c2 * to_b[:, None, :], 0.0)
             if VALUES:
-                psi = tl.reshape(xa[:, :, None] * xb[:, None, :], (C, BP * BP))
+                psi = tl.reshape(xa[:, :, None] * xb[:, None, :], (R, BP * BP))
                 weight = tl.where(a < b, 2.0 * c2, c2)  # the off-diagonal blocks stand for (a, b) and (b, a)
                 dv += weight * mm(to_operand(psi, y, DOT), sq, DOT)
-        grad = tl.reshape(grad, (C, D))
+        grad = tl.reshape(grad, (R, D))
     return grad, dv
 
 
 @triton.jit(do_not_specialize=["T", "NC"])
 def _dq_kernel(Q, K, V, RHO, G, DELTA, S_LIN, Z_LIN, S_QUAD, Z_QUAD, PAIRS, DQ, T, NC, c0, c1, c2,
-               D: tl.constexpr, DV: tl.constexpr, C: tl.constexpr, BP: tl.constexpr, NP: tl.constexpr,
-               CAUSAL: tl.constexpr, QUAD: tl.constexpr, DOT: tl.constexpr):
-    """dq (N, T, D) of one chunk: dq_i = sum_j (c1 + 2 c2 s_ij) P_ij k_j, P_ij = g_i . v_j -
+               D: tl.constexpr, DV: tl.constexpr, C: tl.constexpr, R: tl.constexpr, BP: tl.constexpr,
+               NP: tl.constexpr, CAUSAL: tl.constexpr, QUAD: tl.constexpr, DOT: tl.constexpr):
+    """dq (N, T, D) of R rows: dq_i = sum_j (c1 + 2 c2 s_ij) P_ij k_j, P_ij = g_i . v_j -
     delta_i rho_j; the chunk's own keys explicitly, earlier chunks through the key states."""
-    c = tl.program_id(0)
     n = tl.program_id(1).to(tl.int64)
-    offs_c = tl.arange(0, C)
+    rows, rmask, chunk_start = _program_rows(T, C, R)
+    offs_r = tl.arange(0, R)
     offs_d = tl.arange(0, D)
     offs_v = tl.arange(0, DV)
-    rows = c * C + offs_c
-    rmask = rows < T
     g = _rows_tile(G + n * T * DV, rows, rmask, offs_v, DV)
     delta = tl.load(DELTA + n * T + rows, mask=rmask, other=0.0)
-    dq = tl.zeros((C, D), dtype=tl.float32)
-    if CAUSAL:  # first, so that its C x C tiles are dead before the loop over the states
+    dq = tl.zeros((R, D), dtype=tl.float32)
+    if CAUSAL:  # first, so that its R x R tiles are dead before the loop over the states
         q = _rows_tile(Q + n * T * D, rows, rmask, offs_d, D)
-        k = _rows_tile(K + n * T * D, rows, rmask, offs_d, D)
-        v = _rows_tile(V + n * T * DV, rows, rmask, offs_v, DV)
-        rho = tl.load(RHO + n * T + rows, mask=rmask, other=0.0)
-        s = mm(q, tl.trans(k), DOT)
-        ds = (mm(g, tl.trans(v), DOT) - delta[:, None] * rho[None, :]) * (c1 + 2.0 * c2 * s)
-        ds = tl.where(offs_c[:, None] >= offs_c[None, :], ds, 0.0)
-        dq = mm(to_operand(ds, k, DOT), k, DOT)
-    state = _state_index(n, c, NC, CAUSAL)
+        for key_start in range(chunk_start, tl.program_id(0) * R + R, R):
+            keys = key_start + offs_r
+            kmask = keys < T
+            k = _rows_tile(K + n * T * D, keys, kmask, offs_d, D)
+            v = _rows_tile(V + n * T * DV, keys, kmask, offs_v, DV)
+            rho = tl.load(RHO + n * T + keys, mask=kmask, other=0.0)
+            s = mm(q, tl.trans(k), DOT)
+            ds = (mm(g, tl.trans(v), DOT) - delta[:, None] * rho[None, :]) * (c1 + 2.0 * c2 * s)
+            ds = tl.where(rows[:, None] >= keys[None, :], ds, 0.0)
+            dq += mm(to_operand(ds, k, DOT), k, DOT)
+    state = _state_index(n, chunk_start // C, NC, CAUSAL)
     dq, _ = _through_states(dq, g, delta, Q + n * T * D, rows, rmask, state, S_LIN, Z_LIN, S_QUAD, Z_QUAD, PAIRS,
-                            c1, c2, C, D, DV, BP, NP, QUAD, False, DOT)
+                            c1, c2, R, D, DV, BP, NP, QUAD, False, DOT)
     dq = to_operand(dq, g, DOT).to(DQ.dtype.element_ty)
     tl.store(DQ + n * T * D + rows[:, None] * D + offs_d[None, :], dq, mask=rmask[:, None])
 
 
 @triton.jit(do_not_specialize=["T", "NC"])
 def _dkv_kernel(Q, K, V, RHO, G, DELTA, R_LIN, R_Z, U1, R_QUAD, R_ZQ, PAIRS, DK, DV_OUT, T, NC, c0, c1, c2,
-                D: tl.constexpr, DV: tl.constexpr, C: tl.constexpr, BP: tl.constexpr, NP: tl.constexpr,
-                CAUSAL: tl.constexpr, QUAD: tl.constexpr, DOT: tl.constexpr):
-    """dk (N, T, D) and dv (N, T, DV) of one chunk: dk_j = sum_i (c1 + 2 c2 s_ij) P_ij q_i and
+                D: tl.constexpr, DV: tl.constexpr, C: tl.constexpr, R: tl.constexpr, BP: tl.constexpr,
+                NP: tl.constexpr, CAUSAL: tl.constexpr, QUAD: tl.constexpr, DOT: tl.constexpr):
+    """dk (N, T, D) and dv (N, T, DV) of R rows (keys): dk_j = sum_i (c1 + 2 c2 s_ij) P_ij q_i and
     dv_j = sum_i (c0 + c1 s_ij + c2 s_ij^2) g_i over the queries i >= j; the chunk's own queries
     explicitly, later chunks through the query states (R_LIN = sum q (x) g, R_Z = sum delta q,
     U1 = sum g, R_QUAD / R_ZQ the same with phi_f(q))."""
-    c = tl.program_id(0)
     n = tl.program_id(1).to(tl.int64)
-    offs_c = tl.arange(0, C)
+    rows, rmask, chunk_start = _program_rows(T, C, R)
+    offs_r = tl.arange(0, R)
     offs_d = tl.arange(0, D)
     offs_v = tl.arange(0, DV)
-    rows = c * C + offs_c
-    rmask = rows < T
     k_base = K + n * T * D
     k = _rows_tile(k_base, rows, rmask, offs_d, D)
     v = _rows_tile(V + n * T * DV, rows, rmask, offs_v, DV)
     rho = tl.load(RHO + n * T + rows, mask=rmask, other=0.0)
-    dk = tl.zeros((C, D), dtype=tl.float32)
-    dv = tl.zeros((C, DV), dtype=tl.float32)
-    if CAUSAL:  # first, so that its C x C tiles are dead before the loop over the states
-        q = _rows_tile(Q + n * T * D, rows, rmask, offs_d, D)
-        g = _rows_tile(G + n * T * DV, rows, rmask, offs_v, DV)
-        delta = tl.load(DELTA + n * T + rows, mask=rmask, other=0.0)
-        s_t = mm(k, tl.trans(q), DOT)  # s_t[j, i] = s_ij
-        later = offs_c[None, :] >= offs_c[:, None]  # query i at or after key j
-        ds_t = (mm(v, tl.trans(g), DOT) - rho[:, None] * delta[None, :]) * (c1 + 2.0 * c2 * s_t)
-        dk = mm(to_operand(tl.where(later, ds_t, 0.0), q, DOT), q, DOT)
-        w_t = tl.where(later, c0 + c1 * s_t + c2 * s_t * s_t, 0.0)
-        dv = mm(to_operand(w_t, g, DOT), g, DOT)
-    state = _state_index(n, c, NC, CAUSAL)
+    dk = tl.zeros((R, D), dtype=tl.float32)
+    dv = tl.zeros((R, DV), dtype=tl.float32)
+    if CAUSAL:  # first, so that its R x R tiles are dead before the loop over the states
+        for query_start in range(tl.program_id(0) * R, chunk_start + C, R):
+            queries = query_start + offs_r
+            qmask = queries < T
+            q = _rows_tile(Q + n * T * D, queries, qmask, offs_d, D)
+            g = _rows_tile(G + n * T * DV, queries, qmask, offs_v, DV)
+            delta = tl.load(DELTA + n * T + queries, mask=qmask, other=0.0)
+            s_t = mm(k, tl.trans(q), DOT)  # s_t[j, i] = s_ij
+            later = queries[None, :] >= rows[:, None]  # query i at or after key j
+            ds_t = (mm(v, tl.trans(g), DOT) - rho[:, None] * delta[None, :]) * (c1 + 2.0 * c2 * s_t)
+            dk += mm(to_operand(tl.where(later, ds_t, 0.0), q, DOT), q, DOT)
+            w_t = tl.where(later, c0 + c1 * s_t + c2 * s_t * s_t, 0.0)
+            dv += mm(to_operand(w_t, g, DOT), g, DOT)
+    state = _state_index(n, chunk_start // C, NC, CAUSAL)
     # dv from the later queries: c0 sum g + c1 k G, and c2 sum_f psi_f(k) R_f from the loop of dk
     r = tl.load(R_LIN + state * D * DV + offs_d[:, None] * DV + offs_v[None, :])
     dv += c0 * tl.load(U1 + state * DV + offs_v)[None, :] + c1 * mm(k, to_operand(r, k, DOT), DOT)
     dk, dv_quad = _through_states(dk, v, rho, k_base, rows, rmask, state, R_LIN, R_Z, R_QUAD, R_ZQ, PAIRS, c1, c2,
-                                  C, D, DV, BP, NP, QUAD, True, DOT)
+                                  R, D, DV, BP, NP, QUAD, True, DOT)
     dv += dv_quad
     dk = to_operand(dk, k, DOT).to(DK.dtype.element_ty)
     dv = to_operand(dv, v, DOT).to(DV_OUT.dtype.element_ty)
@@ -403,11 +417,18 @@ def _chunk_for(chunk, dtype):
     return min(chunk, FLOAT32_MAX_CHUNK) if dtype == torch.float32 else chunk
 
 
-def _rows_per_program(chunk, causal):
-    """Rows of the output and gradient kernels' programs: the chunk when causal (its own keys are
-    the C x C part), else at most ``NONCAUSAL_ROWS`` (the rows are independent: every one reads
-    the total state; smaller tiles keep the p = 2 key-gradient kernel without spills at C = 128)."""
-    return chunk if causal else min(chunk, NONCAUSAL_ROWS)
+def _stages(x):
+    """num_stages of the output and gradient kernels: Triton's 3 for 16-bit inputs; 2 for float32,
+    whose pipelined tiles would need 116 KB of shared memory (over sm_86 / sm_89's 101,376 B)."""
+    return 2 if x.dtype == torch.float32 else 3
+
+
+def _rows_per_program(chunk, dtype):
+    """R, the rows of the output and gradient kernels' programs: the chunk, at most ``ROWS``. A
+    causal program loops over the R-row blocks of its chunk up to its own (the chunk's own keys);
+    smaller tiles keep the p = 2 gradient kernels without spills at C = 128 (kernel report, Triton
+    3.6 and 3.9) and put more programs in flight."""
+    return min(chunk, ROWS)
 
 
 def _states(x, y, w, causal, chunk, quad, reverse=False):
@@ -453,11 +474,12 @@ def forward(q, k, v, rho, has_key, causal, coeffs, chunk):
     states = _states(k, v, rho, causal, chunk, quad)
     out = torch.empty_like(v)
     den = torch.empty(N, T, dtype=torch.float32, device=q.device)
-    rows = _rows_per_program(chunk, causal)
+    rows = _rows_per_program(chunk, q.dtype)
     BV = min(BLOCK_V, Dv)
     common.launch(_output_kernel, (triton.cdiv(T, rows), N, Dv // BV), q, k, v, rho, has_key, *states,
-                  _pairs(D, q.device), out, den, T, triton.cdiv(T, chunk), c0, c1, c2, D=D, DV=Dv, C=rows, BV=BV,
-                  CAUSAL=bool(causal), QUAD=quad, DOT=common.dot_mode(), num_warps=NUM_WARPS, **_layout(D, quad))
+                  _pairs(D, q.device), out, den, T, triton.cdiv(T, chunk), c0, c1, c2, D=D, DV=Dv, C=chunk, R=rows, BV=BV,
+                  CAUSAL=bool(causal), QUAD=quad, DOT=common.dot_mode(), num_warps=NUM_WARPS,
+                  num_stages=_stages(q), **_layout(D, quad))
     return out, den
 
 
@@ -476,10 +498,10 @@ def backward(g, delta, q, k, v, rho, causal, coeffs, chunk):
     rho = rho.to(torch.float32).contiguous()
     delta = delta.to(torch.float32).contiguous()
     g = g.to(q.dtype).contiguous()
-    rows = _rows_per_program(chunk, causal)
+    rows = _rows_per_program(chunk, q.dtype)
     grid = (triton.cdiv(T, rows), N)
-    meta = dict(D=D, DV=v.shape[-1], C=rows, CAUSAL=bool(causal), QUAD=quad, DOT=common.dot_mode(),
-                num_warps=NUM_WARPS, **_layout(D, quad))
+    meta = dict(D=D, DV=v.shape[-1], C=chunk, R=rows, CAUSAL=bool(causal), QUAD=quad, DOT=common.dot_mode(),
+                num_warps=NUM_WARPS, num_stages=_stages(q), **_layout(D, quad))
     scalars = (T, triton.cdiv(T, chunk), c0, c1, c2)
     pairs = _pairs(D, q.device)
     s_lin, z_lin, _, _, s_quad, z_quad = _states(k, v, rho, causal, chunk, quad)

@@ -423,7 +423,7 @@ def _stages(x):
     return 2 if x.dtype == torch.float32 else 3
 
 
-def _rows_per_program(chunk, dtype):
+def _rows_per_program(chunk):
     """R, the rows of the output and gradient kernels' programs: the chunk, at most ``ROWS``. A
     causal program loops over the R-row blocks of its chunk up to its own (the chunk's own keys);
     smaller tiles keep the p = 2 gradient kernels without spills at C = 128 (kernel report, Triton
@@ -474,11 +474,11 @@ def forward(q, k, v, rho, has_key, causal, coeffs, chunk):
     states = _states(k, v, rho, causal, chunk, quad)
     out = torch.empty_like(v)
     den = torch.empty(N, T, dtype=torch.float32, device=q.device)
-    rows = _rows_per_program(chunk, q.dtype)
+    rows = _rows_per_program(chunk)
     BV = min(BLOCK_V, Dv)
     common.launch(_output_kernel, (triton.cdiv(T, rows), N, Dv // BV), q, k, v, rho, has_key, *states,
-                  _pairs(D, q.device), out, den, T, triton.cdiv(T, chunk), c0, c1, c2, D=D, DV=Dv, C=chunk, R=rows, BV=BV,
-                  CAUSAL=bool(causal), QUAD=quad, DOT=common.dot_mode(), num_warps=NUM_WARPS,
+                  _pairs(D, q.device), out, den, T, triton.cdiv(T, chunk), c0, c1, c2, D=D, DV=Dv, C=chunk, R=rows,
+                  BV=BV, CAUSAL=bool(causal), QUAD=quad, DOT=common.dot_mode(), num_warps=NUM_WARPS,
                   num_stages=_stages(q), **_layout(D, quad))
     return out, den
 
@@ -498,7 +498,7 @@ def backward(g, delta, q, k, v, rho, causal, coeffs, chunk):
     rho = rho.to(torch.float32).contiguous()
     delta = delta.to(torch.float32).contiguous()
     g = g.to(q.dtype).contiguous()
-    rows = _rows_per_program(chunk, q.dtype)
+    rows = _rows_per_program(chunk)
     grid = (triton.cdiv(T, rows), N)
     meta = dict(D=D, DV=v.shape[-1], C=chunk, R=rows, CAUSAL=bool(causal), QUAD=quad, DOT=common.dot_mode(),
                 num_warps=NUM_WARPS, num_stages=_stages(q), **_layout(D, quad))

@@ -193,6 +193,14 @@ def train(cfg, task, dist, ckpt=None, command=None):
                         checkpoint.save_best(best_path, raw_model, iter_num, best_name, best)
                 t_last += time.time() - t_eval  # tokens/s counts training time only
                 eval_time += time.time() - t_eval
+                if cfg["stop_at"] and not cfg["eval_only"] and not at_end and dist.broadcast(
+                        dist.master and T.reached(metrics[best_name], cfg["stop_at"], best_mode)):
+                    if dist.master:
+                        print(f"stopping early: {best_name} {metrics[best_name]:.4f} reached stop_at={cfg['stop_at']:g} "
+                              f"at iteration {iter_num}", flush=True)
+                        run_log.write({"stopped_early": {"iter": iter_num, "metric": best_name,
+                                                         "value": metrics[best_name], "stop_at": cfg["stop_at"]}})
+                    break
             if cfg["eval_only"] or at_end:
                 break
 

@@ -51,6 +51,7 @@ COMMON_DEFAULTS = dict(
     eval_iters=20,
     eval_only=False,
     always_save_checkpoint=True,
+    stop_at=0.0,
     # wandb (off by default; wandb_mode="offline" writes locally)
     wandb_log=False,
     wandb_project="efficient-attention",
@@ -97,6 +98,9 @@ COMMON_HELP = dict(
     eval_iters="batches per split in each evaluation",
     eval_only="evaluate the model once (e.g. with init_from=resume) and stop; writes no checkpoint",
     always_save_checkpoint="write ckpt.pt at every evaluation (False: only when the task's best metric improves)",
+    stop_at="stop training at the first evaluation whose best metric (the task's, e.g. val_accuracy) reaches this "
+            "value in its direction (>= for accuracies, <= for losses); the final evaluation then uses that "
+            "evaluation's weights. 0 = never (train to max_iters)",
     wandb_log="log to Weights & Biases",
     wandb_project="wandb project name",
     wandb_run_name="wandb run name",
@@ -226,7 +230,7 @@ def check_config(cfg):
                 "gradient_accumulation_steps"):
         if cfg[key] < 1:
             raise ConfigError(f"{key} must be at least 1, got {cfg[key]}")
-    for key in ("max_iters", "warmup_iters", "num_threads"):
+    for key in ("max_iters", "warmup_iters", "num_threads", "stop_at"):
         if cfg[key] < 0:
             raise ConfigError(f"{key} must be non-negative, got {cfg[key]}")
 
@@ -484,6 +488,12 @@ def restore(ckpt, optimizer, scaler, dist, device_type):
         print(f"warning: the checkpoint was written by {len(states)} processes, this run has {dist.world}; "
               f"generator states are not restored per rank, so the resumed run is not exact")
     torch.set_rng_state(ckpt["rng_state"])
+
+
+def reached(value, target, mode):
+    """Whether a best-metric ``value`` reached ``target`` in the metric's direction (``mode`` "max":
+    value >= target; "min": value <= target): ``stop_at``'s test."""
+    return value >= target if mode == "max" else value <= target
 
 
 def best_metric_value(ckpt, mode):

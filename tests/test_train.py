@@ -203,6 +203,20 @@ def test_constant_lr_schedule_in_the_loop(tmp_path, wikitext2_dir):
     assert lrs == pytest.approx([0.002 / 3, 0.002 * 2 / 3, 0.002, 0.002])
 
 
+def test_stop_at_ends_training_at_the_first_evaluation_that_reaches_it(tmp_path, wikitext2_dir, capsys):
+    """stop_at (the recall protocol's early stop): the lm task's best metric is val_loss (min), so
+    a stop_at above the first evaluation's loss stops there; one below every loss trains to
+    max_iters; the stop is logged and printed, and no step runs after it."""
+    log = run(tmp_path, "--max_iters=8", "--eval_interval=2", "--eval_iters=1", "--log_interval=1", "--stop_at=1000")
+    stops = [r["stopped_early"] for r in log if "stopped_early" in r]
+    assert len(stops) == 1 and stops[0]["iter"] == 2 and stops[0]["metric"] == "val_loss"
+    assert last_iteration_record(log)["iter"] == 2 and "stopping early: val_loss" in capsys.readouterr().out
+    log = run(tmp_path / "never", "--max_iters=4", "--eval_interval=2", "--eval_iters=1", "--stop_at=0.001")
+    assert not any("stopped_early" in r for r in log) and last_iteration_record(log)["iter"] == 4
+    assert training.reached(0.996, 0.995, "max") and not training.reached(0.994, 0.995, "max")
+    assert training.reached(2.0, 2.5, "min") and not training.reached(3.0, 2.5, "min")
+
+
 def test_post_step_hook_runs_after_every_optimizer_step(tmp_path, wikitext2_dir, monkeypatch):
     calls = []
 

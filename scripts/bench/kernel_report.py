@@ -49,6 +49,7 @@ import json
 import multiprocessing
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -430,7 +431,8 @@ def main(argv=None):
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         write_report_json(args.out + ".json", rows)
-        provenance.record(args.out, commit=commit, extra={"workers": args.workers})
+        command = shlex.join(["python", "-m", "scripts.bench.kernel_report", *(sys.argv[1:] if argv is None else argv)])
+        provenance.record(args.out, commit=commit, command=command, extra={"workers": args.workers})
     return 1 if failed and not args.no_fail else 0
 
 

@@ -139,11 +139,16 @@ def test_the_protocol_is_the_resolved_configuration():
 
 
 def test_archived_sweep_runs_stand_in_for_their_cells():
+    """The archived runs of the protocol before RECALL_VERSION 2 match the cells of its ablation
+    layer (configs/recall/no_warmup.py: their optimizer settings), not the current protocol's."""
     folder = "results/recall/noshift_256_16"
     index = archived_index((folder,))
     assert index and all(path.startswith(folder) for path, _ in index.values())
     spec = tb.Spec("softmax")
-    argv = [tb.RECALL_CONFIG, *spec.layers("recall"), *tb.recall_cell_args(tb.RECALL_REFERENCE, 1e-3, 0)]
+    cell = tb.recall_cell_args(tb.RECALL_REFERENCE, 1e-3, 0)
+    current = [tb.RECALL_CONFIG, *spec.layers("recall"), *cell]
+    assert tb.protocol(tb.resolved_config(current), "recall", tb.RECALL_VERSION)[0] not in index
+    argv = [tb.RECALL_CONFIG, "configs/recall/no_warmup.py", *spec.layers("recall"), *cell]
     key, _ = tb.protocol(tb.resolved_config(argv), "recall", tb.RECALL_VERSION)
     path, run = index[key]
     assert os.path.basename(path) == "softmax_T256_N16_d64_lr0.001_s0.tar.xz" and "test_accuracy" in run.final_metrics

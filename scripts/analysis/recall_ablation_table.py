@@ -13,10 +13,14 @@ are ``scripts/analysis/published.py``'s, which also renders them into docs/recal
 test split, weights of the best validation step), the best validation accuracy and its step, the
 first evaluated step with validation accuracy >= 0.5 ("-" if none: the plateau), the last
 training loss logged, the run's CPU, and the run path (its packed file or folder, with the logs, is
-linked from the markdown).
+linked from the markdown). The links are relative to the folder of the table.md that holds them
+(``--out``), so that they work where the file lies; ``--links_from`` names the folder the table will be
+read from when it is written elsewhere first (tests/scripts/test_results_rebuild.py rebuilds the
+committed tables in a temporary folder). The copy of the table in docs/recall.md is
+``published.py``'s ``recall_ablation`` block, whose ``link_root`` is relative to docs/.
 
 Writes ``<out>/summary.csv``, ``<out>/table.md`` and their entry ``table`` in ``<out>/manifest.json``;
-prints the markdown.
+prints the markdown (the same as table.md).
 
 Raises SystemExit (status 2) when the root holds no run.
 """
@@ -30,18 +34,28 @@ import provenance
 from scripts.analysis.published import ABLATION_COLUMNS, ablation_markdown, ablation_rows
 
 
+def link_root(root, links_from):
+    """The prefix that makes the link of a run under ``root`` (its file or folder name) relative to the
+    folder ``links_from``: "" when they are the same folder, else the relative path and "/"."""
+    rel = os.path.relpath(root, links_from).replace(os.sep, "/")
+    return "" if rel == "." else rel + "/"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("root", help="folder of the runs (OUT_ROOT of recall_ablation.sh, or the archive in results/)")
     ap.add_argument("--out", default="", help="folder for summary.csv and table.md ('' = print only)")
-    ap.add_argument("--link_root", default="", help="prefix of the run links in the markdown")
+    ap.add_argument("--links_from", default=None,
+                    help="the folder the run links are relative to, for a table read from another folder than "
+                         "the one it is written to (default: --out, the table's own folder; the current folder "
+                         "when only printing)")
     ap.add_argument("--base", default="", help="the row every row is compared with ('' = its name's first part)")
     a = ap.parse_args(argv)
     table = ablation_rows(a.root, a.base)
     if not table:
         print(f"error: no run (final_metrics.json) under {a.root}", file=sys.stderr)
         raise SystemExit(2)
-    text = ablation_markdown(table, a.link_root)
+    text = ablation_markdown(table, link_root(a.root, a.links_from if a.links_from is not None else a.out or "."))
     if a.out:
         from data import write_text
 

@@ -123,7 +123,7 @@ def test_recall_ablation_is_the_tools_table(tmp_path):
     fake_recall_run(runs, "zoology_mlp", [0.0, 0.1, 0.2], 0.21, mlp=True)
     spec = "recall_ablation results/ablation link_root=../results/ablation/"
     text = published.render(spec, str(tmp_path))
-    recall_ablation_table.main([str(runs), f"--out={tmp_path / 'out'}", "--link_root=../results/ablation/"])
+    recall_ablation_table.main([str(runs), f"--out={tmp_path / 'out'}"])  # out/ links like docs/: ../results/
     assert text == (tmp_path / "out" / "table.md").read_text()
     assert "| zoology_mlp | mlp=True | 0.2100 | 0.2000 (300) | - | 1.500 |" in text
     fake_recall_run(runs, "zoology_clip", [0.1], 0.33, grad_clip=1.0)

@@ -24,7 +24,7 @@ def test_rows_name_what_differs_from_the_base_and_where_the_plateau_ends(tmp_pat
     fake_run(tmp_path, "zoology_mlp", [0.0, 0.1, 0.2], 0.21, mlp=True)
     fake_run(tmp_path, "zoology_beta2_0.99", [0.3, 0.7, 0.7], 0.7, beta2=0.99)
     out = tmp_path / "out"
-    rows = table.main([str(tmp_path), f"--out={out}", "--link_root=runs/"])
+    rows = table.main([str(tmp_path), f"--out={out}"])
     by = {r["row"]: r for r in rows}
     assert [r["row"] for r in rows][0] == "zoology" and by["zoology"]["changes"] == "(the base)"
     assert by["zoology_mlp"]["changes"] == "mlp=True" and by["zoology_mlp"]["first_iter_val_acc_0.5"] == "-"
@@ -32,7 +32,7 @@ def test_rows_name_what_differs_from_the_base_and_where_the_plateau_ends(tmp_pat
     assert by["zoology_beta2_0.99"]["best_iter"] == 200 and by["zoology_beta2_0.99"]["first_iter_val_acc_0.5"] == 200
     assert by["zoology"]["last_train_loss"] == pytest.approx(2.0)
     text = (out / "table.md").read_text()
-    assert "[zoology_mlp](runs/zoology_mlp/)" in text and "| 0.2100 |" in text
+    assert "[zoology_mlp](../zoology_mlp/)" in text and "| 0.2100 |" in text
     assert (out / "summary.csv").read_text().splitlines()[0].startswith("row,base,changes")
     assert capsys.readouterr().out == text
 
@@ -48,3 +48,14 @@ def test_one_base_for_every_row(tmp_path):
     fake_run(tmp_path, "gpt_s0", [0.0, 0.02], 0.02, mlp=True, tie_lm_head=True)
     by = {r["row"]: r for r in table.main([str(tmp_path), "--base=zoology_s0"])}
     assert by["gpt_s0"]["changes"] == "mlp=True tie_lm_head=True" and by["zoology_s0"]["changes"] == "(the base)"
+
+
+def test_the_links_work_from_the_folder_of_the_written_table(tmp_path):
+    runs = tmp_path / "results" / "ablation"
+    fake_run(runs, "zoology", [0.2, 0.6], 0.7)
+    table.main([str(runs), f"--out={runs}"])  # the documented use: the table beside its runs
+    assert "[zoology](zoology/)" in (runs / "table.md").read_text()
+    table.main([str(runs), f"--out={tmp_path / 'docs'}"])
+    assert "[zoology](../results/ablation/zoology/)" in (tmp_path / "docs" / "table.md").read_text()
+    table.main([str(runs), f"--out={tmp_path / 'tmp'}", f"--links_from={runs}"])  # read from runs/ later
+    assert "[zoology](zoology/)" in (tmp_path / "tmp" / "table.md").read_text()

@@ -45,10 +45,11 @@ REBUILDS = [
      "results/recall/fastmax_maxnorm", ("summary.csv", "recall_table.md")),
     (recall_table, "table results/recall/fastmax_norm --label_params=normalization,temperature,lim --out=OUT",
      "results/recall/fastmax_norm", ("summary.csv", "recall_table.md")),
-    (recall_ablation_table, "results/recall/ablation_64_4 --out=OUT --link_root=../results/recall/ablation_64_4/",
+    # --links_from: the table's run links as read from the committed folder, not from OUT
+    (recall_ablation_table, "results/recall/ablation_64_4 --out=OUT --links_from=results/recall/ablation_64_4",
      "results/recall/ablation_64_4", ("summary.csv", "table.md")),
     (recall_ablation_table, "results/recall/ablation_256_16 --base=zoology_s0 --out=OUT "
-                            "--link_root=../results/recall/ablation_256_16/",
+                            "--links_from=results/recall/ablation_256_16",
      "results/recall/ablation_256_16", ("summary.csv", "table.md")),
     (gpt_mini_table, "results/gpt_mini_baselines --out=OUT", "results/gpt_mini_baselines",
      ("summary.csv", "gpt_mini_table.md")),

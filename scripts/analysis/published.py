@@ -1531,29 +1531,79 @@ def render_tree_sweep(root, table_csv, protocol="blocks", normalization="bud_mea
 
 def _tree_fields(root):
     """The perplexity change and cost at the smallest E of the default sampler (edh, bud_mean) in
-    results/tree_sweep/tree_sweep_table.csv; the kernel's speed-ups in TREE_BENCH."""
-    rows = [r for r in load_csv(root, "results/tree_sweep/tree_sweep_table.csv")
-            if r["row"] == "config" and r["attention"] == "tree" and r["sampler"] == "edh"
+    results/tree_sweep/tree_sweep_table.csv, with the sweep's slices (its exact-attention runs) and the
+    change of its sliding-window baseline (``softmax_window<W>``) on the same slices; the swap cell of
+    tree attention's scorecard card (``_tree_swap``: the whole test split); the kernel's speed-ups in
+    TREE_BENCH."""
+    table = load_csv(root, "results/tree_sweep/tree_sweep_table.csv")
+    rows = [r for r in table if r["row"] == "config" and r["attention"] == "tree" and r["sampler"] == "edh"
             and r["normalization"] == "bud_mean"]
-    if not rows:
-        raise SourceMissing("a rendered block needs the edh rows of results/tree_sweep/tree_sweep_table.csv")
+    windows = sorted((int(m.group(1)), r) for r in table if r["row"] == "config"
+                     for m in [re.fullmatch(r"softmax_window(\d+)", r["attention"])] if m)
+    exact = [r for r in table if r["row"] == "run" and r["attention"] == "softmax"]
+    if not (rows and windows and exact):
+        raise SourceMissing("a rendered block needs the edh rows, a softmax_window<W> row and the exact runs of "
+                            "results/tree_sweep/tree_sweep_table.csv")
     row = min(rows, key=lambda r: float(r["E"]))
+    window, window_row = windows[0]
+    tokens = {int(r["tokens_scored"]) for r in exact}
+    swap_E, swap_change = _tree_swap(root)
     one = [s[1] for s in tree_speedups(root)[0] if s[0] == 1]
     return {"change": f"{float(row['change_pct']):+.2f}", "E": f"{float(row['E']):g}",
-            "cost": f"{100 * float(row['cost_fraction']):.1f}%", "lo": f"{min(one):.0f}", "hi": f"{max(one):.0f}",
+            "cost": f"{100 * float(row['cost_fraction']):.1f}%", "slices": number_word(len({r["offset"] for r in exact})),
+            "tokens": "/".join(f"{t:,}" for t in sorted(tokens)), "window": window,
+            "window_change": f"{float(window_row['change_pct']):+.2f}", "swap_E": f"{swap_E:g}",
+            "swap_change": f"{swap_change:+.2f}",
+            "lo": f"{min(one):.0f}", "hi": f"{max(one):.0f}",
             "aim": TREE_AIM_SPEEDUP, "met": "met" if min(one) >= TREE_AIM_SPEEDUP else "not met"}
 
 
+def _tree_swap(root):
+    """(E, change of test perplexity in %) of the swap cell of tree attention's scorecard card
+    (results/scorecard/cards/tree_*.json): the method in the trained softmax model, scored on the
+    whole test split, against that model's own perplexity."""
+    for rel in sources(root, "results/scorecard/cards/tree_*.json"):
+        card = load_json(root, rel)
+        cell = next((c for c in card.get("cells", []) if c.get("role") == "swap"), None)
+        if card.get("attention") == "tree" and cell:
+            return card["attention_params"]["E"], 100 * (cell["test_ppl"] / cell["softmax_test_ppl"] - 1)
+    raise SourceMissing("a rendered block needs the swap cell of a tree card in results/scorecard/cards/")
+
+
+# docs/fastmax.md's two runs of the issue's targets (the grid, then its target cells re-timed)
+FASTMAX_TARGET_RUNS = ("results/bench_attention/bench_attention_grid.json",
+                       "results/bench_attention/bench_attention_scan_fix.json")
+
+
 def _fastmax_fields(root):
-    """Fastmax p = 1 against SDPA in the full benchmark run (BENCH["full"], its summary), and the
-    worst float64 difference from the authors' code (results/authors_fastmax/authors_fastmax_compare.json)."""
+    """Fastmax p = 1 against SDPA in the full benchmark run (BENCH["full"], its summary) beside the same
+    cell in FASTMAX_TARGET_RUNS (their ``targets``, with the target), the worst float64 difference from
+    the authors' code (results/authors_fastmax/authors_fastmax_compare.json), and the WikiText-2 test
+    perplexities of results/fastmax_gpt_mini_wikitext2 against the softmax run of
+    results/gpt_mini_wikitext2 beside softmax's seed spread in results/gpt_mini_baselines."""
     full, _ = _bench(root, "full")
     T = int(next(k for k in full["summary"] if k.startswith("speedup_vs_sdpa_at_")).rsplit("_", 1)[1])
     entry = next(e for e in full["summary"][f"speedup_vs_sdpa_at_{T}"]
                  if e["method"] == "fastmax1" and e["mode"] == "forward" and e["causal"])
+    earlier = [load_json(root, rel)["targets"][f"causal_p1_D{entry['D']}_T{T}_speedup_vs_sdpa"]["forward"]
+               for rel in FASTMAX_TARGET_RUNS]
+    target = earlier[0]["target"]
+    speedups = [entry["speedup"]] + [e["speedup"] for e in earlier]
     authors = load_json(root, "results/authors_fastmax/authors_fastmax_compare.json")
+    ppl = {p: load_json(root, f"results/fastmax_gpt_mini_wikitext2/fastmax{p}_test_blocks.json")["value"] for p in (1, 2)}
+    made = load_json(root, "results/fastmax_gpt_mini_wikitext2/manifest.json")
+    ppl_notes = {older_defaults("fastmax", made.get(f"fastmax{p}_test_blocks", {}).get("date")) for p in (1, 2)}
+    softmax = load_json(root, "results/gpt_mini_wikitext2/test_blocks.json")["value"]
+    seeds = [r["test_ppl"] for r in read_gpt_mini_runs(find_runs([source(root, "results/gpt_mini_baselines")]))
+             if r["attention"] == "softmax" and r["test_ppl"] is not None]
     return {"T": T, "D": entry["D"], "p1": f"{entry['speedup']:.1f}",
-            "rel": sci(authors["summary"]["worst_same_function_rel"]["float64"])}
+            "earlier": join_words(f"{e['speedup']:.1f}x" for e in earlier), "n_earlier": number_word(len(earlier)),
+            "target": f"{target:g}", "met": sum(v >= target for v in speedups), "runs": len(speedups),
+            "rel": sci(authors["summary"]["worst_same_function_rel"]["float64"]),
+            "ppl1": f"{ppl[1]:.2f}", "ppl2": f"{ppl[2]:.2f}", "ppl0": f"{softmax:.2f}",
+            "ppl_note": "".join(map(bracketed, sorted(ppl_notes))),
+            "d1": f"{ppl[1] - softmax:+.2f}", "d2": f"{ppl[2] - softmax:+.2f}",
+            "sd": f"{statistics.stdev(seeds):.2f}", "n_sd": len(seeds)}
 
 
 def _mlm_row(rows, model, eval_len):
@@ -1584,15 +1634,21 @@ def _danet_fields(root):
     return {"dense_rel": sci(dense["summary"]["op_max_rel"]), "danet_ppl": f"{danet['value']:.2f}",
             "gpt_ppl": f"{gpt['value']:.2f}", "seeds": danet_mlm["seeds"], "split": split, "L": short,
             "danet_margin": f"{float(danet_mlm['margin_mean']):.2f}",
-            "bert_margin": f"{float(bert['margin_mean']):.2f}",
+            "bert_margin": f"{float(bert['margin_mean']):.2f} ± {float(bert['margin_std']):.2f}",
+            "bert_seeds": bert["seeds"],
             "window": int(window.group(1)) - 1,  # |i - j| < window: +-(window - 1) keys (attention/softmax.py)
             "local": f"{float(local['margin_mean']):.2f} ± {float(local['margin_std']):.2f}",
             "local_seeds": local["seeds"]}
 
 
+LRA_LISTOPS_SOFTMAX = "results/lra/extra_listops_softmax_cpu_b32_5000"  # softmax at LRA's 5,000 steps x 32 (docs/lra.md)
+
+
 def _lra_fields(root):
     """The LRA runs results/lra/*_cpu (``lra_chosen``): Text accuracies and the standard errors of
-    the DANet - softmax difference, ListOps and Pathfinder against chance (``at_chance``)."""
+    the DANet - softmax difference (test-set sampling only: binomial, one seed each), ListOps (with its
+    steps x batch) and Pathfinder against chance (``at_chance``); softmax's ListOps run at LRA's steps
+    x batch (LRA_LISTOPS_SOFTMAX)."""
     chosen = lra_chosen(root, "results/lra/*_cpu")
     text = {label: run for (label, task), run in chosen.items() if task == "text"}
 
@@ -1614,7 +1670,22 @@ def _lra_fields(root):
     pathfinder_text = (f"at chance for all {number_word(len(pathfinder))}" if len(at) == len(pathfinder) else
                        f"{join_words(names.get(label, label) for label in at)} at chance" if at else "above chance")
     fastmax_notes = {text[label]["older_defaults"] for label in ("fastmax1", "fastmax2")}
+    def budget(task):
+        budgets = {(r["iters"], r["examples_seen"] // r["iters"]) for (label, t), r in chosen.items()
+                   if t == task and r["iters"]}
+        if len(budgets) != 1:
+            raise SourceMissing(f"a rendered block needs one steps x batch for the {task} runs of results/lra/*_cpu")
+        (steps, batch), = budgets
+        return f"{steps:,} steps x {batch}"
+
+    long_runs = read_lra_runs(find_runs([os.path.join(root, p) for p in run_sources(root, LRA_LISTOPS_SOFTMAX)]))
+    if len(long_runs) != 1 or long_runs[0]["label"] != "softmax" or long_runs[0]["task"] != "listops":
+        raise SourceMissing(f"a rendered block needs one softmax ListOps run at {LRA_LISTOPS_SOFTMAX}")
+    long = long_runs[0]
     return {"dense": pct("dense"), "f1": pct("fastmax1"), "f2": pct("fastmax2"), "softmax": pct("softmax"),
+            "listops_budget": budget("listops"), "pathfinder_budget": budget("pathfinder"),
+            "x_steps": f"{long['iters']:,}",
+            "x_batch": long["examples_seen"] // long["iters"], "x_acc": f"{100 * long['test_accuracy']:.1f}",
             "fastmax_note": "".join(map(bracketed, sorted(fastmax_notes))),  # both runs are fastmax's: one note
             "n_se": f"{(a['test_accuracy'] - b['test_accuracy']) / se:.0f}", "reviews": f"{int(a['test_examples']):,}",
             "listops": listops_text, "pathfinder": pathfinder_text}
@@ -1701,6 +1772,9 @@ def _recall_fields(root):
         "lo": f"{100 * min(small_means):.0f}", "hi": f"{100 * max(small_means):.0f}"}
 
 
+FASTMAX_WIDE_SETTINGS = ("paper_sqrtD", "none_8sqrtD", "max_norm_2")  # the settings that allow |s| > 1 (docs/recall.md)
+
+
 def _fastmax_norm_fields(root):
     """The runs of results/recall/fastmax_norm/<setting> (paper_D, paper_sqrtD, max_norm_1: the old
     default), test accuracy at the picked rate."""
@@ -1713,12 +1787,25 @@ def _fastmax_norm_fields(root):
             raise SourceMissing(f"a rendered block needs {attention} runs under {folder}/{name}; there are none")
         return rs
 
-    p1_paper = setting("paper_D", "fastmax1")
+    used = {name: setting(*name.split(":")) for name in ("paper_D:fastmax1", "max_norm_1:fastmax1",
+                                                          "paper_sqrtD:fastmax2", "max_norm_1:fastmax2")}
+    p1_paper = used["paper_D:fastmax1"]
+    every = [r for rs in used.values() for r in rs]
+    heads = {open_run(os.path.dirname(r["path"])).final_metrics["config"]["n_head"] for r in every}
+    shifts, rates = {r["token_shift"] for r in every}, {r["learning_rate"] for r in every}
+    if len(heads) != 1 or len(shifts) != 1:
+        raise RenderError(f"the runs under {folder} differ in heads ({heads}) or token shift ({shifts})")
     T, N, W = cell_key(p1_paper[0])[1:4]
-    return {"T": T, "N": N, "W": W, "seeds": len(p1_paper), "p1_paper": _pct([r["test_accuracy"] for r in p1_paper]),
-            "p1_max": _pct([r["test_accuracy"] for r in setting("max_norm_1", "fastmax1")]),
-            "p2_paper": _pct([r["test_accuracy"] for r in setting("paper_sqrtD", "fastmax2")]),
-            "p2_max": _pct([r["test_accuracy"] for r in setting("max_norm_1", "fastmax2")])}
+    H = heads.pop()
+    wide = [r["test_accuracy"] for name in FASTMAX_WIDE_SETTINGS for r in setting(name, "fastmax1")]
+    return {"T": T, "N": N, "W": W, "seeds": len(p1_paper), "H": H, "hd": W // H,
+            "n_wide": number_word(len(FASTMAX_WIDE_SETTINGS)), "p1_wide": f"{100 * max(wide):.1f}",
+            "shift": "with the token shift" if shifts.pop() else "no token shift",
+            "rates": "rate " + join_words(rate(x) for x in sorted(rates)) + (" for every setting" if len(rates) == 1 else ""),
+            "p1_paper": _pct([r["test_accuracy"] for r in used["paper_D:fastmax1"]]),
+            "p1_max": _pct([r["test_accuracy"] for r in used["max_norm_1:fastmax1"]]),
+            "p2_paper": _pct([r["test_accuracy"] for r in used["paper_sqrtD:fastmax2"]]),
+            "p2_max": _pct([r["test_accuracy"] for r in used["max_norm_1:fastmax2"]])}
 
 
 def _bench_fields(root):
@@ -1747,23 +1834,29 @@ README_ROWS = [
      "test perplexity {ppl} (`{protocol}`); uses about {context} tokens of context",
      "[gpt_mini_wikitext2](docs/gpt_mini_wikitext2.md)", _gpt_mini_fields),
     ("Tree attention swapped into the GPT mini",
-     "{change}% perplexity at E = {E} ({cost} of the inner products); CPU kernel {lo}-{hi}x the authors' NumPy "
-     "code on one thread (aim {aim}x {met})",
+     "{change}% perplexity at E = {E} ({cost} of the inner products) on the sweep's {slices} test slices ({tokens} "
+     "tokens scored each), where a {window}-key sliding window gives {window_change}%; the leaderboard's swap cell "
+     "(E = {swap_E}, the whole test split) {swap_change}%; CPU kernel {lo}-{hi}x the authors' NumPy code on one "
+     "thread (aim {aim}x {met})",
      "[tree_attention](docs/tree_attention.md)", _tree_fields),
     ("Fastmax vs SDPA and the authors' code",
-     "causal T = {T}, D = {D}: p = 1 {p1}x faster than SDPA (forward, the latest full benchmark run; earlier runs "
-     "on this shared machine gave more); matches the authors' code to {rel}; same perplexity as softmax within one "
-     "seed", "[fastmax](docs/fastmax.md)", _fastmax_fields),
+     "causal T = {T}, D = {D}, forward: p = 1 {p1}x faster than SDPA in the latest full benchmark run, {earlier} in "
+     "the {n_earlier} earlier runs of the doc (aim ≥ {target}x: met in {met} of {runs} runs); matches the authors' code "
+     "to {rel}; WikiText-2 test perplexity p = 1 {ppl1}, p = 2 {ppl2}{ppl_note} vs softmax {ppl0}, one seed each: "
+     "{d1} and {d2}, beside softmax's seed sd of {sd} ({n_sd} seeds, the baselines row)", "[fastmax](docs/fastmax.md)", _fastmax_fields),
     ("DANet / DenseAttention",
      "matches the authors' code ({dense_rel}); causal DANet mini GPT {danet_ppl} vs softmax {gpt_ppl}; MLM "
      "({split}, L = {L}): [MASK]-input margin over a context-free predictor {local} nats for the DANet mini "
      "(window-local RelPE positions, {local_seeds} seeds; {danet_margin} with global ones) vs {bert_margin} for a "
-     "softmax BERT mini (±{window} window)",
+     "softmax BERT mini (±{window} window, {bert_seeds} seeds): two model configurations (layer pattern, blocks, "
+     "schedule), not the two attentions alone",
      "[dense_attention](docs/dense_attention.md), [mlm](docs/mlm.md)", _danet_fields),
     ("Long Range Arena, CPU sizes",
      "Text: DANet {dense}%, fastmax {f1} / {f2}%{fastmax_note}, softmax {softmax}% ({dense} vs {softmax} is about {n_se} "
-     "standard errors on {reviews} reviews; not ranked: one seed each); ListOps: {listops}; Pathfinder "
-     "{pathfinder}", "[lra](docs/lra.md)", _lra_fields),
+     "standard errors of test-set sampling on {reviews} reviews, seed variance not counted; not ranked: one seed "
+     "each); ListOps at the CPU budget ({listops_budget}): {listops}, while softmax reaches {x_acc}% at LRA's "
+     "{x_steps} steps x {x_batch}; Pathfinder at the CPU budget ({pathfinder_budget}) {pathfinder}",
+     "[lra](docs/lra.md)", _lra_fields),
     ("Baselines of the survey",
      "implemented and tested, attention maps of every method; mini GPT on WikiText-2 at one budget, test "
      "perplexity: softmax {softmax} ({softmax_n} seeds), Longformer {longformer} ({longformer_n} seeds), linear "
@@ -1771,16 +1864,17 @@ README_ROWS = [
      "dense {dense}, the DANet mini {danet}; LRA Text: the leaderboard below",
      "[baselines](docs/baselines.md)", _baselines_fields),
     ("Associative recall (MQAR), {T} tokens, {N} pairs, width {W}, no token shift (the reference setting)",
-     "test accuracy, rate picked from 3 on seed 0: {methods}{missing}. Zoology's attention-only model (with "
-     "GPT-2's initialisation softmax stays at 1/N: ablation in the doc)", "[recall](docs/recall.md)",
+     "test accuracy, rate picked from 3 on seed 0: {methods}{missing}. An attention-only model on a CPU budget, "
+     "not Zoology's (with GPT-2's initialisation softmax stays at 1/N: ablation in the doc)", "[recall](docs/recall.md)",
      _recall_noshift_fields),
     ("Associative recall, the same cell with a token shift (the ablation layer, the sweeps before 2026-11-27)",
      "{seeds}: fastmax p = 2 {acc_fastmax2}, softmax {acc_softmax}, BigBird {acc_bigbird}, DANet {seeds_dense}, "
-     "linear {seeds_linear} (bimodal), fastmax p = 1 {acc_fastmax1}, Performer {acc_performer}, a {window}-key "
+     "linear {seeds_linear}, fastmax p = 1 {acc_fastmax1}, Performer {acc_performer}, a {window}-key "
      "Longformer {mean_longformer}; at {sT} tokens / {sN} pairs every method {lo}-{hi}%", "[recall](docs/recall.md)", _recall_fields),
-    ("Fastmax normalization on recall ({T}/{N}, width {W}, {seeds} seeds)",
-     "p = 1: `paper` at temperature D {p1_paper}% vs the old default `max_norm` {p1_max}%, every setting allowing "
-     "\\|s\\| > 1 at chance; p = 2: `paper` at sqrt(D) {p2_paper}% vs {p2_max}%: the new default",
+    ("Fastmax normalization on recall ({T}/{N}, width {W} as {H} heads of {hd}, {shift}, {seeds} seeds, {rates})",
+     "p = 1: `paper` at temperature D {p1_paper}% vs the old default `max_norm` {p1_max}%, the {n_wide} settings "
+     "allowing \\|s\\| > 1 at most {p1_wide}% in any seed; p = 2: `paper` at sqrt(D) {p2_paper}% vs {p2_max}%: the "
+     "new default",
      "[recall](docs/recall.md#fastmax-normalization-with-the-score-scale-controlled-2026-11-26)",
      _fastmax_norm_fields),
     ("Benchmark of every attention",

@@ -58,9 +58,9 @@ Output is byte-stable: fixed row orders and fixed formats.
 - ``lm_runs <throughput.json|log> <label@train_log@test_json@config> ... [val_iters=600,650]``:
   language-model runs side by side: validation and test perplexity, tokens/s (measured side by side,
   or the median of each run's log), wall time (docs/fastmax.md, docs/dense_attention.md).
-- ``leaderboard FOLDER``: the scorecard's leaderboard from ``FOLDER/cards/*.json``
-  (``scripts/scorecard/leaderboard.py``, which ``python -m scripts.scorecard`` also writes to
-  ``FOLDER/leaderboard.md``).
+- ``leaderboard FOLDER [part=table|floor]``: the scorecard's leaderboard from ``FOLDER/cards/*.json``
+  with the notes under it, or its noise-floor sentence (``scripts/scorecard/leaderboard.py``, which
+  ``python -m scripts.scorecard`` also writes to ``FOLDER/leaderboard.md``).
 - ``kernel_report <report.json>``: the offline sm_90 compilation of Fastmax's Triton kernels
   (scripts/bench/kernel_report.py's table: registers, stack, shared memory, tensor cores, compile
   time, the verdict per kernel), with a line naming Triton's version, the target and the count of
@@ -1903,13 +1903,18 @@ def render_readme_results(root):
     return _markdown(["experiment", "result", "page"], [readme_row(root, row) for row in README_ROWS])
 
 
-def render_leaderboard(root, folder):
-    """The table of the scorecard's leaderboard of the cards under ``root/folder/cards``
-    (``scripts.scorecard.leaderboard``); the cells still to run and the published rows that follow
-    it stay in ``folder/leaderboard.md``, which the README links (it keeps to a summary)."""
-    from scripts.scorecard.leaderboard import read_cards, tables
+def render_leaderboard(root, folder, part="table"):
+    """The scorecard's leaderboard of the cards under ``root/folder/cards``
+    (``scripts.scorecard.leaderboard.sections``): ``part`` "table" is the table with the notes under
+    it (the recall and speed rules, the noise floor); "floor" the noise-floor sentence alone (computed
+    from softmax's control cells). The cells still to run and the published rows stay in
+    ``folder/leaderboard.md``, which the README links (it keeps to a summary)."""
+    from scripts.scorecard.leaderboard import read_cards, sections
 
-    return tables(read_cards(os.path.join(root, folder)))[0].split("\n\n", 1)[0] + "\n"
+    parts = sections(read_cards(os.path.join(root, folder)), root=root)
+    if part not in ("table", "floor"):
+        raise RenderError(f"renderer leaderboard: part must be table or floor, not {part!r}")
+    return parts["table"] + "\n" + parts["notes"] if part == "table" else parts["floor"]
 
 
 def render_kernel_report(root, report_json):

@@ -11,21 +11,36 @@ SPEC is the attention (the benchmark's method syntax: ``name:param=value,...``, 
 inference-only method swapped into a trained softmax model, speed against SDPA) the command runs the
 cells of the tier, one at a time, each as soon as the one before it ends, printing the plan and its
 estimated time first (from the measured times of earlier cells), then a line per cell with the
-time left. Each cell's result is appended to ``<results>/cells.jsonl`` when it ends (a stopped
+time left.
+
+Where results go (issue 57): ``--results`` (default ``out/leaderboard``, your own folder; ``out/``
+is not tracked) holds ``cells.jsonl``, ``cards/``, the packed runs ``runs/`` and the leaderboard
+``leaderboard.md`` / ``.csv``; the leaderboard written there merges the repository's committed
+cards (``results/scorecard/cards``) with yours (yours replace a committed card of the same
+attention and tier), and the committed results (``results/scorecard/cells.jsonl``, its packed runs)
+are reused as measured cells, never written. The repository, its README and its tests are left
+as they were. ``--results results/scorecard`` (the maintainers' full runs) writes the committed
+leaderboard instead, and then re-renders the blocks of README.md and docs/*.md that the new card
+made stale (``python -m scripts.analysis.publish``; a block stale before the command is left to
+its owner and named), so that no command leaves the repository failing ``publish --check``.
+
+Each cell's result is appended to ``<results>/cells.jsonl`` when it ends (a stopped
 scorecard resumes where it stopped: a cell whose protocol has a result is not run again, a
 training run it stopped continues from its last checkpoint, and a run archived under
 ``results/`` with the same protocol is used instead of a new one). Training runs go to
 ``<out_root>/<label>/<cell>_<protocol key>/`` and, as soon as each ends, are packed into
 ``<results>/runs/<label>/`` (no checkpoints), which the cells then name. The attention's card,
-``<results>/cards/<label>_<tier>.json`` (every cell with its protocol key, result and where it came from; why a testbed does not apply),
-and the leaderboard, ``<results>/leaderboard.csv`` and ``.md`` (a row per attention and tier:
-recall test accuracy mean +- sd over seeds with their number, "not separable" from softmax where
-both have 2 seeds or more and the means differ by less than 2 pooled sd; speed as the median time
-ratio to SDPA), are written at the end.
+``<results>/cards/<label>_<tier>.json`` (every cell with its protocol key, testbed version,
+budget, result and where it came from; why a testbed does not apply), and the leaderboard
+(``scripts/scorecard/leaderboard.py``: recall as "solved in k of n seeds" with mean ± sd and the
+per-seed values, "separable from softmax" only where the seeds' ranges do not overlap; speed as
+the median ratio to SDPA of interleaved pairs with its interquartile range, "≈ 1" where that
+range includes 1) are written at the end.
 
 Tiers: ``quick`` (a first look, marked as such: recall 64/4 one seed at the config's rate, speed
-at T = 1k, 4k) and ``full`` (the published protocol: recall's reference cell with the rate picked on
-seed 0 of three and two more seeds, 64/4 at that rate with three seeds, speed at T = 1k, 4k, 16k).
+at T = 1k, 4k) and ``full`` (the published protocol: recall at 256/16 and at 64/4, each with its
+rate picked on seed 0's validation accuracy among three and reported on seeds 1-3, softmax also on
+seeds 4 and 5; WikiText-2 one seed, softmax three; speed at T = 1k, 4k, 16k).
 ``--train_args`` adds train.py arguments to every run and ``--eval_args`` eval_ppl.py arguments to
 the WikiText-2 evaluation (tests: tiny budgets; both are part of the protocol, so such runs never
 stand in for real ones).
@@ -36,6 +51,7 @@ gives every attention its row from the runs the sweeps archived, without trainin
 """
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -46,11 +62,12 @@ import configurator
 import provenance
 from data import write_json
 from scripts.scorecard import testbeds as tb
-from scripts.scorecard.leaderboard import write_leaderboard
+from scripts.scorecard.leaderboard import PUBLISHED, write_leaderboard
 
 # a cell's time before one of its testbed and tier has been measured here
 DEFAULT_SECONDS = {"quick": {"recall": 120.0, "wikitext2": 300.0, "lra": 400.0, "swap": 600.0, "speed": 15.0},
                    "full": {"recall": 300.0, "wikitext2": 1800.0, "lra": 3000.0, "swap": 300.0, "speed": 30.0}}
+USER_RESULTS = os.path.join("out", "leaderboard")  # --results' default: a user's own folder, not tracked
 LOG_FILE = "scorecard.log"  # a cell's train.py / eval_ppl.py output, packed with its run
 SWAP_BASE_LABEL = "_swap_base"  # runs/<it>/: the softmax models of the swap testbed, shared by every attention
 VERSIONS = {"recall": tb.RECALL_VERSION, "wikitext2": tb.WIKITEXT2_VERSION, "lra": tb.LRA_VERSION}
@@ -84,21 +101,39 @@ def label_file(label):
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in label)
 
 
+def published_folder(results):
+    """The committed results folder (``PUBLISHED``) of the work tree that holds ``results``."""
+    return os.path.join(work_tree_of(results), PUBLISHED)
+
+
+def base_folder(results):
+    """The committed results a user's ``results`` folder builds on (``published_folder``), or
+    None when ``results`` is that folder itself or there is none."""
+    published = published_folder(results)
+    if os.path.realpath(results) == os.path.realpath(published) or not os.path.isdir(published):
+        return None
+    return published
+
+
 class Store:
     """``cells.jsonl``: one JSON object per finished cell, ``key`` its protocol key; appended as cells end.
     A row added here records ``tier`` (rows without one are the full tier's), which only the time
-    estimates read: a quick cell can share its protocol, and so its result, with a full one."""
+    estimates read: a quick cell can share its protocol, and so its result, with a full one.
+    ``base``: another ``cells.jsonl`` read first and never written (a user's folder builds on the
+    committed cells; its own rows replace theirs)."""
 
-    def __init__(self, path, tier="full"):
+    def __init__(self, path, tier="full", base=None):
         self.path, self.tier, self.rows = path, tier, {}
-        if os.path.exists(path):
-            with open(path) as f:
+        for source in ([base] if base else []) + [path]:
+            if not os.path.exists(source):
+                continue
+            with open(source) as f:
                 for n, line in enumerate(f, 1):
                     if line.strip():
                         try:
                             row = json.loads(line)
                         except json.JSONDecodeError as e:
-                            raise configurator.ConfigError(f"{path}:{n}: not a JSON line ({e.msg}); fix or remove "
+                            raise configurator.ConfigError(f"{source}:{n}: not a JSON line ({e.msg}); fix or remove "
                                                            f"the line") from None
                         self.rows[row["key"]] = row
 
@@ -187,6 +222,57 @@ def cell_commands(out_dir, train_args):
              *(["--init_from=resume"] if resume else [])]], resume
 
 
+def sampler(method, mode, causal, T, inputs, grad_out):
+    """() -> seconds per call of one timed sample of ``method`` on ``inputs`` (q, k, v), after one
+    warm-up call here (never a sample: it may hold one-time costs); a sample is one call, or for a
+    call shorter than ``MIN_SAMPLE_SECONDS`` the mean of a loop of calls lasting about that long
+    (the attention benchmark's rule, ``scripts.bench.common.median_seconds``)."""
+    from scripts.bench.common import MIN_SAMPLE_SECONDS, run_once, wall_timer
+    from scripts.bench.methods import make_call
+
+    call, _ = make_call(method, causal, T, tb.SPEED_D, tb.SPEED_HEADS, "cpu", mode)
+    timer = wall_timer()
+
+    def once():
+        run_once(call, *inputs, mode, grad_out)
+
+    calls = max(1, math.ceil(MIN_SAMPLE_SECONDS / max(timer(once), 1e-9)))
+
+    def sample():
+        def loop():
+            for _ in range(calls):
+                once()
+        return timer(loop) / calls
+    return sample
+
+
+def interleaved_cell(method, sdpa, mode, causal, T):
+    """(per-pair ratios, the method's median seconds, SDPA's) of one speed cell: both calls on the
+    same seeded (1, heads, T, D) inputs (``scripts.bench.common.make_inputs``; forward + backward:
+    the backward of a seeded output gradient), a warm-up call of each (``sampler``), then
+    ``tb.SPEED_PAIRS`` pairs, the method's sample then SDPA's (``tb.interleaved_ratios``)."""
+    import torch
+
+    from scripts.bench.common import make_inputs
+
+    inputs = make_inputs(T, tb.SPEED_D, tb.SPEED_HEADS, "cpu", mode == "forward_backward")
+    grad_out = torch.randn(1, tb.SPEED_HEADS, T, tb.SPEED_D, generator=torch.Generator().manual_seed(1))
+    own = sampler(method, mode, causal, T, inputs, grad_out)
+    base = sampler(sdpa, mode, causal, T, inputs, grad_out)
+    own_times, base_times = [], []
+
+    def own_sample():
+        own_times.append(own())
+        return own_times[-1]
+
+    def base_sample():
+        base_times.append(base())
+        return base_times[-1]
+
+    ratios = tb.interleaved_ratios(own_sample, base_sample, tb.SPEED_PAIRS)
+    return ratios, statistics.median(own_times), statistics.median(base_times)
+
+
 class NotRun(Exception):
     """A cell that would need a new run under ``--reuse_only``: its testbed stops there."""
 
@@ -194,7 +280,9 @@ class NotRun(Exception):
 class Scorecard:
     def __init__(self, spec, args):
         self.spec, self.args = spec, args
-        self.store = Store(os.path.join(args.results, "cells.jsonl"), args.tier)
+        base = base_folder(args.results)
+        self.store = Store(os.path.join(args.results, "cells.jsonl"), args.tier,
+                           base=os.path.join(base, "cells.jsonl") if base else None)
         self.card = {"label": spec.label, "spec": spec.text, "tier": args.tier, "attention": spec.name,
                      "attention_params": spec.params, "config": spec.config, "cells": [], "not_applicable": {}}
         self._archive, self._own, self._configs = {}, {}, {}
@@ -250,8 +338,10 @@ class Scorecard:
         if testbed == "recall":
             if self.args.tier == "quick":
                 return [(recall_kind(tb.RECALL_SMALL), 1)]
-            return [(recall_kind(tb.RECALL_REFERENCE), len(tb.RECALL_RATES) + len(tb.RECALL_SEEDS) - 1),
-                    (recall_kind(tb.RECALL_SMALL), len(tb.RECALL_SEEDS))]
+            per_cell = len(tb.RECALL_RATES) + len(tb.RECALL_SEEDS) + len(self.check_seeds())
+            return [(recall_kind(tb.RECALL_REFERENCE), per_cell), (recall_kind(tb.RECALL_SMALL), per_cell)]
+        if testbed == "wikitext2":
+            return [((), len(self.wikitext2_seeds()))]
         if testbed == "speed":
             causals, modes = tb.speed_calls(self.spec.cls)
             return [((("T", T),), len(causals) * len(modes)) for T in self.args.speed_T or tb.SPEED_T[self.args.tier]]
@@ -300,8 +390,8 @@ class Scorecard:
         if row is None and key in self.archive(testbed):
             path, run = self.archive(testbed)[key]
             evaluation = run.read_json("eval_test.json") if testbed == "wikitext2" else None
-            row = self.result_row(testbed, key, fields, run.final_metrics, evaluation, source=path, wall_s=None)
-            self.store.add(row)
+            self.store.add(self.result_row(testbed, key, fields, run.final_metrics, evaluation, source=path, wall_s=None))
+            row = self.store.rows[key]  # the stored row (with its tier): not added again below
         if row is None:
             problem = tb.prepared_data_problem(testbed, cfg)
             if problem is not None and self.args.tier == "full":
@@ -332,15 +422,17 @@ class Scorecard:
         row = packed
         shown_fields = {"recall": ("test_accuracy", "val_accuracy"), "lra": ("test_accuracy", "steps_per_s"),
                         "wikitext2": ("test_ppl", "tokens_per_s", "train_time_s")}[testbed]
-        self.card["cells"].append({"role": role, "name": name, "key": key, **card_fields,
+        self.card["cells"].append({"role": role, "name": name, "key": key, "version": VERSIONS[testbed], **card_fields,
                                    **{k: row[k] for k in shown_fields}, "source": row["source"],
+                                   **({"budget": row["budget"]} if row.get("budget") else {}),  # rows before it: none
                                    "cpu": run_cpu(os.path.join(self.root, row["source"]))})  # None: no run
         self.progress(f"{testbed} {name}", row)
         return row
 
     @staticmethod
     def result_row(testbed, key, fields, metrics, evaluation, source, wall_s):
-        row = {"key": key, "testbed": testbed, "protocol": fields, "source": source, "wall_s": wall_s}
+        row = {"key": key, "testbed": testbed, "protocol": fields, "source": source, "wall_s": wall_s,
+               "budget": tb.run_budget(testbed, metrics, evaluation)}
         if testbed == "recall":
             row.update(test_accuracy=metrics["test_accuracy"], val_accuracy=metrics["best_metric"]["value"],
                        summary=f"test accuracy {metrics['test_accuracy']:.4f}")
@@ -367,26 +459,46 @@ class Scorecard:
             argv.append(f"--lra_dir={self.args.lra_dir}")  # not part of the protocol (NOT_PROTOCOL)
         self.train_cell("lra", "lra", f"lra_text_{n}", argv, {"steps": n})
 
+    def wikitext2_seeds(self):
+        """The WikiText-2 cell's seeds: the config's (None), and for the softmax baseline in the full
+        tier ``WIKITEXT2_BASELINE_SEEDS`` too (the column's reference with its spread)."""
+        extra = tb.WIKITEXT2_BASELINE_SEEDS if self.args.tier == "full" and tb.is_baseline(self.spec) else ()
+        return (None, *extra)
+
     def wikitext2(self):
         argv = [tb.WIKITEXT2_CONFIG, *self.spec.layers("wikitext2")]
         if self.args.tier == "quick":
             n = tb.WIKITEXT2_QUICK_ITERS
             argv += [f"--max_iters={n}", f"--lr_decay_iters={n}", f"--eval_interval={n}"]
-        self.train_cell("wikitext2", "wikitext2", f"wikitext2_gpt_mini_{self.args.tier}", argv, {})
+        name = f"wikitext2_gpt_mini_{self.args.tier}"
+        for seed in self.wikitext2_seeds():  # the config's seed first: its run is the cell's speed
+            if seed is None:
+                self.train_cell("wikitext2", "wikitext2", name, argv, {"seed": self.testbed_config("wikitext2")["seed"]})
+            else:
+                self.train_cell("wikitext2", "wikitext2", f"{name}_s{seed}", [*argv, f"--seed={seed}"], {"seed": seed})
+
+    def check_seeds(self):
+        """The recall check seeds this attention runs: ``RECALL_CHECK_SEEDS`` for the softmax baseline."""
+        return tb.RECALL_CHECK_SEEDS if tb.is_baseline(self.spec) else ()
 
     def recall(self):
+        """Quick tier: 64/4, seed 0, the config's rate. Full tier (protocol 2), at 256/16 and at 64/4
+        separately: every rate of ``RECALL_RATES`` on the selection seed, the rate with the best
+        validation accuracy (``tb.pick_rate``), then the reported seeds at it (and the baseline's
+        check seeds); the picks go to the card's ``recall_rates``, by role."""
         if self.args.tier == "quick":
             self.recall_run("recall_small", tb.RECALL_SMALL, self.testbed_config("recall")["learning_rate"], 0)
             return
-        selection = [self.recall_run("recall_reference_selection", tb.RECALL_REFERENCE, lr, 0)
-                     for lr in tb.RECALL_RATES]
-        best = max(range(len(selection)), key=lambda i: (selection[i]["val_accuracy"], -i))  # ties: smaller rate
-        lr = tb.RECALL_RATES[best]
-        self.card["recall_rate"] = lr
-        for seed in tb.RECALL_SEEDS[1:]:
-            self.recall_run("recall_reference", tb.RECALL_REFERENCE, lr, seed)
-        for seed in tb.RECALL_SEEDS:
-            self.recall_run("recall_small", tb.RECALL_SMALL, lr, seed)
+        self.card["recall_rates"] = {}
+        for role, cell in (("recall_reference", tb.RECALL_REFERENCE), ("recall_small", tb.RECALL_SMALL)):
+            selection = [self.recall_run(f"{role}_selection", cell, lr, tb.RECALL_SELECTION_SEED)
+                         for lr in tb.RECALL_RATES]
+            lr = tb.pick_rate([row["val_accuracy"] for row in selection])
+            self.card["recall_rates"][role] = lr
+            for seed in tb.RECALL_SEEDS:
+                self.recall_run(role, cell, lr, seed)
+            for seed in self.check_seeds():
+                self.recall_run(f"{role}_check", cell, lr, seed)
 
     # -- swap ------------------------------------------------------------------------------------
     @staticmethod
@@ -466,7 +578,7 @@ class Scorecard:
     def speed(self):
         import torch
 
-        from scripts.bench.methods import first_line, parse_method, time_call
+        from scripts.bench.methods import first_line, parse_method
 
         torch.set_num_threads(self.args.threads)
         torch.set_flush_denormal(True)
@@ -482,22 +594,22 @@ class Scorecard:
                         self.new_run("speed", f"T={T} causal={causal} {mode}")
                         start = time.time()
                         try:
-                            sdpa_s = time_call(sdpa, mode, causal, T, tb.SPEED_D, tb.SPEED_HEADS, "cpu", 3, 5.0)[0]
-                            own_s = time_call(self.spec.method, mode, causal, T, tb.SPEED_D, tb.SPEED_HEADS, "cpu",
-                                              3, 5.0)[0]
+                            ratios, own_s, sdpa_s = interleaved_cell(self.spec.method, sdpa, mode, causal, T)
+                            median, q1, q3 = tb.ratio_summary(ratios)
                             note = ""
                         except (RuntimeError, MemoryError) as e:
-                            sdpa_s = own_s = None
+                            ratios, own_s, sdpa_s, median, q1, q3 = [], None, None, None, None, None
                             note = first_line(e)
-                        ratio = own_s / sdpa_s if own_s and sdpa_s else None
                         row = {"key": key, "testbed": "speed", "protocol": fields, "source": "measured",
                                "wall_s": time.time() - start, "seconds": own_s, "sdpa_seconds": sdpa_s,
-                               "ratio": ratio, "note": note,
-                               "summary": f"{ratio:.2f}x SDPA's time" if ratio else note}
+                               "ratio": median, "ratio_q1": q1, "ratio_q3": q3, "ratios": ratios, "note": note,
+                               "summary": (f"{median:.2f}x SDPA's time (interquartile range {q1:.2f}-{q3:.2f}, "
+                                           f"{len(ratios)} pairs)" if median is not None else note)}
                         self.store.add(row)
                     cell = {"role": "speed", "name": f"speed_T{T}_{'causal' if causal else 'full'}_{mode}",
-                            "key": key, "T": T, "causal": causal, "mode": mode, "ratio": row["ratio"],
-                            "source": row["source"]}
+                            "key": key, "version": tb.SPEED_VERSION, "T": T, "causal": causal, "mode": mode,
+                            "ratio": row["ratio"], "ratio_q1": row.get("ratio_q1"), "ratio_q3": row.get("ratio_q3"),
+                            "pairs": len(row.get("ratios") or []), "source": row["source"]}
                     shown = row
                     if (causal, mode) == shown_call:  # the leaderboard's call: its memory too
                         memory = self.memory_row(T, causal, mode, sdpa)
@@ -583,8 +695,9 @@ class Scorecard:
                 old = json.load(f)
             ran = {testbed for testbed, _, _ in plan} | set(self.card["not_applicable"])
             self.card["cells"] = [c for c in old["cells"] if c["role"].split("_")[0] not in ran] + self.card["cells"]
-            if "recall" not in ran and "recall_rate" in old:
-                self.card["recall_rate"] = old["recall_rate"]
+            for key in ("recall_rate", "recall_rates"):  # protocol 1's one pick; protocol 2's per cell
+                if "recall" not in ran and key in old:
+                    self.card[key] = old[key]
         os.makedirs(os.path.dirname(path), exist_ok=True)
         write_json(path, self.card)
         provenance.record(path[:-len(".json")], commit=self.commit,
@@ -596,16 +709,90 @@ class Scorecard:
 
 
 def leaderboard(results):
-    """Write the leaderboard of ``results`` and its manifest entry; returns the .md path."""
-    path = write_leaderboard(results, Store(os.path.join(results, "cells.jsonl")).rows)
-    provenance.record(path[:-len(".md")], extra={"cards": sorted(n for n in os.listdir(os.path.join(results, "cards"))
-                                                          if n != "manifest.json")})
+    """Write the leaderboard of ``results`` and its manifest entry; returns the .md path. A user's
+    folder (``base_folder``) merges the committed cards and cells with its own."""
+    base = base_folder(results)
+    rows = Store(os.path.join(results, "cells.jsonl"), base=os.path.join(base, "cells.jsonl") if base else None).rows
+    path = write_leaderboard(results, rows, base=base, root=work_tree_of(results))
+    cards = [n for folder in (base, results) if folder and os.path.isdir(os.path.join(folder, "cards"))
+             for n in os.listdir(os.path.join(folder, "cards")) if n != "manifest.json"]
+    provenance.record(path[:-len(".md")], extra={"cards": sorted(set(cards)), **({"merged": shown(base)} if base else {})})
     return path
+
+
+def refresh_documents(root, before):
+    """Re-render the blocks of README.md and docs/*.md of the work tree ``root`` that differ from
+    what their renderers return now (``scripts.analysis.publish``), except those in ``before``
+    ((document, block spec) pairs already stale before this command: someone else's work, left as
+    they are). Returns (refreshed, left): (document, spec) pairs."""
+    from data import write_text
+    from scripts.analysis import publish, published
+
+    refreshed, left = [], []
+    for doc in publish.documents(root):
+        if not os.path.exists(doc):
+            continue
+        rel = os.path.relpath(doc, root)
+
+        def refresh(match):
+            spec = match.group("spec")
+            body = published.render(spec, root)
+            body = body if body.endswith("\n") else body + "\n"
+            if body == match.group("body"):
+                return match.group(0)
+            if (rel, spec) in before:
+                left.append((rel, spec))
+                return match.group(0)
+            refreshed.append((rel, spec))
+            return match.group(1) + body + match.group(4)
+
+        with open(doc) as f:
+            text = f.read()
+        new = publish.BLOCK.sub(refresh, text)
+        if new != text:
+            write_text(doc, new)
+    return refreshed, left
+
+
+class Publisher:
+    """For ``--results`` naming the committed folder (``published_folder``): the blocks stale before
+    the command (``start``), then after it the blocks the new card made stale re-rendered
+    (``finish``), so that the command leaves ``publish --check`` as it found it."""
+
+    def __init__(self, results):
+        self.root = work_tree_of(results)
+        self.active = os.path.realpath(results) == os.path.realpath(published_folder(results))
+        self.before = None
+
+    def start(self):
+        if not self.active:
+            return
+        from scripts.analysis import publish, published
+        try:
+            self.before = set(publish.stale(self.root))
+        except (FileNotFoundError, published.RenderError) as e:  # publish's own errors: nothing re-rendered
+            print(f"[!] the README and docs cannot be rendered ({e}); they are not re-rendered after this command")
+            self.active = False
+
+    def finish(self):
+        if not self.active:
+            return
+        refreshed, left = refresh_documents(self.root, self.before)
+        for doc, spec in refreshed:
+            print(f"re-rendered {doc}: {spec}")
+        for doc, spec in left:
+            print(f"[!] {doc}: the block '{spec}' was stale before this command; left for "
+                  f"python -m scripts.analysis.publish")
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    ap = argparse.ArgumentParser(prog="python -m scripts.scorecard", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m scripts.scorecard", description=__doc__.split("\n")[0],
+                                 epilog="Results: --results (default out/leaderboard, your own folder) gets the cards, "
+                                        "cells and a leaderboard that merges the committed cards of results/scorecard "
+                                        "with yours; nothing tracked changes. --results results/scorecard (the "
+                                        "maintainers' runs) writes the committed leaderboard and re-renders the README "
+                                        "and docs blocks it makes stale. docs/scorecard.md says more.")
     ap.add_argument("spec", nargs="?", help="the attention: name[:param=value,...], a configs/attention name or a file")
     ap.add_argument("--tier", choices=tb.TIERS, default="quick")
     ap.add_argument("--import", dest="imports", action="append", default=[], metavar="FILE",
@@ -619,7 +806,10 @@ def main(argv=None):
     ap.add_argument("--leaderboard", action="store_true", help="only rebuild the leaderboard from the cards")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out_root", default="out/scorecard", help="where training runs go")
-    ap.add_argument("--results", default="results/scorecard", help="cells.jsonl, cards/, leaderboard.csv/.md")
+    ap.add_argument("--results", default=USER_RESULTS,
+                    help=f"cells.jsonl, cards/, runs/, leaderboard.csv/.md (default {USER_RESULTS}: your folder, its "
+                         f"leaderboard merging the committed cards with yours; {PUBLISHED}: the committed one, then "
+                         "the README and docs re-rendered)")
     ap.add_argument("--train_args", default="", help="more train.py arguments for every run (e.g. tiny budgets)")
     ap.add_argument("--lra_dir", default="", help="train.py's --lra_dir for the LRA Text cells only (where their "
                                                    "data are prepared; default: train.py's)")
@@ -632,10 +822,18 @@ def main(argv=None):
     if unknown:
         ap.error(f"unknown testbed(s) {', '.join(unknown)}; known: {', '.join(tb.TESTBEDS)}")
     args.speed_T = [int(t) for t in args.speed_T.split(",") if t.strip()]
+    # the folders and imports from the caller's folder; the testbeds' configs (and train.py, eval_ppl.py)
+    # from the repository root, whatever folder the command runs from
+    args.results, args.out_root = os.path.abspath(args.results), os.path.abspath(args.out_root)
+    args.lra_dir = os.path.abspath(args.lra_dir) if args.lra_dir else ""
     try:
         _, args.imports = configurator.import_files([f"--import={p}" for p in args.imports])
+        os.chdir(tb.ROOT)
+        publisher = Publisher(args.results)
         if args.leaderboard:
+            publisher.start()
             print(f"wrote {leaderboard(args.results)}")
+            publisher.finish()
             return None
         if not args.spec:
             ap.error("give the attention (SPEC) or --leaderboard")
@@ -643,9 +841,15 @@ def main(argv=None):
             spec = tb.Spec(args.spec)
         except ValueError as e:
             raise configurator.ConfigError(str(e)) from None
+        if not args.plan:
+            publisher.start()
         card = Scorecard(spec, args).run()
         if card:
-            print(f"wrote {card} and {leaderboard(args.results)}")
+            board = leaderboard(args.results)
+            base = base_folder(args.results)
+            print(f"wrote {card} and {board}" + (f" (your leaderboard: the committed cards of {shown(base)} merged with "
+                                                 f"yours; nothing tracked changed)" if base else ""))
+            publisher.finish()
         return card
     except (configurator.ConfigError, tb.DataNotFull) as e:
         print(f"error: {e}", file=sys.stderr)

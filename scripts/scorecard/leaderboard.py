@@ -1,15 +1,28 @@
 """The scorecard's leaderboard (a library: ``python -m scripts.scorecard`` writes it, ``python -m
 scripts.analysis.publish`` renders it into the README): one row per attention and tier from the
-cards under ``results/scorecard/cards`` (``scripts/scorecard/__main__.py`` says what a card holds).
+cards under ``<results>/cards`` (``scripts/scorecard/__main__.py`` says what a card holds); a
+user's folder merges the committed cards (``PUBLISHED``) with its own (``read_cards``).
 
-A recall cell is the mean ± sd of the test accuracy over its seeds and their number ("one seed": no
-spread); where softmax and the method both have two seeds or more and the means differ by less than
-two pooled standard deviations, "not separable from softmax". WikiText-2 and LRA Text are one seed
-each; the swap column is the test perplexity of the method in softmax's trained model beside
-softmax's own; speed is the time of one causal forward + backward call (forward only, or not causal,
-where the method has no such call: said in the cell) over SDPA's, measured in the same process, and
-memory (at the longest T) the peak memory such a call adds on top of its inputs over SDPA's, each
-measured in a fresh process.
+Recall (issue 57): a seed "solves" a cell at test accuracy ``RECALL_SOLVED`` or more, so a cell
+reads "solved in k of n" beside the mean ± sd and the per-seed values of its reported seeds
+(protocol 2: seeds 1-3, the rate picked on seed 0; protocol 1, the dated cells: seeds 0-2, seed 0
+also the picking seed); "separable from softmax" only where the range (min..max) of the method's
+seeds and softmax's do not overlap, both with two seeds or more under the same protocol. Mean ± sd
+is no test for seeds that either solve the task or stay on the 1/N plateau. Softmax's cells add
+its check seeds.
+
+Speed: the time of one causal forward + backward call (forward only, or not causal, where the
+method has no such call: said in the cell) over SDPA's. Version 2 cells: the median of the
+per-pair ratios of interleaved pairs with its interquartile range; a range that includes 1 reads
+"≈ 1" and is not ranked. Version 1 cells (dated): one median each, no range, "(v1)". Softmax calls
+SDPA: its cells are the control, and the noise floor under the table is computed from them
+(``noise_floor``). Memory (at the longest T): the peak memory such a call adds on top of its inputs
+over SDPA's, each measured in a fresh process.
+
+Budgets: each column's header states what its cells spent and were scored on, read from the cells'
+runs (``cell_budget``: recall's steps and test sequences, WikiText-2's steps, tokens and test
+tokens, LRA Text's steps and test reviews of the test split), so a header says what ran, not what
+a config meant. WikiText-2 and LRA Text are one seed each, softmax's WikiText-2 cell its seeds.
 The papers' published LRA Text numbers follow in a table of their own.
 
 Every attention config of ``configs/attention/`` (so every registered attention but the reference
@@ -20,16 +33,19 @@ cells so marked are listed under the table with the hours of new runs spent so f
 import csv
 import io
 import json
-import math
 import os
 import statistics
 
 from data import write_text
 from scripts.bench.methods import CONFIG_DIR
+from scripts.scorecard import testbeds as tb
 from scripts.scorecard.testbeds import SPEED_T, TESTBEDS, Spec, applies, leaderboard_call
 
+PUBLISHED = os.path.join("results", "scorecard")  # the committed results, relative to a work tree
 NOT_RUN = {"full": "not run (budget)", "quick": "not run"}
 FULL_BUDGET_HOURS = 10  # of new runs for the full leaderboard, then its cells left are "not run (budget)"
+RECALL_COLUMNS = (("recall_reference", "recall_256_16", tb.RECALL_REFERENCE),
+                  ("recall_small", "recall_64_4", tb.RECALL_SMALL))
 
 
 def mean_sd(values):
@@ -39,44 +55,193 @@ def mean_sd(values):
     return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else None), len(values)
 
 
-def leaderboard_rows(cards):
-    """One row per (attention, tier) card: recall cells as (mean, sd, n), speed ratios by T."""
+def span(values, fmt=",", joiner="-"):
+    """One value, or "low-high" of ``values`` (None left out) in format ``fmt``; None when there is none."""
+    values = sorted({v for v in values if v is not None})
+    if not values:
+        return None
+    return format(values[0], fmt) if len(values) == 1 else f"{values[0]:{fmt}}{joiner}{values[-1]:{fmt}}"
+
+
+# -- cells ---------------------------------------------------------------------------------------
+
+def cell_budget(cell, testbed, root=None):
+    """The budget of a training cell (``testbeds.run_budget``): the card's, else read from the run
+    its source names (relative to the work tree ``root``; cards made before budgets were recorded),
+    else None."""
+    if cell.get("budget"):
+        return cell["budget"]
+    source = cell.get("source")
+    if root is None or not source:
+        return None
+    path = source if os.path.isabs(source) else os.path.join(root, source)
+    if not os.path.exists(path):
+        return None
+    from scripts.analysis.runs import open_run
+
+    run = open_run(path)
+    if not run.final_metrics:
+        return None
+    evaluation = run.read_json("eval_test.json") if testbed == "wikitext2" and run.has("eval_test.json") else None
+    return tb.run_budget(testbed, run.final_metrics, evaluation)
+
+
+def recall_column(card, role, root=None):
+    """One recall cell of a card: {"version", "seeds", "values" (test accuracy of the reported seeds,
+    by seed), "check" (the check seeds' (seed, value)), "budgets"}, or None without cells. The cells
+    of the card's newest protocol only. Protocol 2 reports ``role`` cells at the cell's own pick
+    (``recall_rates``); protocol 1 the cells at the card's one pick (``recall_rate``), the
+    selection seed's included (as it was published)."""
+    cells = [c for c in card["cells"] if c["role"] in (role, f"{role}_selection", f"{role}_check")]
+    if not cells:
+        return None
+    version = max(c.get("version", 1) for c in cells)
+    cells = [c for c in cells if c.get("version", 1) == version]
+    if version >= 2:
+        rate = card.get("recall_rates", {}).get(role)
+        reported = [c for c in cells if c["role"] == role and rate in (None, c["learning_rate"])]
+    else:
+        rate = card.get("recall_rate")
+        reported = [c for c in cells if c["role"] in (role, f"{role}_selection") and rate in (None, c["learning_rate"])]
+    reported.sort(key=lambda c: c["seed"])
+    check = sorted((c for c in cells if c["role"] == f"{role}_check"), key=lambda c: c["seed"])
+    return {"version": version, "seeds": [c["seed"] for c in reported],
+            "values": [c["test_accuracy"] for c in reported], "check": [(c["seed"], c["test_accuracy"]) for c in check],
+            "budgets": [b for b in (cell_budget(c, "recall", root) for c in reported + check) if b]}
+
+
+def solved(values):
+    return sum(v >= tb.RECALL_SOLVED for v in values)
+
+
+def separable(values, others):
+    """Whether two sets of seeds' values do not overlap (the range of each, min..max), both with two
+    values or more: a pass/fail summary that a single seed or a shared range cannot support."""
+    if len(values) < 2 or len(others) < 2:
+        return False
+    return max(values) < min(others) or min(values) > max(others)
+
+
+def seeds_text(seeds):
+    seeds = sorted(seeds)
+    return f"{seeds[0]}-{seeds[-1]}" if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1)) \
+        else ", ".join(map(str, seeds))
+
+
+def format_recall(column, softmax=None, missing="not run", mark_version=False):
+    """A recall cell's text: "solved in k of n; mean ± sd (per seed)", one seed "v, one seed
+    (solved | not solved)"; softmax's check seeds; ", separable from softmax" where ``separable``
+    against ``softmax``'s column of the same protocol; " (protocol v)" when ``mark_version``."""
+    if not column or not column["values"]:
+        return missing
+    values = column["values"]
+    if len(values) == 1:
+        text = f"{values[0]:.3f}, one seed ({'solved' if solved(values) else 'not solved'})"
+    else:
+        text = (f"solved in {solved(values)} of {len(values)}; {statistics.mean(values):.3f} ± "
+                f"{statistics.stdev(values):.3f} ({' / '.join(f'{v:.3f}' for v in values)})")
+    if column["check"]:
+        check = [v for _, v in column["check"]]
+        text += (f"; check seeds {seeds_text([s for s, _ in column['check']])}: solved in {solved(check)} of "
+                 f"{len(check)} ({' / '.join(f'{v:.3f}' for v in check)})")
+    if (softmax is not None and softmax is not column and softmax["version"] == column["version"]
+            and separable(values, softmax["values"])):
+        text += ", separable from softmax"
+    if mark_version:
+        text += f" (protocol {column['version']})"
+    return text
+
+
+def format_speed(cell, missing, kind=""):
+    """A speed cell's text: version 2 "median (q1-q3)", "≈ 1 (q1-q3)" where the interquartile range
+    includes 1 (not ranked); version 1 "median (v1)" (no range was recorded); ``kind`` (e.g. "not
+    causal") inside the brackets."""
+    if not cell or cell.get("ratio") is None:
+        return missing
+    q1, q3 = cell.get("ratio_q1"), cell.get("ratio_q3")
+    more = f", {kind}" if kind else ""
+    if cell.get("version", 1) >= 2 and q1 is not None and q3 is not None:
+        value = "≈ 1" if q1 <= 1 <= q3 else f"{cell['ratio']:.2f}"
+        return f"{value} ({q1:.2f}-{q3:.2f}{more})"
+    return f"{cell['ratio']:.2f} (v1{more})"
+
+
+def speed_csv(cell):
+    """A speed cell's CSV fields: ratio, first and third quartile, version (1 for the dated cells)."""
+    if not cell:
+        return [None] * 4
+    return [cell.get("ratio"), cell.get("ratio_q1"), cell.get("ratio_q3"), cell.get("version", 1)]
+
+
+def noise_floor(cards):
+    """A sentence on the speed testbed's noise floor, computed from softmax's full-tier control cells
+    (softmax calls SDPA, so each cell measures the timing noise of a ratio that is 1): their median
+    ratios, for version 2 their interquartile ranges and how many include 1, and the half-width of
+    the band around 1 they span."""
+    softmax = next((c for c in cards if c["label"] == "softmax" and c["tier"] == "full"), None)
+    cells = [c for c in (softmax or {}).get("cells", []) if c["role"] == "speed" and c.get("ratio") is not None]
+    if not cells:
+        return "Noise floor: softmax has no speed cells yet (its cells are the control)."
+    version = max(c.get("version", 1) for c in cells)
+    cells = [c for c in cells if c.get("version", 1) == version]
+    medians = [c["ratio"] for c in cells]
+    head = (f"Noise floor of the time / SDPA cells, from softmax's {len(cells)} control cells (softmax calls SDPA, "
+            f"so each would read 1 without noise; every T, causal and not, forward and forward + backward)")
+    if version >= 2:
+        lows, highs = [c["ratio_q1"] for c in cells], [c["ratio_q3"] for c in cells]
+        floor = max(abs(x - 1) for x in lows + highs + medians)
+        inside = sum(lo <= 1 <= hi for lo, hi in zip(lows, highs))
+        return (f"{head}: median ratios {min(medians):.2f}-{max(medians):.2f}, interquartile ranges within "
+                f"{min(lows):.2f}-{max(highs):.2f}, {inside} of {len(cells)} of them including 1: a ratio within "
+                f"1 ± {floor:.2f} is not told apart from SDPA's time on this machine.")
+    floor = max(abs(x - 1) for x in medians)
+    return (f"{head}, version 1 (a median of calls of each, not interleaved, no range recorded): they read "
+            f"{min(medians):.2f}-{max(medians):.2f}, so a version 1 ratio within 1 ± {floor:.2f} is not told apart "
+            f"from SDPA's time; version {tb.SPEED_VERSION} cells (interleaved pairs with their range) are pending.")
+
+
+# -- rows ----------------------------------------------------------------------------------------
+
+def leaderboard_rows(cards, root=None):
+    """One row per (attention, tier) card: recall columns (``recall_column``), WikiText-2 and LRA
+    Text cells with their budgets, the swap cell, speed cells and memory ratios by T."""
     rows = []
     for card in cards:
         row = {"attention": card["label"], "tier": card["tier"], "not_applicable": card["not_applicable"]}
-        for role, column in (("recall_reference", "recall_256_16"), ("recall_small", "recall_64_4")):
-            cells = [c for c in card["cells"] if c["role"] in (role, role + "_selection")
-                     and c["learning_rate"] == card.get("recall_rate", c["learning_rate"])]
-            row[column] = mean_sd([c["test_accuracy"] for c in cells])
+        for role, column, _ in RECALL_COLUMNS:
+            row[column] = recall_column(card, role, root)
         lra = [c for c in card["cells"] if c["role"] == "lra"]
         row["lra"] = (lra[0]["test_accuracy"], lra[0]["steps_per_s"]) if lra else None
         row["lra_cpu"] = lra[0].get("cpu") if lra else None
+        row["lra_budget"] = cell_budget(lra[0], "lra", root) if lra else None
         swap = [c for c in card["cells"] if c["role"] == "swap"]
         row["swap"] = (swap[0]["test_ppl"], swap[0]["softmax_test_ppl"]) if swap else None
-        wikitext2 = [c for c in card["cells"] if c["role"] == "wikitext2"]
+        wikitext2 = [c for c in card["cells"] if c["role"] == "wikitext2"]  # the config's seed first
         row["wikitext2"] = (wikitext2[0]["test_ppl"], wikitext2[0]["tokens_per_s"]) if wikitext2 else None
+        row["wikitext2_values"] = [c["test_ppl"] for c in wikitext2]
         row["wikitext2_cpu"] = wikitext2[0].get("cpu") if wikitext2 else None
+        row["wikitext2_budgets"] = [b for b in (cell_budget(c, "wikitext2", root) for c in wikitext2) if b]
         speed = [c for c in card["cells"] if c["role"] == "speed"]
         causal, mode = leaderboard_call({c["causal"] for c in speed}, {c["mode"] for c in speed})
-        row["speed"] = {c["T"]: c["ratio"] for c in speed if c["mode"] == mode and c["causal"] == causal}
+        row["speed"] = {c["T"]: c for c in speed if c["mode"] == mode and c["causal"] == causal}
         row["memory"] = {c["T"]: c.get("memory_ratio") for c in speed if c["mode"] == mode and c["causal"] == causal}
         row["speed_kind"] = ("causal" if causal else "not causal") + (", forward only" if mode == "forward" else "")
         rows.append(row)
     return rows
 
 
-def format_cell(stat, softmax=None, missing="not run"):
-    mean, sd, n = stat
-    if mean is None:
-        return missing
-    text = f"{mean:.3f}" + (f" ± {sd:.3f}" if sd is not None else "") + f" (n={n})"
-    if n < 2:
-        return text + ", one seed"
-    if softmax and softmax[2] >= 2 and softmax[1] is not None and sd is not None:
-        pooled = math.sqrt((sd ** 2 + softmax[1] ** 2) / 2)
-        if abs(mean - softmax[0]) < 2 * pooled:
-            text += ", not separable from softmax"
-    return text
+def format_wikitext2(row, cpus):
+    """"ppl (tokens/s), one seed", or over several seeds "mean ± sd (n = k: per seed) (tokens/s)"
+    (the speed of the config's seed's run)."""
+    from scripts.analysis.published import short_cpu
+
+    values = row["wikitext2_values"]
+    on = f" on {short_cpu(row['wikitext2_cpu'])}" if row["wikitext2_cpu"] != cpus["wikitext2"] else ""
+    speed = f"({row['wikitext2'][1]:,.0f}{on})"
+    if len(values) == 1:
+        return f"{values[0]:.2f} {speed}, one seed"
+    return (f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f} (n = {len(values)}: "
+            f"{' / '.join(f'{v:.2f}' for v in values)}) {speed}")
 
 
 def throughput(value, fmt, cpu, softmax_cpu):
@@ -89,15 +254,17 @@ def throughput(value, fmt, cpu, softmax_cpu):
     return f"({value:{fmt}}{on})"
 
 
-def read_cards(results):
-    """Every card (dict) under ``<results>/cards``, by file name; [] when there is none."""
-    folder = os.path.join(results, "cards")
-    cards = []
-    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
-        if name.endswith(".json") and name != "manifest.json":
-            with open(os.path.join(folder, name)) as f:
-                cards.append(json.load(f))
-    return cards
+def read_cards(results, base=None):
+    """Every card (dict) under ``<base>/cards`` and ``<results>/cards`` by file name (a card of
+    ``results`` replaces ``base``'s of the same attention and tier); [] when there is none."""
+    by_name = {}
+    for folder in (base, results):
+        folder = os.path.join(folder, "cards") if folder else None
+        for name in sorted(os.listdir(folder)) if folder and os.path.isdir(folder) else []:
+            if name.endswith(".json") and name != "manifest.json":
+                with open(os.path.join(folder, name)) as f:
+                    by_name[name] = json.load(f)
+    return [by_name[name] for name in sorted(by_name)]
 
 
 def cards_to_come(cards):
@@ -129,42 +296,129 @@ def new_run_hours(cards, cell_rows):
     return len(rows), seconds / 3600
 
 
-def tables(cards, cell_rows=None):
-    """(markdown, csv) of the leaderboard of ``cards`` and of ``cards_to_come``: one row per
-    attention and tier, softmax first within a tier, the cells not run within the budget listed
-    with the hours of new runs so far (``new_run_hours``, when ``cell_rows``, ``cells.jsonl``'s rows
-    by key, are given), then the published rows (never mixed with ours)."""
-    rows = leaderboard_rows(cards + cards_to_come(cards))
+# -- headers -------------------------------------------------------------------------------------
+
+def recall_protocol(version, budgets):
+    """A recall protocol in words: its budget, read from the cells' runs, and its selection rule."""
+    steps = span(b.get("max_steps") for b in budgets)
+    stops = span((b.get("stop_at") or None for b in budgets), "g")
+    tests = span(b.get("test_sequences") for b in budgets)
+    budget = ", ".join(part for part in (
+        steps and f"{steps} steps" + (f" (stopped at validation accuracy {stops})" if stops else ""),
+        tests and f"{tests} test sequences") if part)
+    if version >= 2:
+        rule = (f"seeds {seeds_text(tb.RECALL_SEEDS)} at the rate seed {tb.RECALL_SELECTION_SEED} picked for this "
+                f"cell (validation accuracy; {', '.join(f'{r:g}' for r in tb.RECALL_RATES)})")
+    else:
+        rule = "seeds 0-2 at the rate seed 0 picked at 256/16 (validation accuracy)"
+    dated = " (dated)" if version < tb.RECALL_VERSION else ""
+    return f"protocol {version}{dated}: " + "; ".join(part for part in (budget, rule) if part)
+
+
+def headers(rows, Ts):
+    """The leaderboard's column headers: what each column measures, whether lower or higher is
+    better, and the budget and rule of the full tier's cells (from the cells themselves)."""
+    full = [r for r in rows if r["tier"] == "full"]
+    out = ["attention", "tier"]
+    for _, column, (T, N, W) in RECALL_COLUMNS:
+        columns = [r[column] for r in full if r[column]]
+        versions = sorted({c["version"] for c in columns}, reverse=True)
+        protocols = [recall_protocol(v, [b for c in columns if c["version"] == v for b in c["budgets"]])
+                     for v in versions]
+        if tb.RECALL_VERSION not in versions:
+            protocols.append(f"protocol {tb.RECALL_VERSION} cells pending")
+        out.append(f"recall {T}/{N} w{W}, test accuracy (higher is better): solved (>= {tb.RECALL_SOLVED:g}) in "
+                   f"k of n seeds; mean ± sd (per seed); " + "; ".join(protocols))
+    budgets = [b for r in full for b in r["wikitext2_budgets"]]
+    softmax = next((r for r in full if r["attention"] == "softmax"), None)
+    parts = [span(b.get("steps") for b in budgets) and
+             f"{span(b.get('steps') for b in budgets)} steps of {span(b.get('tokens_per_step') for b in budgets)} tokens",
+             span(b.get("test_tokens") for b in budgets) and
+             f"{span(b.get('test_tokens') for b in budgets)} of {span(b.get('split_tokens') for b in budgets)} "
+             f"test tokens scored",
+             "one seed" + (f", softmax mean ± sd of {len(softmax['wikitext2_values'])}"
+                           if softmax and len(softmax["wikitext2_values"]) > 1 else "")]
+    out.append(f"WikiText-2 test ppl (lower is better; {'; '.join(p for p in parts if p)}) (training tokens/s)")
+    budgets = [r["lra_budget"] for r in full if r["lra_budget"]]
+    parts = [span(b.get("steps") for b in budgets) and f"{span(b.get('steps') for b in budgets)} steps",
+             span(b.get("test_examples") for b in budgets) and
+             f"{span(b.get('test_examples') for b in budgets)} of {span(b.get('test_size') for b in budgets)} "
+             f"test reviews", "one seed"]
+    out.append(f"LRA Text test accuracy (higher is better; {'; '.join(p for p in parts if p)}) (training steps/s)")
+    out.append("swapped into softmax's model: test ppl (softmax's) (lower is better)")
+    for T in Ts:
+        cells = [r["speed"][T] for r in full if r["speed"].get(T) and r["speed"][T].get("ratio") is not None]
+        versions = {c.get("version", 1) for c in cells}
+        pairs = span(c.get("pairs") for c in cells if c.get("version", 1) >= 2)
+        how = []
+        if pairs:
+            how.append(f"median of {pairs} interleaved pairs (interquartile range), ≈ 1 where it includes 1")
+        if 1 in versions:
+            how.append("(v1): a dated version 1 cell, one median, no range")
+        if tb.SPEED_VERSION not in versions:
+            how.append(f"version {tb.SPEED_VERSION} cells pending")
+        out.append(f"time / SDPA, T={T} (causal, forward + backward; lower is better; {'; '.join(how)})")
+    out.append(f"peak memory / SDPA, T={Ts[-1]} (causal, forward + backward; lower is better)")
+    return out
+
+
+def notes(rows, cards):
+    """The paragraphs under the table: how recall cells summarise their seeds and when they separate,
+    how speed cells read (with the noise floor, ``noise_floor``), and the quick rows' budgets."""
+    lines = [f"Recall: a seed solves a cell at test accuracy {tb.RECALL_SOLVED:g} or more; a cell is \"separable "
+             f"from softmax\" only where the range (lowest to highest) of its reported seeds and softmax's do not "
+             f"overlap, both with two seeds or more under the same protocol (every other cell overlaps softmax's or "
+             f"has too few seeds). Protocol {tb.RECALL_VERSION} picks each cell's rate on seed "
+             f"{tb.RECALL_SELECTION_SEED} and reports seeds {seeds_text(tb.RECALL_SEEDS)} only, softmax also its "
+             f"check seeds {seeds_text(tb.RECALL_CHECK_SEEDS)}; protocol 1 cells (dated) report the seed that "
+             f"picked the rate with two more, and their 64/4 cells ran at the rate picked at 256/16."]
+    lines += ["", "Speed: version 2 cells interleave the method's call and SDPA's (A B A B ...) in one process, after "
+              "a warm-up call of each, and show the median of the per-pair ratios with their interquartile range; "
+              "\"≈ 1\" marks a range that includes 1 (not ranked). \"(v1)\" marks a dated version 1 cell: the median "
+              "of calls of the method, then of SDPA, with no range; not ranked either. " + noise_floor(cards)]
+    if any(r["tier"] == "quick" for r in rows):
+        lines += ["", "Quick rows (\"a first look\") ran the quick tier's budgets (`scripts/scorecard/testbeds.py`), "
+                  "not the headers'."]
+    return lines
+
+
+def sections(cards, cell_rows=None, root=None):
+    """The leaderboard's parts as markdown: "table", "notes" (the rules and the noise floor under the
+    table, which the README shows with it), "floor" (``noise_floor`` alone), "rest" (the cells not
+    run within the budget, the hours of new runs when ``cell_rows`` are given, the training speeds'
+    CPUs and the published rows); and "csv"."""
+    all_cards = cards + cards_to_come(cards)
+    rows = leaderboard_rows(all_cards, root)
     Ts = sorted({T for r in rows for T in r.get("speed", {})} | set(SPEED_T["full"]))
     softmax = {r["tier"]: r for r in rows if r["attention"] == "softmax"}
-    header = ["attention", "tier", "recall 256/16 w64", "recall 64/4 w64", "WikiText-2 test ppl (tokens/s)",
-              "LRA Text test accuracy (steps/s)", "swapped into softmax's model: test ppl (softmax's)",
-              *(f"time / SDPA, T={T} (causal, forward + backward)" for T in Ts),
-              f"peak memory / SDPA, T={Ts[-1]} (causal, forward + backward)"]
+    header = headers(rows, Ts)
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    csv_rows = [["attention", "tier", "recall_256_16_mean", "recall_256_16_sd", "recall_256_16_n",
-                 "recall_64_4_mean", "recall_64_4_sd", "recall_64_4_n", "wikitext2_test_ppl",
-                 "wikitext2_tokens_per_s", "wikitext2_cpu", "lra_text_test_accuracy", "lra_text_steps_per_s",
-                 "lra_text_cpu", "swap_test_ppl", "swap_softmax_test_ppl",
-                 *(f"speed_ratio_T{T}" for T in Ts), *(f"memory_ratio_T{T}" for T in Ts)]]
+    csv_rows = [["attention", "tier",
+                 *(f"{c}_{f}" for _, c, _ in RECALL_COLUMNS
+                   for f in ("protocol", "mean", "sd", "n", "solved", "min", "max", "seeds", "values")),
+                 "wikitext2_test_ppl", "wikitext2_sd", "wikitext2_n", "wikitext2_tokens_per_s", "wikitext2_cpu",
+                 "lra_text_test_accuracy", "lra_text_steps_per_s", "lra_text_cpu", "swap_test_ppl",
+                 "swap_softmax_test_ppl", *(f"speed_{f}_T{T}" for T in Ts for f in ("ratio", "q1", "q3", "version")),
+                 *(f"memory_ratio_T{T}" for T in Ts)]]
     not_run = []
     for r in sorted(rows, key=lambda r: (r["tier"], r["attention"] != "softmax", r["attention"])):
         base = softmax.get(r["tier"])
         missing = NOT_RUN[r["tier"]]
         cpus = {column: base.get(column + "_cpu") if base else None for column in ("wikitext2", "lra")}
         cells = []
-        for column in ("recall_256_16", "recall_64_4"):
+        for _, column, _ in RECALL_COLUMNS:
             if "recall" in r["not_applicable"]:
                 cells.append(f"does not apply ({r['not_applicable']['recall']})")
             elif r["tier"] == "quick" and column == "recall_256_16":
                 cells.append("full tier only")
             else:
-                cells.append(format_cell(r[column], base[column] if base and base is not r else None, missing))
+                versions = {x[column]["version"] for x in rows if x["tier"] == r["tier"] and x[column]}
+                cells.append(format_recall(r[column], base[column] if base else None, missing,
+                                           mark_version=len(versions) > 1))
         if "wikitext2" in r["not_applicable"]:
             cells.append(f"does not apply ({r['not_applicable']['wikitext2']})")
         else:
-            cells.append(f"{r['wikitext2'][0]:.2f} {throughput(r['wikitext2'][1], ',.0f', r['wikitext2_cpu'], cpus['wikitext2'])}"
-                         ", one seed" if r["wikitext2"] else missing)
+            cells.append(format_wikitext2(r, cpus) if r["wikitext2"] else missing)
         if "lra" in r["not_applicable"]:
             cells.append(f"does not apply ({r['not_applicable']['lra']})")
         else:
@@ -175,7 +429,7 @@ def tables(cards, cell_rows=None):
         else:
             cells.append(f"{r['swap'][0]:.2f} ({r['swap'][1]:.2f})" if r["swap"] else missing)
         kind = "" if r["speed_kind"] == "causal" else f" ({r['speed_kind']})"
-        speed = [f"{r['speed'][T]:.2f}{kind}" if r["speed"].get(T) else missing for T in Ts]
+        speed = [format_speed(r["speed"].get(T), missing, kind[2:-1]) for T in Ts]
         speed.append(f"{r['memory'][Ts[-1]]:.2f}{kind}" if r["memory"].get(Ts[-1]) else missing)
         if r["tier"] == "full":
             short = ["recall 256/16", "recall 64/4", "WikiText-2", "LRA Text", "swap", *(f"speed T={T}" for T in Ts),
@@ -185,31 +439,53 @@ def tables(cards, cell_rows=None):
                 not_run.append(f"{r['attention']}: {', '.join(left)}")
         tier = r["tier"] + (" (a first look)" if r["tier"] == "quick" else "")
         lines.append("| " + " | ".join([r["attention"], tier, *cells, *speed]) + " |")
-        csv_rows.append([r["attention"], r["tier"], *r["recall_256_16"], *r["recall_64_4"],
-                         *(r["wikitext2"] or (None, None)), r["wikitext2_cpu"], *(r["lra"] or (None, None)), r["lra_cpu"],
-                         *(r["swap"] or (None, None)), *(r.get("speed", {}).get(T) for T in Ts),
+        recall_csv = []
+        for _, column, _ in RECALL_COLUMNS:
+            c = r[column]
+            values = c["values"] if c else []
+            recall_csv += [c and c["version"], *mean_sd(values)[:2], len(values), solved(values) if values else None,
+                           min(values, default=None), max(values, default=None),
+                           "/".join(map(str, c["seeds"])) if c else None, "/".join(f"{v:.6g}" for v in values) or None]
+        wikitext2 = r["wikitext2_values"]
+        csv_rows.append([r["attention"], r["tier"], *recall_csv, *mean_sd(wikitext2),
+                         r["wikitext2"][1] if r["wikitext2"] else None, r["wikitext2_cpu"], *(r["lra"] or (None, None)),
+                         r["lra_cpu"], *(r["swap"] or (None, None)),
+                         *(value for T in Ts for value in speed_csv(r["speed"].get(T))),
                          *(r.get("memory", {}).get(T) for T in Ts)])
+    rest = []
     if not_run:
-        lines += ["", "Not run (budget): the full tier's cells still to run, by attention "
-                  "(`python -m scripts.scorecard <attention> --tier full` runs them):", "",
-                  *(f"- {entry}" for entry in not_run)]
+        rest += ["Not run (budget): the full tier's cells still to run, by attention "
+                 "(`python -m scripts.scorecard <attention> --tier full` runs them):", "",
+                 *(f"- {entry}" for entry in not_run), ""]
     if cell_rows is not None:
         count, hours = new_run_hours(cards, cell_rows)
-        lines += ["", f"New runs of the full tier (cells the scorecard ran itself, not the sweeps' archived runs it "
-                  f"reused; the swap cell with its softmax model's training): {count} cells, {hours:.1f} h of wall time. "
-                  f"The full leaderboard's new runs stop at about {FULL_BUDGET_HOURS} h."]
+        rest += [f"New runs of the full tier (cells the scorecard ran itself, not the sweeps' archived runs it "
+                 f"reused; the swap cell with its softmax model's training): {count} cells, {hours:.1f} h of wall time. "
+                 f"The full leaderboard's new runs stop at about {FULL_BUDGET_HOURS} h.", ""]
     from scripts.analysis.published import short_cpu
 
     full = softmax.get("full") or {}
     on = "; ".join(f"softmax's {name} run on {short_cpu(full[column + '_cpu'])}"
                    for column, name in (("wikitext2", "WikiText-2"), ("lra", "LRA Text")) if full.get(column + "_cpu"))
-    lines += ["", f"Speeds in brackets are the training runs' own (2 CPU cores{'; ' + on if on else ''}); a run on "
-              "another CPU than softmax's run of the same column names its CPU, and its speed does not compare with "
-              "softmax's (the time / SDPA columns do: both calls measured in one process).", ""]
-    lines += [*published_rows(cards)]
+    rest += [f"Speeds in brackets are the training runs' own (2 CPU cores{'; ' + on if on else ''}); a run on "
+             "another CPU than softmax's run of the same column names its CPU, and its speed does not compare with "
+             "softmax's (the time / SDPA columns do: both calls measured in one process).", ""]
+    rest += [*published_rows(cards)]
     out = io.StringIO()
     csv.writer(out, lineterminator="\n").writerows(csv_rows)  # None as an empty field
-    return "\n".join(lines) + "\n", out.getvalue()
+    return {"table": "\n".join(lines) + "\n", "notes": "\n".join(notes(rows, cards)) + "\n",
+            "floor": noise_floor(cards) + "\n", "rest": "\n".join(rest) + "\n", "csv": out.getvalue()}
+
+
+def tables(cards, cell_rows=None, root=None):
+    """(markdown, csv) of the leaderboard of ``cards`` and of ``cards_to_come``: one row per
+    attention and tier, softmax first within a tier, the notes under the table, the cells not run
+    within the budget listed with the hours of new runs so far (``new_run_hours``, when
+    ``cell_rows``, ``cells.jsonl``'s rows by key, are given), then the published rows (never mixed
+    with ours). ``root``: the work tree the cards' sources are relative to (budgets of cards that
+    do not record them are read from their runs)."""
+    parts = sections(cards, cell_rows, root)
+    return parts["table"] + "\n" + parts["notes"] + "\n" + parts["rest"], parts["csv"]
 
 
 def published_rows(cards):
@@ -229,10 +505,11 @@ def published_rows(cards):
     return lines
 
 
-def write_leaderboard(results, cell_rows=None):
-    """``leaderboard.md`` and ``.csv`` from every card under ``<results>/cards`` (and ``cell_rows``,
-    ``cells.jsonl``'s rows by key, for the hours of new runs); returns the .md path."""
-    md, csv = tables(read_cards(results), cell_rows)
-    write_text(os.path.join(results, "leaderboard.csv"), csv)
+def write_leaderboard(results, cell_rows=None, base=None, root=None):
+    """``leaderboard.md`` and ``.csv`` from every card under ``<results>/cards``, merged with those
+    under ``<base>/cards`` (``read_cards``), and ``cell_rows`` (``cells.jsonl``'s rows by key, for the
+    hours of new runs); ``root``: the work tree of the cards' sources. Returns the .md path."""
+    md, csv_text = tables(read_cards(results, base), cell_rows, root)
+    write_text(os.path.join(results, "leaderboard.csv"), csv_text)
     write_text(os.path.join(results, "leaderboard.md"), md)
     return os.path.join(results, "leaderboard.md")

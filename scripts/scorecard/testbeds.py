@@ -1,18 +1,25 @@
 """The scorecard's testbeds (a library: ``python -m scripts.scorecard`` runs them; issue 45): what an
 attention is measured on, each with one definition of its budget and protocol.
 
-- ``recall``: multi-query associative recall (tasks/recall.py, docs/recall.md; Zoology, Arora et al.
-  2023, "Zoology: Measuring and Improving Recall in Efficient Language Models", Figure 2), the model
-  of ``configs/recall/mqar.py`` (no token shift) with the attention's layer (its
+- ``recall``: multi-query associative recall (tasks/recall.py, docs/recall.md; the task of Zoology,
+  Arora et al. 2023, "Zoology: Measuring and Improving Recall in Efficient Language Models", Figure
+  2), the model of ``configs/recall/mqar.py`` (no token shift; warmup, gradient clipping, up to
+  3,000 steps stopped once validation accuracy reaches 0.995) with the attention's layer (its
   ``configs/recall/attention/<name>.py`` where one exists, as ``scripts/sweeps/recall.sh``).
-  Full tier: the reference cell 256/16 width 64 at the learning rates ``RECALL_RATES`` on seed 0
-  (the selection seed), the rate with the best validation accuracy (ties: the smaller rate), then
-  seeds 1 and 2 at it; and 64/4 width 64 at that rate, seeds 0-2. Quick tier: 64/4 width 64,
-  seed 0, the config's rate. Metric: test accuracy. Causal methods that train only.
+  Full tier, at 256/16 width 64 and at 64/4 width 64 separately: the rate picked on seed 0's
+  validation accuracy (``RECALL_SELECTION_SEED``) among ``RECALL_RATES`` (ties: the smaller rate),
+  then reported on ``RECALL_SEEDS`` (1-3), which play no part in the pick; the softmax baseline also
+  on ``RECALL_CHECK_SEEDS`` (4, 5), the protocol's check that the baseline solves the task in every
+  seed. Quick tier: 64/4 width 64, seed 0, the config's rate. Metric: test accuracy, a seed
+  "solved" at ``RECALL_SOLVED`` or more. Causal methods that train only. (Protocol 1, the cards
+  before ``RECALL_VERSION`` 2: 1,500 steps without warmup or clipping, the rate picked at 256/16
+  and reused at 64/4, seeds 0-2 reported.)
 - ``wikitext2``: the mini GPT on WikiText-2 (``configs/wikitext2_gpt_mini.py``, the softmax
   baseline's budget: 650 steps of 4,096 tokens, seed 1337) with the attention's layer, as
   ``scripts/sweeps/gpt_mini.sh``; then eval_ppl.py's test perplexity over blocks of 1,024 tokens
-  (``WIKITEXT2_EVAL``). Metrics: test perplexity, training tokens per second, training time. Quick
+  (``WIKITEXT2_EVAL``); the softmax baseline also on ``WIKITEXT2_BASELINE_SEEDS``, so that the
+  column's reference has a spread. Metrics: test perplexity, training tokens per second, training
+  time. Quick
   tier: the same model after ``WIKITEXT2_QUICK_ITERS`` steps, evaluated on the first quarter of the
   test split (``WIKITEXT2_QUICK_FRACTION``). Causal methods that train only.
 - ``lra``: Long Range Arena Text (tasks/classify.py, docs/lra.md; Tay et al. 2021, "Long Range
@@ -26,14 +33,20 @@ attention is measured on, each with one definition of its budget and protocol.
   ``configs/wikitext2_gpt_tiny.py`` trained for 500 steps), trained once per protocol and reused: eval_ppl.py's test
   perplexity with the attention (``--attention=``) beside the same model's with softmax.
 - ``speed``: one call of the attention on (1, 8, T, 64) float32 inputs against SDPA
-  (``torch.nn.functional.scaled_dot_product_attention``) timed in the same process, causal and not,
-  forward and forward + backward (forward only for an inference-only method), by the attention
-  benchmark's measuring code (``scripts.bench.methods.time_call``: median of repeated calls), and
-  for the leaderboard's call (causal forward + backward where the method has it) the peak memory
-  one call adds on top of its inputs, SDPA's and the method's, each in a fresh process
-  (``scripts.bench.methods.peak_memory``).
-  Full tier: T = 1024, 4096, 16384; quick: 1024, 4096. Metrics: time / SDPA's time, peak memory /
-  SDPA's.
+  (``torch.nn.functional.scaled_dot_product_attention``) in the same process, causal and not,
+  forward and forward + backward (forward only for an inference-only method): after one warm-up
+  call of each, ``SPEED_PAIRS`` pairs of samples, the method's then SDPA's (A B A B ...;
+  ``interleaved_ratios``), each sample timed as the attention benchmark times a call
+  (``scripts.bench.common``: one call, or a loop of calls lasting ``MIN_SAMPLE_SECONDS`` for a
+  short one); the cell is the median of the per-pair ratios and their interquartile range
+  (``ratio_summary``), so a drift of the machine's speed during the cell moves both samples of a
+  pair alike. Softmax (which calls SDPA) is the control: its cells measure the noise floor. For the
+  leaderboard's call (causal forward + backward where the method has it) also the peak memory one
+  call adds on top of its inputs, SDPA's and the method's, each in a fresh process
+  (``scripts.bench.methods.peak_memory``; ``MEMORY_VERSION``). Full tier: T = 1024, 4096, 16384;
+  quick: 1024, 4096. Metrics: time / SDPA's time, peak memory / SDPA's. (Version 1, the cells
+  before ``SPEED_VERSION`` 2: the median of repeated calls of the method, then SDPA's, not
+  interleaved, no spread.)
 
 A cell's protocol (``protocol``) is everything that decides its result: for a training cell the
 fully resolved configuration of train.py (every model, attention and training key after defaults,
@@ -50,6 +63,7 @@ import hashlib
 import json
 import os
 import platform
+import statistics
 import sys
 
 import attention
@@ -57,12 +71,17 @@ from scripts.bench.common import ROOT
 
 RECALL_VERSION = 2  # 2: warmup, clipping, 3,000 steps stopped at 0.995, the rate picked on seed 0 and reported on 1-3 (issue 57)
 WIKITEXT2_VERSION = 1
-SPEED_VERSION = 1
+SPEED_VERSION = 2  # 2: the method and SDPA interleaved in SPEED_PAIRS pairs, median ratio and its quartiles (issue 57)
+MEMORY_VERSION = 1  # the peak-memory cells of the speed testbed (unchanged by SPEED_VERSION 2)
+SPEED_PAIRS = 7  # pairs (method, SDPA) per speed cell after the warm-up
 RECALL_CONFIG = "configs/recall/mqar.py"
 RECALL_REFERENCE = (256, 16, 64)  # length, pairs, width
 RECALL_SMALL = (64, 4, 64)
 RECALL_RATES = (1e-3, 3e-3, 1e-2)
-RECALL_SEEDS = (0, 1, 2)  # seed 0 selects the rate
+RECALL_SELECTION_SEED = 0  # picks the rate of each cell; never reported
+RECALL_SEEDS = (1, 2, 3)  # reported at the picked rate
+RECALL_CHECK_SEEDS = (4, 5)  # the softmax baseline only: the protocol's check
+RECALL_SOLVED = 0.99  # a seed "solves" a cell at this test accuracy or more
 # folders of archived recall runs made with the current defaults (moved out when a default changes)
 RECALL_ARCHIVES = ("results/recall/noshift_256_16", "results/scorecard/runs")
 WIKITEXT2_CONFIG = "configs/wikitext2_gpt_mini.py"
@@ -72,6 +91,7 @@ WIKITEXT2_EVAL = ("--split=test", "--protocol=blocks")
 WIKITEXT2_QUICK_FRACTION = 0.25
 WIKITEXT2_QUICK_ITERS = 100
 WIKITEXT2_ARCHIVES = ("results/gpt_mini_baselines", "results/scorecard/runs")
+WIKITEXT2_BASELINE_SEEDS = (1, 2)  # the softmax baseline's seeds besides the config's (1337), full tier
 LRA_VERSION = 1
 LRA_CONFIG = "configs/lra/text_cpu.py"
 LRA_ITERS = {"quick": 300, "full": 8000}
@@ -287,12 +307,71 @@ def speed_protocol(spec, T, causal, mode, threads, measure="time"):
     ``measure``: "time" (the cell's time) or "peak_memory" (its memory cell: a key of its own, so
     either can be measured without the other)."""
     full = {**attention.accepted_params(spec.name), **spec.params}
-    fields = {"testbed": "speed", "testbed_version": SPEED_VERSION, "attention": spec.name,
-              "attention_params": dict(sorted(full.items())), "T": T, "D": SPEED_D, "heads": SPEED_HEADS,
-              "causal": causal, "mode": mode, "threads": threads, "cpu": cpu_model()}
-    if measure != "time":
+    fields = {"testbed": "speed", "testbed_version": SPEED_VERSION if measure == "time" else MEMORY_VERSION,
+              "attention": spec.name, "attention_params": dict(sorted(full.items())), "T": T, "D": SPEED_D,
+              "heads": SPEED_HEADS, "causal": causal, "mode": mode, "threads": threads, "cpu": cpu_model()}
+    if measure == "time":
+        fields["pairs"] = SPEED_PAIRS
+    else:
         fields["measure"] = measure
     return digest(fields), fields
+
+
+def pick_rate(val_accuracies, rates=RECALL_RATES):
+    """The rate of ``rates`` whose selection run has the best validation accuracy
+    (``val_accuracies``, in the order of ``rates``); ties: the smaller rate."""
+    best = max(range(len(rates)), key=lambda i: (val_accuracies[i], -rates[i]))
+    return rates[best]
+
+
+def interleaved_ratios(first, second, pairs=SPEED_PAIRS):
+    """The ratios first / second of ``pairs`` pairs of samples taken in turn, first then second
+    (A B A B ...): ``first()`` and ``second()`` each return one sample's seconds (warm-up done). A
+    slow spell of a shared machine lands on both samples of a pair, so it moves a pair's ratio
+    far less than it moves either time."""
+    ratios = []
+    for _ in range(pairs):
+        a = first()
+        ratios.append(a / second())
+    return ratios
+
+
+def ratio_summary(ratios):
+    """(median, first quartile, third quartile) of a speed cell's per-pair ratios
+    (``statistics.quantiles``, inclusive method: the quartiles lie within the values)."""
+    q1, median, q3 = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else ratios * 3
+    return median, q1, q3
+
+
+def is_baseline(spec):
+    """Whether ``spec`` is the softmax baseline (softmax with its default parameters): it runs the
+    recall check seeds and the WikiText-2 baseline seeds too."""
+    if spec.name != "softmax":
+        return False
+    defaults = attention.accepted_params("softmax")
+    return {**defaults, **spec.params} == defaults
+
+
+def run_budget(testbed, metrics, evaluation=None):
+    """What a training cell's run spent and was scored on, from its final_metrics.json (and, for
+    WikiText-2, eval_ppl.py's JSON): recall ``max_steps``, ``stop_at`` (0: none) and
+    ``test_sequences``; LRA Text ``steps``, ``test_examples`` and ``test_size`` (the test split's
+    reviews; a run made before the data summary was recorded was made on the full set, ``FULL_DATA``);
+    WikiText-2 ``steps``, ``tokens_per_step``, ``test_tokens`` (scored) and ``split_tokens``."""
+    cfg = metrics.get("config", {})
+    if testbed == "recall":
+        sizes = cfg.get("recall_sizes") or {}
+        test = sizes.get("test") if isinstance(sizes, dict) else None
+        return {"max_steps": cfg.get("max_iters"), "stop_at": cfg.get("stop_at", 0.0) or 0.0,
+                "test_sequences": test}
+    if testbed == "lra":
+        size = (metrics.get("data") or {}).get("test_size", FULL_DATA["lra"][0]["test_size"])
+        return {"steps": cfg.get("max_iters"), "test_examples": int(metrics["test_examples"]), "test_size": size}
+    if testbed == "wikitext2":
+        tokens = cfg.get("batch_size", 0) * cfg.get("block_size", 0) * cfg.get("gradient_accumulation_steps", 1)
+        return {"steps": cfg.get("max_iters"), "tokens_per_step": tokens,
+                "test_tokens": (evaluation or {}).get("tokens_scored"), "split_tokens": (evaluation or {}).get("split_tokens")}
+    return {}
 
 
 def digest(fields):
@@ -332,7 +411,7 @@ def shell_values():
     """The definitions the sweep scripts read instead of keeping their own (``scripts/sweeps/recall.sh``,
     ``gpt_mini.sh``): name -> text, lists space-separated."""
     return {"recall_config": RECALL_CONFIG, "recall_rates": " ".join(f"{lr:g}" for lr in RECALL_RATES),
-            "recall_seeds": " ".join(str(seed) for seed in RECALL_SEEDS[1:]),
+            "recall_seeds": " ".join(str(seed) for seed in RECALL_SEEDS),
             "wikitext2_config": WIKITEXT2_CONFIG, "wikitext2_eval": " ".join(WIKITEXT2_EVAL)}
 
 

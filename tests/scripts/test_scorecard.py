@@ -1,18 +1,27 @@
 """python -m scripts.scorecard (issue 45): the attention of docs/scorecard.md (cosFormer), written to a
 temporary folder, goes through the quick tier at tiny sizes via --import with no file of the
 repository changed, a second call runs nothing, and the protocol decides what counts as the same
-cell (archived sweep runs are found)."""
+cell (archived sweep runs are found). Issue 57: the documented command for an outside attention
+leaves the repository consistent (its own folder, a leaderboard merging the committed cards); the
+recall rule (a rate per cell picked on seed 0, seeds 1-3 reported) and its pass/fail summary; speed
+cells of interleaved pairs with their range and the noise floor from softmax's cells; budgets in
+the headers."""
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 
+import pytest
+
 from scripts.scorecard import testbeds as tb
 from scripts.analysis.runs import open_run
-from scripts.scorecard.__main__ import (DEFAULT_SECONDS, Scorecard, Store, archived_index, cell_commands, evaluation_args,
-                                        shown, work_tree_of)
-from scripts.scorecard.leaderboard import format_cell, new_run_hours, tables
+from scripts.analysis import publish
+from scripts.scorecard.__main__ import (DEFAULT_SECONDS, Scorecard, Store, archived_index, base_folder, cell_commands,
+                                        evaluation_args, refresh_documents, shown, work_tree_of)
+from scripts.scorecard.leaderboard import (format_recall, format_speed, new_run_hours, noise_floor, read_cards,
+                                           recall_column, sections, separable, tables)
 
 ROOT = tb.ROOT
 TINY = "--max_iters=3 --eval_interval=3 --eval_iters=1 --batch_size=1"
@@ -75,6 +84,87 @@ def test_the_docs_attention_gets_its_quick_row_from_outside_the_repository(tmp_p
     assert "which is gone; the cell runs again" in lost and os.path.isfile(recall[0]["source"])
     assert len((tmp_path / "results" / "cells.jsonl").read_text().splitlines()) == 14
     assert tracked_changes() == before
+
+
+def documented_recall_command():
+    """The first line of docs/scorecard.md that runs the scorecard's recall testbed for the outside
+    attention (cosFormer), as arguments."""
+    with open(os.path.join(ROOT, "docs", "scorecard.md")) as f:
+        line = next(line for line in f if line.startswith("python -m scripts.scorecard cosformer")
+                    and "--testbeds recall" in line)
+    return shlex.split(line.split("#")[0])
+
+
+def results_status():
+    """git's view of results/: tracked files changed, and anything new under results/scorecard."""
+    def status(*args):
+        return subprocess.run(["git", "status", "--porcelain", *args], cwd=ROOT, capture_output=True, text=True).stdout
+    return status("--untracked-files=no", "--", "results"), status("--", "results/scorecard")
+
+
+def test_the_documented_command_for_an_outside_attention_leaves_the_repository_consistent(tmp_path):
+    """Issue 57 item 6: the docs' command, run as written from a user's folder (its default results
+    and run folders land there; tiny budgets added), writes the card and a leaderboard that merges
+    the committed cards with the user's, and leaves the repository as it was: no tracked file under
+    results/ changed, nothing new in results/scorecard, no rendered block made stale (``publish.stale``
+    is empty in a clean checkout; here: no other than before, since others may be editing the tree)."""
+    (tmp_path / "cosformer.py").write_text(docs_example())
+    argv = documented_recall_command()
+    assert argv[:3] == ["python", "-m", "scripts.scorecard"] and not any(a.startswith("--results") for a in argv)
+    stale_before, status_before = publish.stale(), results_status()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
+    proc = subprocess.run([sys.executable, *argv[1:], f"--train_args={TINY}", "--threads=1"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    user = tmp_path / "out" / "leaderboard"
+    assert "your leaderboard: the committed cards of results/scorecard merged with yours" in proc.stdout
+    card = json.loads((user / "cards" / "cosformer_quick.json").read_text())
+    assert [(c["role"], c["seed"], c["version"]) for c in card["cells"]] == [("recall_small", 0, tb.RECALL_VERSION)]
+    board = (user / "leaderboard.md").read_text()
+    assert "| cosformer | quick (a first look) | full tier only | " in board and "| softmax | full | " in board
+    assert (tmp_path / "out" / "scorecard" / "cosformer").is_dir()  # its training run, in the user's folder
+    assert results_status() == status_before
+    assert publish.stale() == stale_before
+
+
+def test_a_users_leaderboard_merges_the_committed_cards_and_reuses_the_committed_cells(tmp_path):
+    """A user's card replaces the committed card of the same attention and tier; the committed cells
+    are read (reused where a protocol matches), never written; the committed folder has no base."""
+    committed, mine = tmp_path / "committed", tmp_path / "mine"
+    for folder, name, value in ((committed, "softmax_full", 1), (committed, "linear_full", 2), (mine, "linear_full", 3),
+                                (mine, "x_quick", 4)):
+        (folder / "cards").mkdir(parents=True, exist_ok=True)
+        (folder / "cards" / f"{name}.json").write_text(json.dumps({"label": name.split("_")[0], "value": value}))
+    assert [c["value"] for c in read_cards(str(mine), str(committed))] == [3, 1, 4]
+    (committed / "cells.jsonl").write_text(json.dumps({"key": "a", "v": 1}) + "\n" + json.dumps({"key": "b", "v": 1}) + "\n")
+    store = Store(str(mine / "cells.jsonl"), base=str(committed / "cells.jsonl"))
+    store.add({"key": "b", "v": 2})
+    assert {k: r["v"] for k, r in Store(str(mine / "cells.jsonl"), base=str(committed / "cells.jsonl")).rows.items()} \
+        == {"a": 1, "b": 2}
+    assert len((committed / "cells.jsonl").read_text().splitlines()) == 2
+    assert base_folder(str(tmp_path / "out")) == os.path.join(ROOT, "results", "scorecard")  # outside a work tree
+    assert base_folder(os.path.join(ROOT, "results", "scorecard")) is None
+
+
+def test_writing_the_committed_results_re_renders_only_the_blocks_it_made_stale(tmp_path):
+    """--results results/scorecard: after the card, the README and docs blocks that differ from their
+    renderers are re-rendered, except those already stale before (named and left to their owner)."""
+    (tmp_path / ".git").mkdir()
+    cards = tmp_path / "results" / "scorecard" / "cards"
+    cards.mkdir(parents=True)
+    (cards / "softmax_full.json").write_text(json.dumps({
+        "label": "softmax", "attention": "softmax", "tier": "full", "not_applicable": {},
+        "cells": [{"role": "speed", "T": 1024, "causal": True, "mode": "forward_backward", "version": 2, "ratio": 1.0,
+                   "ratio_q1": 0.97, "ratio_q3": 1.04}]}))
+    spec = "leaderboard results/scorecard part=floor"
+    block = f"<!-- rendered: {spec} -->\nold\n<!-- end rendered -->\n"
+    (tmp_path / "README.md").write_text(block)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text(block)
+    refreshed, left = refresh_documents(str(tmp_path), {(os.path.join("docs", "a.md"), spec)})
+    assert refreshed == [("README.md", spec)] and left == [(os.path.join("docs", "a.md"), spec)]
+    assert "softmax's 1 control cells" in (tmp_path / "README.md").read_text()
+    assert publish.stale(str(tmp_path)) == [(os.path.join("docs", "a.md"), spec)]
 
 
 def test_an_inference_only_method_is_swapped_into_a_trained_softmax_model(tmp_path):
@@ -208,11 +298,176 @@ def test_spec_forms_and_what_applies():
     assert tb.Spec("softmax").lra_layers("configs/lra/listops.py") == ["configs/attention/softmax.py"]
 
 
-def test_cells_say_how_many_seeds_and_whether_they_separate():
-    assert format_cell((0.5, None, 1)) == "0.500 (n=1), one seed"
-    assert format_cell((0.9, 0.01, 3), softmax=(0.91, 0.01, 3)).endswith("not separable from softmax")
-    assert format_cell((0.5, 0.01, 3), softmax=(0.91, 0.01, 3)) == "0.500 ± 0.010 (n=3)"
-    assert format_cell((None, None, 0)) == "not run"
+def column(values, version=2, check=()):
+    return {"version": version, "seeds": list(range(1, len(values) + 1)), "values": list(values),
+            "check": list(check), "budgets": []}
+
+
+def test_recall_cells_count_solved_seeds_and_separate_only_by_ranges():
+    """Seeds that solve the task or stay on the plateau: "solved in k of n" beside mean ± sd and the
+    per-seed values; "separable from softmax" only where the two ranges do not overlap (issue 57:
+    softmax 0.999 / 0.980 / 0.025 left every method "not separable" under the old 2-sd rule, DANet's
+    0.013 ± 0.001 included), never across protocols or with one seed."""
+    softmax = column([0.999, 0.980, 0.025])
+    assert format_recall(column([0.5]), softmax) == "0.500, one seed (not solved)"
+    assert format_recall(column([0.014, 0.012, 0.012]), softmax) == (
+        "solved in 0 of 3; 0.013 ± 0.001 (0.014 / 0.012 / 0.012), separable from softmax")
+    assert not format_recall(column([0.030, 0.029, 0.023]), softmax).endswith("softmax")  # 0.023-0.030 overlaps
+    assert format_recall(column([0.014, 0.012, 0.012], version=1), softmax).endswith("(0.014 / 0.012 / 0.012)")
+    assert format_recall(column([0.995, 0.991]), column([0.2, 0.3])).startswith("solved in 2 of 2; ")
+    assert separable([0.1, 0.2], [0.3, 0.9]) and not separable([0.1], [0.9, 0.95]) and not separable([0.1, 0.5], [0.4, 1])
+    baseline = column([0.996, 0.995, 0.992], check=[(4, 0.997), (5, 0.98)])
+    assert format_recall(baseline, baseline, mark_version=True) == (
+        "solved in 3 of 3; 0.994 ± 0.002 (0.996 / 0.995 / 0.992); check seeds 4, 5: solved in 1 of 2 "
+        "(0.997 / 0.980) (protocol 2)")
+    assert format_recall(None) == "not run"
+
+
+def recall_card(label, rows, **extra):
+    """A card of recall cells from (role, lr, seed, test accuracy[, version])."""
+    cells = [{"role": role, "learning_rate": lr, "seed": seed, "test_accuracy": acc, "version": v[0] if v else 2,
+              "cell": [64, 4, 64]} for role, lr, seed, acc, *v in rows]
+    return {"label": label, "attention": label, "tier": "full", "not_applicable": {"swap": "it trains"},
+            "cells": cells, **extra}
+
+
+def test_a_recall_column_reports_the_seeds_its_protocol_reports():
+    """Protocol 2: the cell's own pick, seeds 1-3, the selection runs left out, softmax's check seeds
+    apart; protocol 1 (the committed cards): the one pick with its selection seed, as published."""
+    v2 = recall_card("x", [("recall_small_selection", 1e-3, 0, 0.1), ("recall_small_selection", 3e-3, 0, 0.99),
+                           ("recall_small", 3e-3, 1, 0.98), ("recall_small", 3e-3, 2, 0.995), ("recall_small", 3e-3, 3, 0.2),
+                           ("recall_small_check", 3e-3, 4, 0.999)],
+                     recall_rates={"recall_small": 3e-3})
+    col = recall_column(v2, "recall_small")
+    assert col["seeds"] == [1, 2, 3] and col["values"] == [0.98, 0.995, 0.2] and col["check"] == [(4, 0.999)]
+    v1 = recall_card("y", [("recall_small_selection", 1e-2, 0, 0.5, 1), ("recall_small_selection", 1e-3, 0, 0.1, 1),
+                           ("recall_small", 1e-2, 1, 0.6, 1)], recall_rate=1e-2)
+    assert recall_column(v1, "recall_small")["values"] == [0.5, 0.6] and recall_column(v1, "recall_reference") is None
+    mixed = recall_card("z", [*((r, lr, s, a, 1) for r, lr, s, a in [("recall_small", 1e-2, 1, 0.6)]),
+                              ("recall_small", 1e-3, 1, 0.9)], recall_rate=1e-2, recall_rates={"recall_small": 1e-3})
+    assert recall_column(mixed, "recall_small")["values"] == [0.9]  # the newest protocol's cells only
+
+
+class FakeRows:
+    """Stands in for Scorecard.recall_run: records (role, cell, lr, seed) and returns a row whose
+    validation accuracy is a table's, so that the pick is known."""
+
+    def __init__(self, val):
+        self.val, self.calls = val, []
+
+    def __call__(self, role, cell, lr, seed):
+        self.calls.append((role, cell, lr, seed))
+        return {"val_accuracy": self.val[cell][lr] if seed == tb.RECALL_SELECTION_SEED else 0.5}
+
+
+def test_the_full_tier_picks_each_cells_rate_on_seed_0_and_reports_seeds_1_to_3(tmp_path):
+    """At 256/16 and at 64/4 separately: the three rates on seed 0, the best validation accuracy
+    (ties: the smaller rate), then seeds 1-3 at that cell's pick; softmax adds seeds 4 and 5."""
+    val = {tb.RECALL_REFERENCE: {1e-3: 0.02, 3e-3: 0.02, 1e-2: 0.01},  # a tie at chance: the smaller rate
+           tb.RECALL_SMALL: {1e-3: 0.5, 3e-3: 0.9, 1e-2: 0.95}}
+    args = type("Args", (), {"results": str(tmp_path / "results"), "tier": "full", "out_root": str(tmp_path / "out"),
+                             "train_args": [], "imports": [], "eval_args": []})()
+    for label, check in (("linear", ()), ("softmax", tb.RECALL_CHECK_SEEDS)):
+        card = Scorecard(tb.Spec(label), args)
+        card.recall_run = fake = FakeRows(val)
+        card.recall()
+        assert card.card["recall_rates"] == {"recall_reference": 1e-3, "recall_small": 1e-2}
+        for role, cell, lr in (("recall_reference", tb.RECALL_REFERENCE, 1e-3), ("recall_small", tb.RECALL_SMALL, 1e-2)):
+            calls = [c for c in fake.calls if c[1] == cell]
+            assert calls == [*((f"{role}_selection", cell, r, 0) for r in tb.RECALL_RATES),
+                             *((role, cell, lr, s) for s in (1, 2, 3)), *((f"{role}_check", cell, lr, s) for s in check)]
+        per_cell = len(tb.RECALL_RATES) + 3 + len(check)
+        assert [n for _, n in card.kinds("recall")] == [per_cell, per_cell]
+    assert tb.pick_rate([0.3, 0.3, 0.2]) == 1e-3 and tb.pick_rate([0.1, 0.2, 0.9]) == 1e-2
+    assert tb.shell_values()["recall_seeds"] == "1 2 3"  # the sweep script reports the same seeds
+
+
+def test_interleaved_pairs_alternate_the_two_calls_and_summarise_their_ratios():
+    """A B A B ...: each ratio is a pair's, taken in turn (fake calls, no clock); the cell is their
+    median with the inclusive quartiles."""
+    order = []
+    own = iter([2.0, 2.2, 1.8, 2.0, 4.0, 2.0, 2.1])  # a slow spell in pair 5 hits both samples
+    base = iter([1.0, 1.0, 1.0, 1.0, 2.0, 0.8, 1.0])
+
+    def first():
+        order.append("A")
+        return next(own)
+
+    def second():
+        order.append("B")
+        return next(base)
+
+    ratios = tb.interleaved_ratios(first, second, 7)
+    assert order == ["A", "B"] * 7 and ratios == [2.0, 2.2, 1.8, 2.0, 2.0, 2.5, 2.1]
+    assert tb.ratio_summary(ratios) == pytest.approx((2.0, 2.0, 2.15))
+    assert tb.ratio_summary([1.5]) == (1.5, 1.5, 1.5)
+    assert tb.SPEED_PAIRS >= 7 and tb.SPEED_VERSION >= 2
+
+
+def test_the_speed_cell_measures_interleaved_pairs_after_a_warm_up(monkeypatch):
+    """``interleaved_cell`` with its samplers faked: one warm-up call each before the pairs (the
+    samplers are made first), SPEED_PAIRS pairs, the medians of each side's samples."""
+    from scripts.scorecard import __main__ as scorecard_main
+
+    made, times = [], {"m": iter([3.0, 3.0, 3.3, 2.7, 3.0, 3.0, 3.0]), "s": iter([1.0] * 7)}
+
+    def fake_sampler(method, mode, causal, T, inputs, grad_out):
+        made.append(method)
+        return lambda: next(times[method])
+
+    monkeypatch.setattr(scorecard_main, "sampler", fake_sampler)
+    ratios, own_s, sdpa_s = scorecard_main.interleaved_cell("m", "s", "forward", True, 16)
+    assert made == ["m", "s"] and len(ratios) == tb.SPEED_PAIRS and own_s == 3.0 and sdpa_s == 1.0
+
+
+def test_speed_cells_show_their_range_and_the_floor_comes_from_softmaxs_cells():
+    v2 = {"version": 2, "ratio": 0.82, "ratio_q1": 0.78, "ratio_q3": 0.86}
+    assert format_speed(v2, "not run") == "0.82 (0.78-0.86)"
+    assert format_speed({**v2, "ratio": 0.98, "ratio_q1": 0.95, "ratio_q3": 1.03}, "x", "not causal") == \
+        "≈ 1 (0.95-1.03, not causal)"
+    assert format_speed({"ratio": 1.48}, "x") == "1.48 (v1)" and format_speed(None, "not run") == "not run"
+
+    def card(*cells):
+        return {"label": "softmax", "tier": "full", "cells": [{"role": "speed", **c} for c in cells]}
+    floor = noise_floor([card({**v2, "ratio": 0.97, "ratio_q1": 0.95, "ratio_q3": 1.02},
+                              {**v2, "ratio": 1.05, "ratio_q1": 1.01, "ratio_q3": 1.08}, {"ratio": 1.48})])
+    assert "softmax's 2 control cells" in floor and "median ratios 0.97-1.05" in floor
+    assert "interquartile ranges within 0.95-1.08, 1 of 2 of them including 1" in floor and "1 ± 0.08" in floor
+    old = noise_floor([card({"ratio": 0.79}, {"ratio": 1.48})])
+    assert "version 1" in old and "0.79-1.48" in old and "1 ± 0.48" in old and "pending" in old
+
+
+def test_headers_state_each_columns_budget_and_softmaxs_seeds():
+    """Budgets from the cells (their runs, or the card's record): WikiText-2 steps and test tokens,
+    LRA Text's test reviews of the split, recall's steps and rule by protocol; softmax's WikiText-2
+    cell over its seeds."""
+    wt = {"steps": 650, "tokens_per_step": 4096, "test_tokens": 295588, "split_tokens": 295877}
+
+    def card(label, ppls, recall_version=2):
+        cells = [{"role": "wikitext2", "test_ppl": p, "tokens_per_s": 2000.0, "cpu": "c", "budget": wt} for p in ppls]
+        cells.append({"role": "lra", "test_accuracy": 0.6, "steps_per_s": 3.0, "cpu": "c",
+                      "budget": {"steps": 8000, "test_examples": 4000, "test_size": 25000}})
+        cells += [{"role": "recall_small", "learning_rate": 1e-2, "seed": s, "test_accuracy": 0.99, "cell": [64, 4, 64],
+                   "version": recall_version, "budget": {"max_steps": 3000, "stop_at": 0.995, "test_sequences": 1000}}
+                  for s in (1, 2, 3)]
+        return {"label": label, "attention": label, "tier": "full", "not_applicable": {"swap": "it trains"},
+                "cells": cells}
+    table = sections([card("softmax", [126.02, 127.22, 126.89]), card("linear", [125.80])])["table"]
+    header = table.splitlines()[0]
+    assert "650 steps of 4,096 tokens; 295,588 of 295,877 test tokens scored; one seed, softmax mean ± sd of 3" in header
+    assert "8,000 steps; 4,000 of 25,000 test reviews; one seed" in header
+    assert ("protocol 2: 3,000 steps (stopped at validation accuracy 0.995), 1,000 test sequences; seeds 1-3 at the "
+            "rate seed 0 picked for this cell") in header and "lower is better" in header and "higher is better" in header
+    assert "| 126.71 ± 0.62 (n = 3: 126.02 / 127.22 / 126.89) (2,000) |" in table
+    assert "| 125.80 (2,000), one seed |" in table
+    dated = sections([card("softmax", [126.0], recall_version=1)])["table"].splitlines()[0]
+    assert "protocol 1 (dated): 3,000 steps" in dated and "protocol 2 cells pending" in dated
+
+
+def test_the_committed_lra_cells_used_4000_of_the_25000_test_reviews():
+    """Read from the committed cells' runs (cards made before budgets were recorded)."""
+    header = sections(read_cards(os.path.join(ROOT, "results", "scorecard")), root=ROOT)["table"].splitlines()[0]
+    assert "4,000 of 25,000 test reviews" in header and "295,588 of 295,877 test tokens" in header
 
 
 def test_time_estimates_come_from_cells_of_the_same_tier(tmp_path):
@@ -244,6 +499,7 @@ def test_the_plan_estimates_each_kind_of_cell_from_its_own_measured_times(tmp_pa
     """A 256/16 recall cell costs several 64/4 ones and one attention several others: the plan's
     estimate takes the median of this attention's cells of the same shape, else every attention's
     of that shape (never a median over shapes)."""
+    (tmp_path / ".git").mkdir()  # a work tree of its own: no committed cells to estimate from
     store = Store(str(tmp_path / "cells.jsonl"), "full")
     def recall_row(key, attention, cell, wall):
         cfg = tb.resolved_config([tb.RECALL_CONFIG, *tb.Spec(attention).layers("recall")])
@@ -257,9 +513,9 @@ def test_the_plan_estimates_each_kind_of_cell_from_its_own_measured_times(tmp_pa
     def planned_minutes(spec):
         out = scorecard(spec, "--tier=full", "--testbeds=recall", "--plan", f"--results={tmp_path}")
         return int(out.split("at most about ")[1].split(" min")[0])
-    reference, small = len(tb.RECALL_RATES) + len(tb.RECALL_SEEDS) - 1, len(tb.RECALL_SEEDS)
-    assert planned_minutes("bigbird") == round((reference * 600 + small * 120) / 60)
-    assert planned_minutes("performer") == round((reference * 1500 + small * 90) / 60)  # 64/4: all attentions' median
+    per_cell = len(tb.RECALL_RATES) + len(tb.RECALL_SEEDS)  # each cell picks its own rate
+    assert planned_minutes("bigbird") == round(per_cell * (600 + 120) / 60)
+    assert planned_minutes("performer") == round(per_cell * (1500 + 90) / 60)  # 64/4: all attentions' median
 
 
 def test_the_quick_tier_evaluates_wikitext2_on_part_of_the_test_split():
@@ -353,6 +609,7 @@ def test_the_hours_of_new_runs_count_the_scorecards_own_runs_and_the_swap_models
 
 
 def test_a_swap_cells_estimate_adds_training_its_softmax_model_until_it_is_trained(tmp_path):
+    (tmp_path / ".git").mkdir()  # a work tree of its own: no committed cells to estimate from
     store = Store(str(tmp_path / "results" / "cells.jsonl"), "full")
     store.add({"key": "e", "testbed": "swap", "protocol": {}, "wall_s": 100.0, "base_train_s": 1200.0})
     args = type("Args", (), {"results": str(tmp_path / "results"), "tier": "full", "out_root": str(tmp_path / "out"),

@@ -107,8 +107,15 @@ PROTOCOLS = ("strided", "blocks", "casino")
 
 def load_model(cfg):
     """Our checkpoint (init_from="resume") or a Hugging Face GPT-2, in eval mode, with the
-    requested attention swapped in. For the casino protocol the attention (the requested one,
-    else the model's own with its parameters) is rebuilt with ``exclude_self=True``.
+    requested attention swapped in: ``load_run(cfg)``'s model."""
+    return load_run(cfg)[0]
+
+
+def load_run(cfg):
+    """(model, run_config): the model of ``load_model`` and the configuration it was trained with
+    (the checkpoint's ``config``, which names its data set and so its tokenizer; None for a Hugging
+    Face GPT-2). sample.py loads through it too. For the casino protocol the attention (the
+    requested one, else the model's own with its parameters) is rebuilt with ``exclude_self=True``.
 
     Raises:
         ConfigError: no checkpoint in out_dir, a damaged checkpoint, a Hugging Face model that
@@ -125,7 +132,7 @@ def load_model(cfg):
             f"Hugging Face GPT-2: --init_from=gpt2 (downloads it from the hub: needs the network) or "
             f"--init_from=<a local folder in Hugging Face format>")
     try:
-        model, _, meta = checkpoint.load(source)
+        model, run_config, meta = checkpoint.load(source)
     except (FileNotFoundError, ValueError) as e:  # a missing file, a damaged checkpoint, not a GPT-2
         raise configurator.ConfigError(str(e)) from None
     except OSError as e:  # transformers: the hub name is unknown or unreachable
@@ -133,8 +140,8 @@ def load_model(cfg):
             f"could not load the Hugging Face model {source!r} ({type(e).__name__}: {str(e).splitlines()[0][:160]}); "
             f"a hub name needs the network, offline pass --init_from=<a local folder in Hugging Face format>") from None
     if meta["task"] != "lm":
-        raise configurator.ConfigError(f"{source} holds a task {meta['task']!r} model; eval_ppl.py measures "
-                                       f"language models (task 'lm') and Hugging Face GPT-2")
+        raise configurator.ConfigError(f"{source} holds a task {meta['task']!r} model; eval_ppl.py and sample.py "
+                                       f"take language models (task 'lm') and Hugging Face GPT-2")
     if cfg["attention_params"] and not cfg["attention"]:
         raise configurator.ConfigError("--attention.<param> given without --attention=<name>")
     name = cfg["attention"] or model.config.attention
@@ -148,7 +155,7 @@ def load_model(cfg):
             model.set_attention(name, params)
         except ValueError as e:
             raise configurator.ConfigError(str(e)) from None
-    return model.to(cfg["device"]).eval()
+    return model.to(cfg["device"]).eval(), run_config
 
 
 def casino_params(name, params):

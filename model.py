@@ -13,11 +13,19 @@ scaling, Cosine RelPE, queries x W_Q with keys = values = x, DenseAttention (``a
 a bias-free ReLU FFN, MaxNorm and one residual connection. Position information is a config
 choice for both (``pos_emb``: learned, sinusoidal, cosine_relpe, none).
 
+Generation (``GPT.generate``; sample.py): the prompt through ``GPT.prefill``, then a token at a
+time through ``GPT.decode_step``, each block keeping its attention's decode state (the registry's
+``prefill`` / ``step``) and taking its per-position pieces (learned or sinusoidal positions, Cosine
+RelPE, the token shift's previous embedding) at the token's offset; DANet blocks and attentions
+without a decode path recompute the last block_size tokens at every step instead.
+
 Shapes: token ids (B, T) int64; hidden states (B, T, C) with C = n_embd; q/k/v per head
 (B, H, T, D) with D = C / H; logits (B, T, V); attention_mask (B, T) bool, True = real token
 (padded keys get no attention; None = no padding).
 """
 import math
+import sys
+import time
 from dataclasses import MISSING, asdict, dataclass, field, fields
 
 import torch
@@ -279,9 +287,10 @@ def _check_danet_attention_params(params):
                          f"attention_params")
 
 
-def cosine_relpe(T, head_dim, device=None, dtype=torch.float32, freqs="paper"):
-    """Cosine RelPE factors cos(m theta_i) (paper Sec. 3.2) for positions m = 0..T-1 and head dims
-    i = 0..d-1 with d = ``head_dim``; a (T, d) tensor of ``dtype``.
+def cosine_relpe(T, head_dim, device=None, dtype=torch.float32, freqs="paper", start=0):
+    """Cosine RelPE factors cos(m theta_i) (paper Sec. 3.2) for positions m = start..start+T-1
+    (``start`` 0: the table of a sequence; > 0: its rows at an offset, as decoding needs them)
+    and head dims i = 0..d-1 with d = ``head_dim``; a (T, d) tensor of ``dtype``.
 
     Every dim of a head is multiplied by its own factor (the paper's g_1(x_i, m) = x_i cos(m
     theta_i)); the angles are computed in float64 so long sequences keep their precision.
@@ -301,7 +310,7 @@ def cosine_relpe(T, head_dim, device=None, dtype=torch.float32, freqs="paper"):
         raise ValueError(f"freqs must be one of {', '.join(RELPE_FREQS)}; got {freqs!r}")
     i = torch.arange(head_dim, dtype=torch.float64, device=device)
     theta = RELPE_BASE ** (-RELPE_FREQS[freqs] * i / head_dim)
-    m = torch.arange(T, dtype=torch.float64, device=device)
+    m = torch.arange(start, start + T, dtype=torch.float64, device=device)
     return torch.cos(m[:, None] * theta[None, :]).to(dtype)
 
 
@@ -324,17 +333,18 @@ def relpe_positions(T, window=0, shift=False, device=None):
     return (t + (window // 2 if shift else 0)) % window
 
 
-def sinusoidal_positions(T, n_embd, device=None, dtype=torch.float32):
+def sinusoidal_positions(T, n_embd, device=None, dtype=torch.float32, start=0):
     """The fixed position table of Vaswani et al. 2017 (Sec. 3.5), added to the token embeddings:
     PE[m, 2i] = sin(m w_i), PE[m, 2i + 1] = cos(m w_i) with w_i = 10000^(-2i / C), for positions
-    m = 0..T-1 and i = 0..C/2-1, C = ``n_embd`` (even); a (T, C) tensor with entries in [-1, 1].
+    m = start..start+T-1 (``start`` > 0: rows at an offset, for decoding) and i = 0..C/2-1,
+    C = ``n_embd`` (even); a (T, C) tensor with entries in [-1, 1].
 
     This is the table the Long Range Arena transformers add when positions are not learned
     (``AddPositionEmbs`` with no initializer; sines in the even, cosines in the odd dims). The
     angles are computed in float64 so long sequences keep their precision.
     """
     w = RELPE_BASE ** (-torch.arange(0, n_embd, 2, dtype=torch.float64, device=device) / n_embd)
-    angle = torch.arange(T, dtype=torch.float64, device=device)[:, None] * w[None, :]
+    angle = torch.arange(start, start + T, dtype=torch.float64, device=device)[:, None] * w[None, :]
     return torch.stack((angle.sin(), angle.cos()), dim=-1).reshape(T, n_embd).to(dtype)
 
 
@@ -415,6 +425,23 @@ class SelfAttention(AttentionLayer):
             y = torch.cat([torch.zeros_like(y[:, :1]), y[:, 1:]], dim=1)
         return self.resid_dropout(y)
 
+    def decode(self, x, state=None, relpe=None):
+        """``forward`` a token at a time, for generation (``GPT.generate``): with ``state`` None,
+        x (B, T, C) is a prompt at positions 0..T-1 (the mechanism's ``prefill``); otherwise
+        x (B, 1, C) is the next token and ``state`` what the previous call returned (its
+        ``step``). ``relpe``: the Cosine RelPE rows of these positions. Returns (y, state), y as
+        ``forward`` gives it at these positions (position 0 zeroed with ``exclude_self``)."""
+        B, T, C = x.shape
+        q, k, v = (self.heads(t) for t in self.c_attn(x).split(C, dim=2))
+        if relpe is not None:
+            q, k = q * relpe, k * relpe
+        first = state is None
+        y, state = self.mechanism.prefill(q, k, v) if first else self.mechanism.step(q, k, v, state)
+        y = self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+        if first and self.causal and getattr(self.mechanism, "exclude_self", False):
+            y = torch.cat([torch.zeros_like(y[:, :1]), y[:, 1:]], dim=1)
+        return self.resid_dropout(y), state
+
 
 class MLP(nn.Module):
     """GPT-2 feed-forward block: Linear(C, 4C) -> GELU (tanh approximation, "gelu_new") -> Linear(4C, C)."""
@@ -448,6 +475,12 @@ class Block(nn.Module):
     def forward(self, x, attention_mask=None, relpe=None):
         x = x + self.attn(self.ln_1(x), attention_mask, relpe)
         return x if self.mlp is None else x + self.mlp(self.ln_2(x))
+
+    def decode(self, x, state=None, relpe=None):
+        """``forward`` for generation (``SelfAttention.decode``): (x, state) -> (x, state)."""
+        h, state = self.attn.decode(self.ln_1(x), state, relpe)
+        x = x + h
+        return (x if self.mlp is None else x + self.mlp(self.ln_2(x))), state
 
 
 class DenseSelfAttention(AttentionLayer):
@@ -660,6 +693,82 @@ class Transformer(nn.Module):
             x = block(x, attention_mask, None if relpe is None else relpe[getattr(block, "kind", "G")])
         return self.ln_f(x)
 
+    def decode(self, idx, cache):
+        """``forward`` for generation, transformer blocks only (``GPT.decode_unsupported``): the
+        tokens idx (B, T) at positions cache.length.. (a prompt when the cache is new, else one
+        token), each block continuing its state in ``cache`` (``DecodeCache``, updated). Position
+        embeddings, the Cosine RelPE factors and the token shift's previous embedding are taken at
+        that offset. Returns the hidden states (B, T, C) after ``ln_f``, as ``forward`` gives
+        them at those positions of the whole sequence.
+
+        Raises:
+            ValueError: more than one token after the prompt; learned positions past block_size.
+        """
+        c = self.config
+        B, T = idx.shape
+        start = cache.length
+        if start and T != 1:
+            raise ValueError(f"after the prompt, decoding takes one token at a time; got {T}")
+        if self.wpe is not None and start + T > c.block_size:
+            raise ValueError(f"position {start + T - 1} is past the learned positions of block_size {c.block_size}")
+        x = self.wte(idx)
+        if self.wpe is not None:
+            x = x + self.wpe(torch.arange(start, start + T, device=idx.device))
+        elif c.pos_emb == "sinusoidal":
+            x = x + sinusoidal_positions(T, c.n_embd, x.device, x.dtype, start)
+        if self.shift is not None:
+            before = torch.zeros_like(x[:, :1]) if cache.previous is None else cache.previous
+            shifted = torch.cat([before, x[:, :-1]], dim=1)
+            cache.previous = x[:, -1:].clone()  # not a view that would keep the prompt's embeddings
+            x = x + self.shift(shifted)  # e_t + W_s e_(t-1)
+        if c.embedding_maxnorm:
+            x = max_norm(x, c.maxnorm_eps)
+        x = self.drop(x)
+        relpe = None
+        if c.pos_emb == "cosine_relpe":
+            relpe = cosine_relpe(T, c.n_embd // c.n_head, x.device, x.dtype, c.relpe_freqs, start)
+        for i, block in enumerate(self.h):
+            x, cache.states[i] = block.decode(x, cache.states[i], relpe)
+        cache.length += T
+        return self.ln_f(x)
+
+
+class DecodeCache:
+    """What a GPT keeps between the steps of generation (``GPT.prefill``, ``GPT.decode_step``):
+    ``states``, the attention state of every layer (``attention.Attention.prefill``; None before
+    the prompt), ``length``, the number of tokens seen (the next token's position), and
+    ``previous``, the last token's embedding (B, 1, C) for the token shift (None without one)."""
+
+    def __init__(self, n_layer):
+        self.states = [None] * n_layer
+        self.length = 0
+        self.previous = None
+
+
+def sample_next(logits, temperature=1.0, top_k=None, vocab_size=None, generator=None):
+    """The next token ids (B, 1) int64 drawn from logits (B, V): softmax(logits / temperature)
+    restricted to the ``top_k`` largest logits (None: all), over the first ``vocab_size`` ids
+    (None: all; a tokenizer with fewer ids than the model's padded vocabulary); temperature 0
+    takes the largest logit (greedy). ``generator``: a torch.Generator on the logits' device."""
+    logits = logits.float()
+    if vocab_size is not None:
+        logits = logits[:, :vocab_size]
+    if temperature == 0:
+        return logits.argmax(-1, keepdim=True)
+    logits = logits / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)
+
+
+def _notice(model, message):
+    """Print ``message`` on stderr once per model (generation's one-line notices)."""
+    said = model.__dict__.setdefault("_notices", set())
+    if message not in said:
+        said.add(message)
+        print(message, file=sys.stderr, flush=True)
+
 
 def _init_weights(model, config):
     """GPT-2 initialisation: N(0, 0.02), zero biases, residual projections scaled by 1/sqrt(2 n_layer)
@@ -765,6 +874,11 @@ class GPT(AttentionSwapMixin, nn.Module):
     queries) the LM head runs on the M positions with a target only: logits (M, V), in row-major
     order of those positions; the loss is the same.
 
+    Generation: ``generate(idx, max_new_tokens, temperature, top_k)`` samples a continuation;
+    ``prefill(idx)`` and ``decode_step(idx_t, cache)`` are its token-at-a-time path, one decode
+    state per layer (``attention.Attention.prefill`` / ``step``), with logits equal to
+    ``forward``'s on the whole prefix.
+
     Raises:
         ValueError: ``only_targets`` without targets.
     """
@@ -792,6 +906,137 @@ class GPT(AttentionSwapMixin, nn.Module):
         if targets is not None:
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
         return logits, loss
+
+    def decode_unsupported(self):
+        """Why this model cannot generate with one decode state per layer (a sentence), or None
+        when it can: DANet blocks, a PAD token id and attentions without a decode path
+        (``attention.decode_kind`` None) are not covered; ``generate`` recomputes its window
+        for them."""
+        c = self.config
+        if c.block != "transformer":
+            return f"block={c.block!r} has no decode path"
+        if c.pad_token_id >= 0:
+            return f"a model with a PAD token (pad_token_id={c.pad_token_id}) has no decode path"
+        for mechanism in self.attention_modules():
+            if type(mechanism).decode is None:
+                return f"attention {type(mechanism).registry_name!r} has no decode path"
+        return None
+
+    @torch.no_grad()
+    def prefill(self, idx):
+        """Start decoding: the prompt idx (B, T) int64 through every block's ``prefill``.
+        Returns (logits (B, T, V) as ``forward`` gives them, cache): the ``DecodeCache`` that
+        ``decode_step`` continues. Call in eval mode (dropout off), as ``generate`` does.
+
+        Raises:
+            ValueError: ``decode_unsupported``'s reason; a prompt past learned positions.
+        """
+        reason = self.decode_unsupported()
+        if reason:
+            raise ValueError(reason)
+        cache = DecodeCache(len(self.transformer.h))
+        return self.lm_head(self.transformer.decode(idx, cache)), cache
+
+    @torch.no_grad()
+    def decode_step(self, idx, cache):
+        """One token idx (B, 1) int64 at position ``cache.length`` through every block's ``step``;
+        returns its logits (B, 1, V), those ``forward`` gives at the last position of the whole
+        sequence. ``cache`` (``prefill``'s) is updated in place."""
+        return self.lm_head(self.transformer.decode(idx, cache))
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, crop=False, recompute=False,
+                 vocab_size=None, generator=None, stats=None):
+        """Continue the prompts idx (B, T) int64 by up to ``max_new_tokens`` sampled tokens
+        (``sample_next``: ``temperature``, 0 = greedy; ``top_k``; ids below ``vocab_size``;
+        ``generator``). Returns (B, T + n) int64.
+
+        Runs in eval mode (dropout off; the mode is restored after). The prompt goes through
+        ``prefill``, every new token through ``decode_step``: one state per layer. A model that
+        ``decode_unsupported`` names, or ``recompute`` True, recomputes the last block_size tokens
+        at every step instead (nanoGPT's way); the former is said in one line on stderr, once per
+        model.
+
+        Learned positions end at block_size: when the next token would need a later position,
+        generation stops there (one line) unless ``crop``, which recomputes the last block_size
+        tokens from then on (a decode state cannot drop its first tokens). The other position
+        kinds decode past block_size with a state (the window with recomputation).
+
+        stats: a dict to fill with "prompt_tokens", "prefill_seconds", "new_tokens",
+            "decode_seconds" (counted over the batch) and "mode" ("decode", "recompute", or
+            "decode, then recompute" after a crop).
+
+        Raises:
+            ValueError: a prompt longer than block_size with learned positions, without ``crop``.
+        """
+        was_training = self.training
+        self.eval()
+        try:
+            return self._generate(idx, max_new_tokens, temperature, top_k, crop, recompute, vocab_size, generator,
+                                  stats)
+        finally:
+            self.train(was_training)
+
+    def _generate(self, idx, max_new_tokens, temperature, top_k, crop, recompute, vocab_size, generator, stats):
+        block = self.config.block_size
+        learned = self.transformer.wpe is not None
+        unsupported = self.decode_unsupported()
+        if unsupported:
+            _notice(self, f"generate: {unsupported}; recomputing the last {block} tokens at every step (no decode "
+                          f"state)")
+        reason = unsupported or recompute
+        if learned and idx.shape[1] > block and not crop:
+            raise ValueError(f"the prompt has {idx.shape[1]} tokens, more than the model's block_size {block} (learned "
+                             f"positions); crop=True keeps its last {block}")
+
+        def window(x):
+            return self(x[:, -block:])[0][:, -1]
+
+        clock = _Clock(idx.device)
+        cache, mode = None, "recompute" if reason else "decode"
+        if reason or (learned and idx.shape[1] > block):
+            logits = window(idx)
+        else:
+            logits, cache = self.prefill(idx)
+            logits = logits[:, -1]
+        prompt, prefill_seconds = idx.shape[1], clock.lap()
+        for i in range(max_new_tokens):
+            token = sample_next(logits, temperature, top_k, vocab_size, generator)
+            idx = torch.cat([idx, token.to(idx.dtype)], dim=1)
+            if i == max_new_tokens - 1:
+                break
+            if learned and idx.shape[1] > block:  # the next logits would need position block_size
+                if not crop:
+                    _notice(self, f"generate: stopped at block_size {block}, the end of the model's learned positions "
+                                  f"({i + 1} new tokens); crop=True continues by recomputing the last {block} tokens")
+                    break
+                if cache is not None:
+                    cache, mode = None, "decode, then recompute"
+            logits = window(idx) if cache is None else self.decode_step(token, cache)[:, -1]
+        if stats is not None:
+            stats.update(prompt_tokens=prompt * idx.shape[0], prefill_seconds=prefill_seconds,
+                         new_tokens=(idx.shape[1] - prompt) * idx.shape[0], decode_seconds=clock.lap(),
+                         mode=mode)
+        return idx
+
+
+class _Clock:
+    """Wall-clock laps that wait for the device's queued work first (CUDA is asynchronous)."""
+
+    def __init__(self, device):
+        self.cuda = torch.device(device).type == "cuda"
+        self.last = self._now()
+
+    def _now(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def lap(self):
+        """Seconds since the previous lap (or the start)."""
+        now = self._now()
+        seconds, self.last = now - self.last, now
+        return seconds
 
 
 class BertEncoder(AttentionSwapMixin, nn.Module):

@@ -5,9 +5,10 @@ All registered modules share the call signature
     forward(q, k, v, causal: bool, attention_mask=None) -> out
 
 with q, k, v and out of shape (B, H, T, D) (batch, heads, sequence length, head dim), any float
-dtype; out has the dtype of v. ``attention_mask`` is an optional bool tensor of shape (B, T) that
-is True for real tokens and False for padding (the Hugging Face / flash-linear-attention
-convention, the opposite of PyTorch's ``key_padding_mask``); padded keys receive no attention.
+dtype; out has the dtype of v (under autocast: v's or the autocast dtype, ``Attention``'s "Output
+dtype"). ``attention_mask`` is an optional bool tensor of shape (B, T) that is True for real
+tokens and False for padding (the Hugging Face / flash-linear-attention convention, the opposite
+of PyTorch's ``key_padding_mask``); padded keys receive no attention.
 
 Construction: ``build(name, context=None, **params)``; ``registered()`` lists the names,
 ``accepted_params(name)`` the user parameters of one and ``attention_class(name)`` its class,
@@ -40,13 +41,32 @@ after every optimizer step, once per step whatever the gradient accumulation) in
 Only training runs it, so evaluation and inference never see a change made there. Performer's
 feature redraw uses it (counted in optimizer steps, never in forward calls).
 
+Decoding (optional, per method): an exactly causal method that can generate a token at a time
+declares how in its class attribute ``decode`` ("kv_cache": the past keys and values, growing with
+the context; "state": a summary of fixed size; None, the default: no decode path) and implements
+
+    prefill(q, k, v, attention_mask=None) -> (out, state)   q, k, v (B, H, T, D); out as forward's
+                                                            causal output (B, H, T, Dv)
+    step(q_t, k_t, v_t, state) -> (o_t, state)              q_t, k_t, v_t (B, H, 1, D); o_t the
+                                                            last row of the causal forward over
+                                                            tokens 0..t, (B, H, 1, Dv)
+
+(``Attention.prefill`` / ``Attention.step`` give the details; the base class's defaults raise
+NotImplementedError naming the method). ``model.GPT.generate`` keeps one state per layer and
+falls back to recomputing its window for a method without a decode path.
+``tests/attention/test_decode.py`` checks every method that declares one against its own causal
+forward, and that a "state" does not grow (``state_nbytes``). A method's decode code lives in its
+family (``fastmax/decode.py``) or in a shared module (``kv_cache.py``: the preallocated, growing
+cache of past keys and values; ``kernelized.py``: the running sums of feature-map attention).
+
 Layout. ``registry.py`` holds the contract's code (``register``, ``build``, ``check_params``,
 ``Attention`` and its metadata, ``check_qkv``, ``allowed_keys``, the parameter checkers
 ``check_int`` / ``check_choice``); this module only re-exports it and imports the families so that
 they register. The shared modules register nothing: ``blockwise.py`` (what the sparse methods
 share), ``kernelized.py`` (kernelized, i.e. feature-map, attention), ``feature_maps.py`` (random
-features), ``testing.py`` (test inputs). A method (a family) is one file (``softmax.py``) or, when
-it has several implementations, a folder (``tree/``, ``fastmax/``, ``dense/``) whose
+features), ``kv_cache.py`` (the decode cache of past keys and values), ``testing.py`` (test inputs).
+A method (a family) is one file (``softmax.py``) or, when it has several implementations, a folder
+(``tree/``, ``fastmax/``, ``dense/``) whose
 ``__init__.py`` holds the registered module and the backend choice, with one file per
 implementation named by one rule:
 
@@ -54,6 +74,7 @@ implementation named by one rule:
   compare every other implementation with it);
 - ``<name>.py`` for each fast path (e.g. ``vectorized.py``, ``chunked.py``, ``compute.py``), and
   a ``kernels/`` folder (Triton) or ``*.cpp`` for kernels, each with its reference beside it;
+- ``decode.py``: the token-at-a-time path (``prefill`` / ``step``) when the family has one;
 - ``authors_baseline.py`` / ``numpy_baseline.py``: the authors' own algorithm, kept to compare with.
 
 Families import ``attention.registry`` and the shared modules, never this package or another
@@ -62,8 +83,9 @@ its class with ``@register("name")``, declares ``causal`` (and the other metadat
 ``Attention``'s defaults) on the class, and is imported at the bottom of this module.
 """
 from attention.registry import (  # noqa: F401  (the public interface)
-    CAUSAL_KINDS, MODEL_CONTEXT, Attention, InferenceOnlyError, accepted_params, attention_class, build, causal_refusal,
-    causal_support, check_params, check_qkv, is_trainable, register, registered,
+    CAUSAL_KINDS, DECODE_KINDS, MODEL_CONTEXT, Attention, InferenceOnlyError, accepted_params, attention_class, build,
+    causal_refusal, causal_support, check_params, check_qkv, decode_kind, is_trainable, register, registered,
+    state_nbytes,
 )
 from attention.registry import _REGISTRY  # noqa: F401  (tests register probes)
 

@@ -20,6 +20,10 @@ H100 run, 2026-11-28, took 0.36 s for linear's causal forward at T = 65,536 in 1
 with one cumsum, and every chunk's masked (C, C) block in one batched product. The same function;
 sums taken in another order. Features with log scales (Performer's, causal) keep the sequential
 path: their running reference has no prefix-sum form without a risk of underflow.
+
+Decoding (a token at a time): ``kernel_state`` gives the sums S and Z over a prompt's keys and
+``kernel_step`` adds one key and answers one query, in constant memory (features without log
+scales; Performer's would need the running reference m as well).
 """
 import torch
 
@@ -156,6 +160,30 @@ def all_chunks_at_once(q, k, v, causal, query_features, key_features, attention_
     num = qf @ S_before + scores @ v
     den = qf @ Z_before[..., None] + scores.sum(-1, keepdim=True)
     return _divide(num, den).flatten(2, 3)[:, :, :T]
+
+
+def kernel_state(kf, v, attention_mask=None):
+    """The decode state after keys 0..T-1 (``Attention.prefill`` of a feature-map method): the sums
+    S = sum_j phi_k(k_j) v_j^T (B, H, R, Dv) and Z = sum_j phi_k(k_j) (B, H, R) over the real keys,
+    a dict {"S", "Z"} whose size does not depend on T (section 3.4's recurrent form).
+
+    Args:
+        kf (torch.Tensor): (B, H, T, R) key features (without log scales); v (B, H, T, Dv), one
+            float dtype (the accumulation dtype). attention_mask: (B, T) bool or None.
+    """
+    if attention_mask is not None:
+        kf = kf.masked_fill(~attention_mask[:, None, :, None], 0.0)
+    return {"S": kf.transpose(-1, -2) @ v, "Z": kf.sum(-2)}
+
+
+def kernel_step(qf, kf, v, state):
+    """One decode step (``Attention.step``): the new key's features kf (B, H, 1, R) and value v
+    (B, H, 1, Dv) added to the sums of ``state`` (``kernel_state``, updated in place), then the
+    new query's output phi_q(q)^T S / phi_q(q)^T Z, (B, H, 1, Dv), 0 where the denominator is 0.
+    qf: (B, H, 1, R) query features; all of the state's dtype."""
+    state["S"] += kf.transpose(-1, -2) @ v
+    state["Z"] += kf[:, :, 0]
+    return _divide(qf @ state["S"], qf @ state["Z"][..., None])
 
 
 def kernel_reference(qf, kf, v, causal, attention_mask=None):

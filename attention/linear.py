@@ -17,12 +17,16 @@ has v's dtype.
 
 ``implementation="reference"`` materialises the (T, T) matrix phi(Q) phi(K)^T with the mask; tests
 compare the two.
+
+Decoding (``decode = "state"``, the paper's recurrent form, section 3.4): the state is S and Z
+(``kernelized.kernel_state`` / ``kernel_step``), D x Dv + D numbers per head whatever the context.
 """
 import torch
 import torch.nn.functional as F
 
-from attention.kernelized import check_lengths, kernel_attention, kernel_attention_flops, kernel_reference
-from attention.registry import Attention, check_choice, check_int, check_qkv, matrix_flops, register
+from attention.kernelized import (check_lengths, kernel_attention, kernel_attention_flops, kernel_reference,
+                                  kernel_state, kernel_step)
+from attention.registry import Attention, check_choice, check_int, check_qkv, check_step, matrix_flops, register
 
 IMPLEMENTATIONS = ("fast", "reference")
 
@@ -52,6 +56,7 @@ class LinearAttention(Attention):
     """
 
     causal = "exact"
+    decode = "state"
     example_params = {"chunk_size": 8}
     reference_params = {"implementation": "reference"}
     flop_formula = ("non-causal H (4 T D^2 + 2 T D); causal adds the (C, C) blocks: "
@@ -85,3 +90,20 @@ class LinearAttention(Attention):
             out = kernel_attention(qw, kw, vw, causal, elu_features, lambda x: (elu_features(x), None),
                                    attention_mask, self.chunk_size)
             return out.to(v.dtype)
+
+    def prefill(self, q, k, v, attention_mask=None):
+        """``Attention.prefill``: the causal forward, and the sums S, Z over the real keys in
+        float32 or wider (``kernel_state``)."""
+        out = self.forward(q, k, v, True, attention_mask)
+        work = torch.promote_types(q.dtype, torch.float32)
+        with torch.autocast(device_type=q.device.type, enabled=False):
+            state = kernel_state(elu_features(k.to(work)), v.to(work), attention_mask)
+        return out, state
+
+    def step(self, q_t, k_t, v_t, state):
+        """``Attention.step``: (B, H, 1, D) inputs, the state of ``prefill`` updated in place."""
+        check_step(q_t, k_t, v_t)
+        work = state["S"].dtype
+        with torch.autocast(device_type=q_t.device.type, enabled=False):
+            out = kernel_step(elu_features(q_t.to(work)), elu_features(k_t.to(work)), v_t.to(work), state)
+        return out.to(v_t.dtype), state

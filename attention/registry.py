@@ -1,7 +1,8 @@
 """The attention registry and contract: ``register``, ``build``, ``check_params`` (the one place
 that validates an attention name and its parameters, with suggestions for unknown names),
 ``accepted_params``, ``is_trainable``, ``attention_class``, the ``Attention`` base class with the
-metadata every registered class carries (causal support, example parameters, FLOP count, ...),
+metadata every registered class carries (causal support, example parameters, FLOP count, decode
+kind, ...) and the decode contract (``prefill``, ``step``; ``decode_kind``, ``state_nbytes``),
 ``check_qkv``, the allowed-pair mask ``allowed_keys``, and the parameter checkers ``check_int`` /
 ``check_choice`` that the families' constructors share. The contract itself is described in
 ``attention/__init__.py``: the forward signature, the model context (``MODEL_CONTEXT``:
@@ -25,6 +26,9 @@ _REGISTRY = {}
 
 
 CAUSAL_KINDS = ("exact", "leaky", "unsupported")
+# How an attention generates a token at a time (``Attention.decode``): no decode path, a cache of
+# the past keys and values that grows with the context, or a state whose size does not depend on it.
+DECODE_KINDS = (None, "kv_cache", "state")
 
 
 def register(name):
@@ -37,7 +41,9 @@ def register(name):
     Raises:
         ValueError: ``name`` is already registered; the class declares no ``causal`` or a value
             outside ``CAUSAL_KINDS`` (the message names the class and the allowed values); it
-            declares one of ``defaults_date`` and ``defaults_before`` without the other.
+            declares one of ``defaults_date`` and ``defaults_before`` without the other; it
+            declares a ``decode`` outside ``DECODE_KINDS``, or a decode path while not exactly
+            causal or without its own ``prefill`` and ``step``.
     """
     def decorator(cls):
         if name in _REGISTRY:
@@ -48,6 +54,20 @@ def register(name):
             raise ValueError(f"attention '{name}' ({cls.__module__}.{cls.__qualname__}) {declared}: a registered "
                              f"attention must declare its causal support as a class attribute, causal = one of "
                              f"{', '.join(map(repr, CAUSAL_KINDS))} (see attention.causal_support)")
+        decode = getattr(cls, "decode", None)
+        if decode not in DECODE_KINDS:
+            raise ValueError(f"attention '{name}' ({cls.__module__}.{cls.__qualname__}) declares decode = {decode!r}; "
+                             f"allowed: {', '.join(map(repr, DECODE_KINDS))} (see Attention.decode)")
+        if decode is not None:
+            if causal != "exact":
+                raise ValueError(f"attention '{name}' ({cls.__module__}.{cls.__qualname__}) declares decode = "
+                                 f"{decode!r} but causal = {causal!r}: only an exactly causal attention can decode "
+                                 f"a token at a time")
+            missing = [method for method in ("prefill", "step") if getattr(cls, method) is getattr(Attention, method)]
+            if missing:
+                raise ValueError(f"attention '{name}' ({cls.__module__}.{cls.__qualname__}) declares decode = "
+                                 f"{decode!r} without implementing {' and '.join(missing)} (see Attention.prefill, "
+                                 f"Attention.step)")
         if (getattr(cls, "defaults_date", None) is None) != (getattr(cls, "defaults_before", None) is None):
             raise ValueError(f"attention '{name}' ({cls.__module__}.{cls.__qualname__}) declares one of defaults_date "
                              f"and defaults_before: a changed default needs both, its date and the old setting")
@@ -99,6 +119,40 @@ def causal_refusal(name):
         return (f"attention={name!r} is not exactly causal (causal_support 'leaky'): which keys a query scores "
                 f"depends on later tokens, so a causal model would see the future")
     return f"attention={name!r} has no causal form (causal_support {support!r})"
+
+
+def decode_kind(name):
+    """How the attention ``name`` generates a token at a time (its class attribute ``decode``):
+    None (no decode path: a model recomputes its window at every step), "kv_cache" (its state
+    keeps the past keys and values and grows with the context) or "state" (a state whose size does
+    not depend on the context). See ``Attention.prefill`` and ``Attention.step``.
+
+    Raises:
+        ValueError: ``name`` is not registered (the message lists the registered names).
+    """
+    return attention_class(name).decode
+
+
+def state_nbytes(state):
+    """Bytes held by the tensors of a decode state (``Attention.prefill``): tensors found in
+    ``state`` itself, in dicts, lists and tuples, and in the attributes of other objects, at any
+    depth, each tensor counted once (its whole storage: a preallocated cache counts with its
+    spare room). Numbers and None count nothing."""
+    seen, total, todo = set(), 0, [state]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, torch.Tensor):
+            storage = x.untyped_storage()
+            if storage.data_ptr() not in seen:
+                seen.add(storage.data_ptr())
+                total += storage.nbytes()
+        elif isinstance(x, dict):
+            todo.extend(x.values())
+        elif isinstance(x, (list, tuple)):
+            todo.extend(x)
+        elif hasattr(x, "__dict__") and not isinstance(x, type):
+            todo.extend(vars(x).values())
+    return total
 
 
 def registered():
@@ -209,6 +263,13 @@ class Attention(nn.Module):
     unless the method needs them; projections live in the model). Subclasses implement
     ``forward(q, k, v, causal, attention_mask=None)`` as described in the module docstring.
 
+    Output dtype: the output has v's dtype; under ``torch.autocast`` it may have the autocast
+    dtype instead (as PyTorch's own products and ``scaled_dot_product_attention`` do), and no
+    other. So bfloat16 q, k, v under bfloat16 autocast (what the model's ``c_attn`` hands the
+    attention under ``--dtype=bfloat16``) give a bfloat16 output; float32 ones give float32 or
+    bfloat16 (``attention.testing.allowed_output_dtypes``; tests/attention/test_contract.py
+    asserts it for every registered attention, also with its accuracy under autocast).
+
     Metadata (class attributes and class methods; what the benchmark, the tests and the docs read
     from the registry, ``attention_class(name)``, instead of keeping lists of their own):
 
@@ -238,8 +299,17 @@ class Attention(nn.Module):
       (``made_before_defaults``).
     - ``flops(params, T, D, causal, heads=1)`` (class method) and ``flop_formula`` (str): the
       analytic forward FLOPs of one call and their formula in words (scripts/bench/attention.py);
-      None: no formula. ``reported_flops(T, D, heads)``: FLOPs of one call from the module's own
+      required of an attention in the repository (tests/scripts/test_bench_attention.py); None (the
+      default) only for one passed with ``--import``: no formula. ``reported_flops(T, D, heads)``: FLOPs of one call from the module's own
       counters after it has run (``stats``), None without counters.
+
+    - ``decode`` (None | "kv_cache" | "state", default None): how the method generates a token at
+      a time (``decode_kind``), through ``prefill`` and ``step``: "kv_cache" keeps the past keys
+      and values (memory and time per token grow with the context), "state" a fixed-size summary
+      of them (``state_nbytes`` does not depend on the context; the tests assert it). None: no
+      decode path; a model recomputes its window at every step instead (``model.GPT.generate``).
+      ``register`` checks that a class with a decode path is exactly causal and overrides both
+      methods; ``tests/attention/test_decode.py`` checks every such class against its forward.
 
     Self-exclusion (optional, per method): a method that supports it declares a constructor
     parameter ``exclude_self=False`` and stores it as ``self.exclude_self``. When True, query t
@@ -262,6 +332,7 @@ class Attention(nn.Module):
     flop_formula = None
     defaults_date = None
     defaults_before = None
+    decode = None
 
     @classmethod
     def made_before_defaults(cls, date):
@@ -299,6 +370,54 @@ class Attention(nn.Module):
 
     def reset_stats(self):
         """Zero the counters returned by ``stats``."""
+
+    def prefill(self, q, k, v, attention_mask=None):
+        """Causal attention over a prompt, and the decode state that continues it (``decode``).
+
+        Args:
+            q, k (torch.Tensor): (B, H, T, D), T >= 1; v (B, H, T, Dv); one float dtype, any device.
+            attention_mask (torch.Tensor | None): (B, T) bool, True = real token; padded keys get
+                no attention now nor at any later step.
+
+        Returns:
+            (out, state): out (B, H, T, Dv) in v's dtype, the causal forward's output,
+            ``forward(q, k, v, causal=True, attention_mask=attention_mask)``; state: the method's
+            own object (tensors on the inputs' device, accumulated in float32 or wider, or in the
+            inputs' dtype for a cache), to be handed to ``step`` and to nothing else; one state per
+            layer and sequence batch. The decode path computes the evaluation-mode output (no
+            dropout or other training noise).
+
+        Raises:
+            NotImplementedError: the method has no decode path (``decode`` None: this default).
+        """
+        raise NotImplementedError(self._no_decode_path("prefill"))
+
+    def step(self, q_t, k_t, v_t, state):
+        """Attention of one new token (position t = the number of tokens seen so far) over every
+        real token before it and itself.
+
+        Args:
+            q_t, k_t (torch.Tensor): (B, H, 1, D); v_t (B, H, 1, Dv); the dtype and device of the
+                prefill's inputs. The new token is real (no padding).
+            state: what ``prefill`` or the previous ``step`` returned; it may be updated in place,
+                so only the returned state may be used afterwards.
+
+        Returns:
+            (o_t, state): o_t (B, H, 1, Dv) in v_t's dtype, the last row of the causal forward over
+            the tokens 0..t (the prefill's mask extended by True), up to rounding; the state after
+            token t.
+
+        Raises:
+            NotImplementedError: the method has no decode path (``decode`` None: this default).
+        """
+        raise NotImplementedError(self._no_decode_path("step"))
+
+    def _no_decode_path(self, method):
+        cls = type(self)
+        name = getattr(cls, "registry_name", cls.__qualname__)
+        return (f"attention '{name}' ({cls.__module__}.{cls.__qualname__}) has no decode path: {method}() is not "
+                f"implemented (class attribute decode = {cls.decode!r}); a model recomputes its window at every "
+                f"step instead (model.GPT.generate)")
 
 
 def matrix_flops(T, D):
@@ -338,6 +457,18 @@ def check_qkv(q, k, v, attention_mask=None):
         if attention_mask.dtype != torch.bool or tuple(attention_mask.shape) != (B, T):
             raise ValueError(f"attention_mask must be a bool tensor of shape (B, T) = ({B}, {T}), True = real "
                              f"token; got {attention_mask.dtype} {tuple(attention_mask.shape)}")
+
+
+def check_step(q_t, k_t, v_t):
+    """Validate the inputs of ``Attention.step``: q_t, k_t of shape (B, H, 1, D), v_t (B, H, 1, Dv).
+
+    Raises:
+        ValueError: a rank other than 4, mismatched shapes, or more than one token.
+    """
+    check_qkv(q_t, k_t, v_t)
+    if q_t.shape[2] != 1 or k_t.shape[2] != 1:
+        raise ValueError(f"step takes one token: q_t, k_t, v_t of shape (B, H, 1, D); got {tuple(q_t.shape)}, "
+                         f"{tuple(k_t.shape)}, {tuple(v_t.shape)}")
 
 
 def allowed_keys(T, causal, attention_mask=None, exclude_self=False, window=0, device=None):

@@ -14,6 +14,9 @@ importable from here), the conjunction of:
   casino protocol, see ``attention.Attention``);
 - ``attention_mask`` (B, T) bool, True = real token: key j must be real.
 
+Decoding (``decode = "kv_cache"``, both modules): ``prefill`` keeps the prompt's keys and values
+in an ``attention.kv_cache.KVCache`` and ``step`` appends one token and attends with the same rules.
+
 A query row with no allowed key outputs zeros; it is the only case where the output is forced,
 so NaNs from upstream stay NaN: a NaN query gives a NaN output row, a NaN key or value gives NaN
 in every row that may attend to it. A NaN key or value may also reach the other non-empty rows
@@ -25,7 +28,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from attention.registry import Attention, allowed_keys, check_qkv, matrix_flops, register
+from attention.kv_cache import KVCache
+from attention.registry import Attention, allowed_keys, check_qkv, check_step, matrix_flops, register
 
 
 def _check_options(exclude_self, window):
@@ -36,6 +40,14 @@ def _check_options(exclude_self, window):
 
 
 class _SoftmaxBase(Attention):
+    """What both softmax modules share: their options and the decode path, a KV cache
+    (``attention.kv_cache.KVCache``: preallocated, grown geometrically). ``step`` attends with the
+    module's own kernel (``_attend``) to the cached keys its rules allow: the last ``window`` ones
+    with a window (the cache still keeps every token), all but the new one with ``exclude_self``,
+    real ones only; no allowed key gives zeros, as in ``forward``."""
+
+    decode = "kv_cache"
+
     def __init__(self, exclude_self=False, window=0):
         super().__init__()
         _check_options(exclude_self, window)
@@ -43,6 +55,23 @@ class _SoftmaxBase(Attention):
 
     def extra_repr(self):
         return f"exclude_self={self.exclude_self}, window={self.window}"
+
+    def prefill(self, q, k, v, attention_mask=None):
+        """``Attention.prefill``: the causal forward, and a ``KVCache`` of k and v (their dtype)."""
+        return self.forward(q, k, v, True, attention_mask), KVCache(k, v, attention_mask)
+
+    def step(self, q_t, k_t, v_t, state):
+        """``Attention.step``: k_t, v_t appended to the cache, q_t attends to the allowed keys."""
+        check_step(q_t, k_t, v_t)
+        state.append(k_t, v_t)
+        start = max(0, state.length - self.window) if self.window else 0
+        real = state.real(start)
+        allowed = None if real is None else real[:, None, None, :]  # (B, 1, 1, n)
+        if self.exclude_self:
+            n = state.length - start
+            others = (torch.arange(n, device=q_t.device) != n - 1)[None, None, None, :]
+            allowed = others if allowed is None else allowed & others
+        return self._attend(q_t, state.keys(start), state.values(start), allowed), state
 
 
 @register("softmax_reference")
@@ -69,9 +98,14 @@ class SoftmaxReference(_SoftmaxBase):
     def forward(self, q, k, v, causal, attention_mask=None):
         """q, k, v: (B, H, T, D); attention_mask: (B, T) bool or None -> out (B, H, T, D)."""
         check_qkv(q, k, v, attention_mask)
+        mask = allowed_keys(q.shape[2], causal, attention_mask, self.exclude_self, self.window, q.device)
+        return self._attend(q, k, v, mask)
+
+    def _attend(self, q, k, v, mask):
+        """Softmax attention of q (B, H, Tq, D) over k, v (B, H, Tk, D) with the allowed pairs
+        ``mask`` (broadcastable to (B, H, Tq, Tk), True = allowed) or None (all allowed)."""
         work = torch.promote_types(q.dtype, torch.float32)
         scores = (q.to(work) @ k.to(work).transpose(-1, -2)) / math.sqrt(q.shape[-1])
-        mask = allowed_keys(q.shape[2], causal, attention_mask, self.exclude_self, self.window, q.device)
         empty = None
         if mask is not None:
             # a row without an allowed key is defined as zero; its scores stay finite (the softmax
@@ -116,7 +150,14 @@ class Softmax(_SoftmaxBase):
         check_qkv(q, k, v, attention_mask)
         if attention_mask is None and not self.exclude_self and not self.window:
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-        mask = allowed_keys(q.shape[2], causal, attention_mask, self.exclude_self, self.window, q.device)
+        return self._attend(q, k, v, allowed_keys(q.shape[2], causal, attention_mask, self.exclude_self,
+                                                  self.window, q.device))
+
+    def _attend(self, q, k, v, mask):
+        """Softmax attention of q (B, H, Tq, D) over k, v (B, H, Tk, D) through the fused kernel,
+        with the allowed pairs ``mask`` (broadcastable to (B, H, Tq, Tk), True = allowed) or None."""
+        if mask is None:
+            return F.scaled_dot_product_attention(q, k, v)
         # a row with no allowed key is defined as zero: inside the kernel it may attend to every key,
         # so that its scores stay finite on every backend (an all -inf row gives NaN or zero depending
         # on the backend, and may put NaN into the backward), and it is zeroed afterwards

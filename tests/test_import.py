@@ -1,7 +1,8 @@
 """Plugging in from outside the repository (``--import=FILE``, ``configurator.import_files``): a toy
 attention and a toy task written to a temporary folder, each one file that registers itself, with
 no edit of the repository. The attention passes the contract test (run by pytest with
-``--import``), trains for 5 steps and is benchmarked; the task trains, resumes and its checkpoint
+``--import``), trains for 5 steps and is benchmarked; a toy with a decode path passes the decode
+test; the task trains, resumes and its checkpoint
 loads. These two files are what docs/architecture.md's rows "a new attention" / "a new task" say a
 user needs outside the repository."""
 import json
@@ -48,6 +49,39 @@ TOY_ATTENTION = textwrap.dedent('''
             empty = ~allowed.any(-1, keepdim=True)  # a row without a real key attends to nothing
             scores = scores.masked_fill(~allowed, float("-inf")).masked_fill(empty, 0.0)
             return (torch.softmax(scores, dim=-1).masked_fill(~allowed, 0.0) @ v).to(v.dtype)
+''')
+
+TOY_DECODER = textwrap.dedent('''
+    """The mean of the values of the real tokens up to each position (a toy with a decode state)."""
+    import torch
+
+    import attention
+
+
+    @attention.register("toy_running_mean")
+    class RunningMean(attention.Attention):
+        causal = "exact"
+        decode = "state"
+
+        def forward(self, q, k, v, causal, attention_mask=None):
+            w = torch.ones(v.shape[0], 1, v.shape[2], 1, dtype=v.dtype, device=v.device)
+            if attention_mask is not None:
+                w = attention_mask[:, None, :, None].to(v.dtype)
+            if causal:
+                return (v * w).cumsum(2) / w.cumsum(2).clamp_min(1)
+            return ((v * w).sum(2, keepdim=True) / w.sum(2, keepdim=True).clamp_min(1)).expand_as(v)
+
+        def prefill(self, q, k, v, attention_mask=None):
+            w = torch.ones(v.shape[0], 1, v.shape[2], 1, dtype=v.dtype, device=v.device)
+            if attention_mask is not None:
+                w = attention_mask[:, None, :, None].to(v.dtype)
+            state = {"total": (v * w).sum(2, keepdim=True), "count": w.sum(2, keepdim=True)}
+            return self.forward(q, k, v, True, attention_mask), state
+
+        def step(self, q_t, k_t, v_t, state):
+            state["total"] += v_t
+            state["count"] += 1
+            return state["total"] / state["count"], state
 ''')
 
 TOY_TASK = textwrap.dedent('''
@@ -112,6 +146,7 @@ TINY = ["--n_layer=1", "--n_head=2", "--n_embd=16", "--block_size=16", "--batch_
 def plugins(tmp_path_factory):
     folder = tmp_path_factory.mktemp("plugins")
     (folder / "toy_attention.py").write_text(TOY_ATTENTION)
+    (folder / "toy_decoder.py").write_text(TOY_DECODER)
     (folder / "toy_task.py").write_text(TOY_TASK)
     return folder
 
@@ -128,6 +163,13 @@ def test_the_contract_test_checks_an_imported_attention(plugins):
                f"--import={plugins / 'toy_attention.py'}", "-k", "toy_tempered_softmax"])
     passed = int(out.strip().splitlines()[-1].split(" passed")[0].split()[-1])
     assert passed >= 15 and "failed" not in out.splitlines()[-1]
+
+
+def test_the_decode_test_checks_an_imported_decoder(plugins):
+    out = run(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/attention/test_decode.py",
+               f"--import={plugins / 'toy_decoder.py'}", "-k", "toy_running_mean"])
+    passed = int(out.strip().splitlines()[-1].split(" passed")[0].split()[-1])
+    assert passed == 3 and "failed" not in out.splitlines()[-1]  # steps with and without padding, float32
 
 
 def test_an_imported_task_and_attention_train_resume_and_load(plugins, tmp_path):

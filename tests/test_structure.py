@@ -8,6 +8,7 @@ import pathlib
 
 import eval_mlm
 import eval_ppl
+import sample
 import tasks
 import train
 
@@ -142,7 +143,7 @@ def test_every_config_key_of_train_is_declared_once():
 
 
 def test_the_eval_scripts_redeclare_a_key_of_train_only_with_a_reason():
-    for script in (eval_ppl, eval_mlm):
+    for script in (eval_ppl, eval_mlm, sample):
         path = pathlib.Path(script.__file__)
         own = set(literal_keys(path, "DEFAULTS")) & set(train.DEFAULTS)
         assert own == set(script.OWN_KEYS), (path.name, own ^ set(script.OWN_KEYS))

@@ -12,8 +12,10 @@ custom autograd Function of section 2.5, the backend choice and the output gradi
 both backends), ``chunked.py`` (the PyTorch backend), ``kernels/`` (the Triton backend: chunk-state
 kernels for p = 1 and 2 and a FlashAttention-style kernel for p = 2, forward and backward; on CPU
 tensors they run under ``TRITON_INTERPRET=1``),
-``authors_baseline.py`` (the authors' formulation, for benchmarks). Imports go one way:
-this module -> function.py -> the backends, which import nothing of the package.
+``authors_baseline.py`` (the authors' formulation, for benchmarks), ``decode.py`` (a token at a
+time: the factorized moments of the keys, constant memory in T; ``Fastmax.prefill`` / ``step``).
+Imports go one way: this module -> function.py -> the backends, which import nothing of the
+package; decode.py imports reference.py only.
 """
 import importlib.util
 import math
@@ -22,7 +24,8 @@ import warnings
 
 import torch
 
-from attention.registry import Attention, check_qkv, matrix_flops, register
+from attention.registry import Attention, check_qkv, check_step, matrix_flops, register
+from attention.fastmax import decode as decoding
 from attention.fastmax.function import coefficients, fastmax_factorized
 from attention.fastmax.dropout import DROPOUT_VARIANTS, draw_dropout_masks, numerator_keys
 from attention.fastmax.reference import (NORMALIZATIONS, kernel_minimum, max_norm_scale, normalize_qk,
@@ -149,6 +152,7 @@ class Fastmax(Attention):
     """
 
     causal = "exact"
+    decode = "state"  # the moments of decode.py: D^p (Dv + 1) numbers per head, whatever T
     defaults_date = "2026-11-27T00:20:48+00:00"  # normalization="paper" replaced max_norm as the default
     defaults_before = 'normalization="max_norm"'
     # the chunked PyTorch path ("auto" picks the explicit form at these sizes), two chunks at T ~ 20
@@ -283,6 +287,34 @@ class Fastmax(Attention):
         if noise:  # the authors' CUDA extension: multiplicative Gaussian noise on the output
             out = out * (1.0 + self.dropout * torch.randn_like(out))
         return out
+
+    def prefill(self, q, k, v, attention_mask=None):
+        """``Attention.prefill``: the causal forward (the module's implementation) and the moments
+        of ``decode.prefill_state`` in float32 or wider. Every normalization decodes exactly
+        ("max_norm" with its causal running maxima in the state).
+
+        Raises:
+            ValueError: in training mode with dropout (decoding computes the evaluation output),
+                and ``forward``'s errors.
+        """
+        if self.training and self.dropout > 0:
+            raise ValueError(f"fastmax: decoding computes the evaluation-mode output, but the module is in training "
+                             f"mode with dropout={self.dropout}; call .eval() first")
+        out = self.forward(q, k, v, True, attention_mask)
+        work = torch.promote_types(q.dtype, torch.float32)
+        with torch.autocast(device_type=q.device.type, enabled=False):
+            state = decoding.prefill_state(q.to(work), k.to(work), v.to(work), attention_mask, self.p,
+                                           self.normalization, self.lim)
+        return out, state
+
+    def step(self, q_t, k_t, v_t, state):
+        """``Attention.step``: (B, H, 1, D) inputs, the moments of ``prefill`` updated in place."""
+        check_step(q_t, k_t, v_t)
+        work = state["M0"].dtype
+        with torch.autocast(device_type=q_t.device.type, enabled=False):
+            out = decoding.step(q_t.to(work), k_t.to(work), v_t.to(work), state, self.p, self.a0, self.a1, self.a2,
+                                self.temperature_for(q_t.shape[-1]), self.normalization, self.lim)
+        return out.to(v_t.dtype), state
 
     def _warn_negative_weights(self, D):
         if self._warned:

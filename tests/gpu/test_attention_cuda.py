@@ -14,7 +14,7 @@ Tolerances, stated:
   with the values (DANet's outputs reach about 60 and its gradients about 50 here);
 - bfloat16 autocast (as ``train.py --dtype=bfloat16``): relative Frobenius errors of the output and
   of the gradients within ``attention.testing.BF16_BOUNDS`` (0.02 and 0.05; the CPU measured at most
-  0.005 and 0.009, tests/attention/test_autocast.py).
+  0.007 and 0.009, tests/attention/test_contract.py::test_under_bfloat16_autocast).
 Tree attention also runs in float64 on the GPU with several samplers: the same buds, so equal to
 the CPU reference to 1e-10.
 """

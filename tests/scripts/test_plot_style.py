@@ -17,6 +17,7 @@ import pytest  # noqa: E402
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 
 import attention  # noqa: E402
+from attention.testing import in_repository  # noqa: E402
 from scripts import plot_style  # noqa: E402
 from scripts.analysis import loss_curves, per_position_table  # noqa: E402
 from scripts.bench import attention as bench  # noqa: E402
@@ -89,9 +90,17 @@ def test_the_registry_drives_the_styles(monkeypatch):
     assert "aaa_probe" not in plot_style.registered_names()
 
 
-SCRIPT = ("import json, sys; from scripts.plot_style import method_style, figure_styles; "
+SCRIPT = ("import json, sys, configurator; configurator.import_files(json.loads(sys.argv[2])); "
+          "from scripts.plot_style import method_style, figure_styles; "
           "labels = json.loads(sys.argv[1]); "
           "print(json.dumps([{l: method_style(l) for l in labels}, figure_styles(labels)]))")
+
+
+def imports_of_registered_attentions():
+    """``--import=FILE`` for each file outside the repository that registered an attention here (pytest's
+    ``--import``), so that another process has the same registry, hence the same styles."""
+    outside = {attention.attention_class(name).__module__ for name in attention.registered() if not in_repository(name)}
+    return [f"--import={sys.modules[module].__file__}" for module in sorted(outside)]
 
 
 def test_a_style_is_the_same_in_every_process():
@@ -99,9 +108,10 @@ def test_a_style_is_the_same_in_every_process():
         labels = [m["label"] for m in json.load(f)["methods"]]
     labels += attention.registered() + ["fastmax_p1", "tree_E0.5", "no dropout", "authors2"]
     here = [{label: plot_style.method_style(label) for label in labels}, plot_style.figure_styles(labels)]
+    imports = json.dumps(imports_of_registered_attentions())
     for seed in ("0", "12345"):  # Python's str hash changes with the seed; the styles must not
         env = dict(os.environ, PYTHONHASHSEED=seed)
-        out = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(labels)], cwd=ROOT, env=env,
+        out = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(labels), imports], cwd=ROOT, env=env,
                              capture_output=True, text=True, check=True).stdout
         assert json.loads(out) == json.loads(json.dumps(here))
     assert plot_style.method_style("fastmax1") == plot_style.method_style("fastmax1")

@@ -56,8 +56,10 @@ def read(path):
 
 
 def task_of(ckpt):
-    """The task a checkpoint dict was trained on (checkpoints before tasks were all "lm")."""
-    return ckpt.get("task", ckpt.get("config", {}).get("task", "lm"))
+    """The task a checkpoint dict was trained on."""
+    # ckpt["task"] (and config["task"]) are saved since bbbf0fb (2026-11-22, one loop for every task);
+    # the checkpoints written before it have neither and are all language models
+    return ckpt.get("task", "lm")
 
 
 def build_model(state, task):

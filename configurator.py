@@ -21,6 +21,7 @@ import difflib
 import importlib.util
 import os
 import sys
+import textwrap
 
 ATTENTION_PREFIX = "attention."
 
@@ -58,10 +59,12 @@ def _check_type(key, value, default):
 
 
 HELP_FLAGS = ("--help", "-h")
+HELP_COLUMNS = 100  # --help wraps every meaning to this width
 
 
 def format_help(defaults, help=None, prog=None):
-    """The ``--help`` text: usage, then one line per key: name, default, meaning.
+    """The ``--help`` text: usage, then per key its name, default and meaning, the meaning wrapped
+    to ``HELP_COLUMNS`` columns in a column of its own (continuation lines indented to it).
 
     Args:
         defaults: dict of every valid key and its default value (printed in this order).
@@ -78,11 +81,18 @@ def format_help(defaults, help=None, prog=None):
              "",
              "keys (default, meaning):"]
     shown = {k: repr(v) for k, v in defaults.items()}
-    width = min(28, max(len(k) for k in defaults)) if defaults else 0
-    dwidth = min(24, max(len(s) for s in shown.values())) if defaults else 0
+    width = min(24, max(len(k) for k in defaults)) if defaults else 0
+    dwidth = min(16, max(len(s) for s in shown.values())) if defaults else 0
+    column = 2 + 2 + width + 1 + dwidth + 2  # where every meaning starts
     for key, text in shown.items():
-        meaning = help.get(key, "")
-        lines.append(f"  --{key:<{width}} {text:<{dwidth}}  {meaning}".rstrip())
+        head = f"  --{key:<{width}} {text:<{dwidth}}  "
+        body = textwrap.wrap(help.get(key, ""), width=HELP_COLUMNS - column, break_long_words=False,
+                             break_on_hyphens=False)
+        if len(head) > column and body:  # a long name or default: its meaning starts on the next line
+            lines.append(head.rstrip())
+            head = ""
+        lines.append((head.ljust(column) + (body[0] if body else "")).rstrip())
+        lines.extend(" " * column + line for line in body[1:])
     return "\n".join(lines)
 
 
@@ -102,7 +112,8 @@ def parse(defaults, argv, help=None):
         SystemExit(0): ``--help`` or ``-h`` in ``argv`` (after printing every key, its default
             and meaning to stdout).
         ConfigError: unknown key (names the closest valid keys), wrong type, malformed argument,
-            or a missing config file.
+            a missing config file, or one that does not run (a syntax error or an exception: the
+            file, the line and what Python says).
     """
     return parse_explicit(defaults, argv, help)[0]
 
@@ -172,7 +183,12 @@ def _apply_file(config, defaults, path, explicit):
     except OSError as e:
         raise ConfigError(f"cannot read config file '{path}': {e.strerror}") from e
     namespace = {}
-    exec(compile(source, path, "exec"), namespace)  # config files are trusted plain Python
+    try:
+        exec(compile(source, path, "exec"), namespace)  # config files are trusted plain Python
+    except SyntaxError as e:
+        raise ConfigError(f"config file {path}, {syntax_error(e, path)}") from None
+    except Exception as e:  # a NameError, an import that fails, ...: what Python says, and where
+        raise ConfigError(f"config file {path}, line {_line_in(e, path)}: {type(e).__name__}: {e}") from None
     for key, value in namespace.items():
         if key.startswith("_") or key == "__builtins__":
             continue
@@ -244,8 +260,9 @@ def import_files(argv):
 
     Raises:
         ConfigError: ``--import`` without a file; a file that does not exist or is not a ``.py``
-            file; a file whose name is a module already imported from elsewhere (rename it).
-        Whatever the file raises while it runs (its own traceback: the error is in that code).
+            file; a file whose name is a module already imported from elsewhere (rename it); a
+            file (or a module it imports) with a syntax error (the file, line and Python's message).
+        Whatever else the file raises while it runs (its own traceback: the error is in that code).
     """
     rest, paths = [], []
     args = iter(argv)
@@ -279,10 +296,33 @@ def _import_file(path):
     sys.modules[name] = module  # before running it, as Python's own import does (pickling, self-imports)
     try:
         spec.loader.exec_module(module)
+    except SyntaxError as e:  # the file cannot run at all: one line, as for a config file
+        del sys.modules[name]
+        raise ConfigError(f"--import={path}: {syntax_error(e, full)}") from None
     except BaseException:
         del sys.modules[name]
         raise
     return full
+
+
+def syntax_error(error, path):
+    """What Python says of a SyntaxError in one line: ``line N: <message>: <the line>``, with the
+    file named when it is not ``path`` (a module the file imports)."""
+    where = "" if os.path.abspath(error.filename or path) == os.path.abspath(path) else f"{error.filename}, "
+    text = (error.text or "").strip()
+    text = f": {text[:80]}" + ("..." if len(text) > 80 else "") if text else ""
+    return f"{where}line {error.lineno}: {error.msg}{text}"
+
+
+def _line_in(error, path):
+    """The line of ``path`` that was running when ``error`` was raised (its traceback's last frame
+    in that file), or "?"."""
+    line, tb = "?", error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == path:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
 
 
 def run_cli(main, argv=None):

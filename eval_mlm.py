@@ -211,10 +211,11 @@ def main(argv):
     bad = sorted(set(regimes) - set(REGIMES))
     if bad:
         raise ConfigError(f"unknown regime(s) {bad}; allowed: {', '.join(REGIMES)}")
-    bert_vocab = args["bert_vocab"] or cfg.get("bert_vocab", "")
+    # every task="mlm" checkpoint saves both keys (since the task's first commit, 28a393c, 2026-11-22)
+    bert_vocab = args["bert_vocab"] or cfg["bert_vocab"]
     try:
         mlm_data.prepare(cfg["dataset"], cfg["dataset_config"], cfg["tokenizer"],
-                         args["data_source_dir"] or cfg.get("data_source_dir", ""), bert_vocab, verbose=False)
+                         args["data_source_dir"] or cfg["data_source_dir"], bert_vocab, verbose=False)
         tokens = mlm_data.open_split(args["split"], cfg["dataset"], cfg["dataset_config"], cfg["tokenizer"])
         vocab = mlm_data.vocab_info(cfg["tokenizer"], bert_vocab)
         counts = train_unigram_counts(cfg, vocab)

@@ -267,7 +267,9 @@ def score(model, tokens, cfg, L):
     out = dict(nll_sum=0.0, entropy_sum=0.0, count=0, position_nll=np.zeros(L - 1),
                position_entropy=np.zeros(L - 1), position_count=np.zeros(L - 1, dtype=np.int64))
     t0 = time.time()
-    bar = tqdm(total=len(wins), unit="window", desc=f"{cfg['protocol']} L={L}", file=sys.stderr, disable=None)
+    desc = f"{cfg['protocol']} L={L}"
+    bar = (tqdm(total=len(wins), unit="window", desc=desc, file=sys.stderr) if sys.stderr.isatty()
+           else ProgressLines(len(wins), desc, sys.stderr))  # a log file gets a line every few percent
     i = 0
     while i < len(wins):
         length = wins[i][1] - wins[i][0]
@@ -295,10 +297,39 @@ def score(model, tokens, cfg, L):
         if stride == L:
             out["position_nll"][:length - 1] += token_nll.sum(0).double().cpu().numpy()
             out["position_count"][:length - 1] += keep.sum(0).cpu().numpy()
+        bar.set_postfix_str(f"{out['count'] / max(time.time() - t0, 1e-9):,.0f} tokens/s", refresh=False)
         bar.update(len(group))
-        bar.set_postfix_str(f"{out['count'] / max(time.time() - t0, 1e-9):,.0f} tokens/s")
     bar.close()
     return out
+
+
+class ProgressLines:
+    """The progress of ``score`` when stderr is not a terminal (a log file, a pipe), where tqdm's
+    bar would print nothing: a line ``<desc>: 35% (700/2,000 windows), <postfix>, elapsed 4m10s, ETA
+    7m45s`` each time another ``every`` of the ``total`` is done (tqdm's ``update``,
+    ``set_postfix_str`` and ``close``)."""
+
+    def __init__(self, total, desc, file, every=0.05):
+        self.total, self.desc, self.file, self.every = total, desc, file, every
+        self.done, self.postfix, self.next, self.start = 0, "", every, time.time()
+
+    def set_postfix_str(self, text, refresh=True):
+        self.postfix = text
+
+    def update(self, n):
+        self.done += n
+        fraction = self.done / max(self.total, 1)
+        if fraction + 1e-12 < self.next and self.done < self.total:
+            return
+        self.next = (math.floor(fraction / self.every + 1e-9) + 1) * self.every
+        elapsed = time.time() - self.start
+        left = elapsed / fraction * (1 - fraction) if fraction > 0 else 0.0
+        postfix = f", {self.postfix}" if self.postfix else ""
+        print(f"{self.desc}: {100 * fraction:.0f}% ({self.done:,}/{self.total:,} windows){postfix}, elapsed "
+              f"{T.format_duration(elapsed)}, ETA {T.format_duration(left)}", file=self.file, flush=True)
+
+    def close(self):
+        pass
 
 
 def evaluate(cfg):

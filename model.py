@@ -16,8 +16,9 @@ choice for both (``pos_emb``: learned, sinusoidal, cosine_relpe, none).
 Generation (``GPT.generate``; sample.py): the prompt through ``GPT.prefill``, then a token at a
 time through ``GPT.decode_step``, each block keeping its attention's decode state (the registry's
 ``prefill`` / ``step``) and taking its per-position pieces (learned or sinusoidal positions, Cosine
-RelPE, the token shift's previous embedding) at the token's offset; DANet blocks and attentions
-without a decode path recompute the last block_size tokens at every step instead.
+RelPE, the token shift's previous embedding) at the token's offset; attentions without a decode
+path, and the models ``GPT.decode_unsupported`` names (e.g. a DANet with a global layer below its
+last), recompute the last block_size tokens at every step instead.
 
 Shapes: token ids (B, T) int64; hidden states (B, T, C) with C = n_embd; q/k/v per head
 (B, H, T, D) with D = C / H; logits (B, T, V); attention_mask (B, T) bool, True = real token
@@ -519,6 +520,13 @@ class DenseSelfAttention(AttentionLayer):
         y = self.mechanism(q, kv, kv, causal=self.causal, attention_mask=attention_mask)
         return y.transpose(1, 2).reshape(x.shape)
 
+    def decode(self, x, state=None):
+        """``forward`` a token at a time (``DANetBlock.decode``): the mechanism's ``prefill`` for a
+        prompt x (B, T, C) when ``state`` is None, else its ``step`` for one token. Returns (y, state)."""
+        q, kv = self.heads(self.c_q(x)), self.heads(x)
+        y, state = self.mechanism.prefill(q, kv, kv) if state is None else self.mechanism.step(q, kv, kv, state)
+        return y.transpose(1, 2).reshape(x.shape), state
+
 
 class DANetFFN(nn.Module):
     """The FFN of a DANet block: ReLU(x (s_fc W_fc)^T) (s_proj W_proj)^T, no biases, width 4C.
@@ -603,6 +611,20 @@ class DANetBlock(nn.Module):
             h = h * relpe.repeat(1, self.n_head)  # (T, D) per head -> (T, C)
         y = self.attn(h, attention_mask)
         return x + max_norm(self.mlp(y), self.eps)
+
+    def decode(self, x, state=None, relpe=None):
+        """``forward`` for generation (``GPT.decode_step``): (x, state) -> (x, state), the prompt
+        when ``state`` is None, else one token. DenseAttention is trilinear in its input, so the
+        scale a enters as a^3 on its output: the state keeps the sums of the unscaled input, and
+        a global layer's a = N^(-1/3) is that of the tokens seen so far (N = the state's length),
+        as the forward over them uses it for its last row. Only the last layer may be global
+        (``GPT.decode_unsupported``): a global layer's rows depend on N."""
+        h = max_norm(x, self.eps)
+        if relpe is not None:
+            h = h * relpe.repeat(1, self.n_head)
+        y, state = self.attn.decode(h, state)
+        cube = 1.0 / self.window if self.window else 1.0 / state["length"]  # a^3
+        return x + max_norm(self.mlp(y * cube), self.eps), state
 
 
 class Transformer(nn.Module):
@@ -694,7 +716,7 @@ class Transformer(nn.Module):
         return self.ln_f(x)
 
     def decode(self, idx, cache):
-        """``forward`` for generation, transformer blocks only (``GPT.decode_unsupported``): the
+        """``forward`` for generation (the models ``GPT.decode_unsupported`` allows): the
         tokens idx (B, T) at positions cache.length.. (a prompt when the cache is new, else one
         token), each block continuing its state in ``cache`` (``DecodeCache``, updated). Position
         embeddings, the Cosine RelPE factors and the token shift's previous embedding are taken at
@@ -909,17 +931,35 @@ class GPT(AttentionSwapMixin, nn.Module):
 
     def decode_unsupported(self):
         """Why this model cannot generate with one decode state per layer (a sentence), or None
-        when it can: DANet blocks, a PAD token id and attentions without a decode path
-        (``attention.decode_kind`` None) are not covered; ``generate`` recomputes its window
-        for them."""
+        when it can: a PAD token id and attentions without a decode path (``attention.decode_kind``
+        None) are not covered, nor DANet blocks with a global layer below the last or with
+        ``relpe_local_positions`` (``DANetBlock.decode``); ``generate`` recomputes its window
+        for them. Nor is an attention whose rows depend on the sequence's length (class attribute
+        ``rows_depend_on_length``, e.g. BigBird's last global blocks and random draw) below the
+        last layer: the later layers' cached keys of earlier positions would not be those of the
+        whole forward (its own step is, so one such layer on top is covered)."""
         c = self.config
-        if c.block != "transformer":
+        if c.block == "danet":
+            if c.pos_emb == "cosine_relpe" and c.relpe_local_positions:
+                return ("block='danet' with relpe_local_positions=True has no decode path (a shifted layer's positions "
+                        "depend on the length while it is at most window / 2)")
+            below = [i for i, block in enumerate(self.transformer.h[:-1]) if block.kind == "G"]
+            if below:
+                return (f"block='danet' with a global layer below the last (layer {below[0]}) has no decode path (its "
+                        f"input scale N^(-1/3) makes its rows depend on the length, so later layers cannot cache "
+                        f"their keys)")
+        elif c.block != "transformer":
             return f"block={c.block!r} has no decode path"
         if c.pad_token_id >= 0:
             return f"a model with a PAD token (pad_token_id={c.pad_token_id}) has no decode path"
-        for mechanism in self.attention_modules():
+        mechanisms = self.attention_modules()
+        for i, mechanism in enumerate(mechanisms):
+            name = type(mechanism).registry_name
             if type(mechanism).decode is None:
-                return f"attention {type(mechanism).registry_name!r} has no decode path"
+                return f"attention {name!r} has no decode path"
+            if i < len(mechanisms) - 1 and type(mechanism).rows_depend_on_length:
+                return (f"attention {name!r} in layer {i} of {len(mechanisms)} has no decode path in this model (its "
+                        f"rows depend on the sequence's length, so later layers cannot cache their keys)")
         return None
 
     @torch.no_grad()

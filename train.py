@@ -19,7 +19,9 @@ Per optimizer step: the micro-batch losses are summed, all-reduced over DDP rank
 sees the same value and a non-finite loss on any rank stops all of them), gradients clipped,
 the optimizer steps, then the model's ``after_optimizer_step()`` runs if it defines one (e.g.
 DANet's rescaling of the FFN weights). Configuration and data errors end the run with one
-``error:`` line and exit status 2; a non-finite loss with status 1 and the last checkpoint
+``error:`` line and exit status 2, among them a new run into a folder that holds a run (resume it
+with --init_from=resume, or --overwrite=True) and a step that cannot fit in memory (estimated
+before the first, ``step_memory.py``); a non-finite loss with status 1 and the last checkpoint
 untouched. A run that stops early for any reason but its configuration (non-finite loss, Ctrl-C,
 out of memory, an exception) leaves an entry ``train_stopped_at_<iter>`` (command, commit, the
 reason) in out_dir/manifest.json.
@@ -58,6 +60,10 @@ def main(argv):
     cfg["out_dir"] = T.resolve_out_dir(cfg, explicit, argv)  # unset: configs/lra/text.py + attention/fastmax1.py
     if cfg["init_from"] not in T.INIT_FROM:
         raise ConfigError(f"init_from must be one of {', '.join(T.INIT_FROM)}, got {cfg['init_from']!r}")
+    T.check_out_dir(cfg)  # a file, or a new run over an old one without --overwrite=True
+    schedule = T.follow_max_iters(cfg, argv)  # --max_iters alone: lr_decay_iters follows it
+    if schedule and int(os.environ.get("RANK", 0)) == 0:
+        print(schedule, flush=True)
     ckpt = None
     if cfg["init_from"] == "resume":  # the checkpoint's task, model and data keys before any data is read
         ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
@@ -138,6 +144,8 @@ def train(cfg, task, dist, ckpt=None, command=None):
     final_evaluate = getattr(task, "final_evaluate", None)
     raw_model = checkpoint.build_model(ckpt, cfg["task"]) if ckpt else task.build_model(cfg, data)
     iter_num, best = (ckpt["iter_num"] if ckpt else 0), T.best_metric_value(ckpt, best_mode)
+    if not cfg["eval_only"]:  # refuse, in one line, a step that cannot fit in memory (step_memory.py)
+        T.check_step_memory(task, cfg, data, raw_model, dist, autocast, iter_num)
     raw_model.to(device)
     optimizer = T.configure_optimizer(raw_model, cfg, device_type)
     scaler = torch.amp.GradScaler(device_type, enabled=(ptdtype == torch.float16))
@@ -150,11 +158,9 @@ def train(cfg, task, dist, ckpt=None, command=None):
     after_step = getattr(raw_model, "after_optimizer_step", None)
 
     run_log = None
+    best_written = False  # whether best.pt is this run's (an earlier run's is replaced, never deleted first)
     if dist.master:
         os.makedirs(cfg["out_dir"], exist_ok=True)
-        if final_evaluate is not None and cfg["init_from"] == "scratch" and not cfg["eval_only"] \
-                and os.path.exists(best_path):
-            os.remove(best_path)  # a previous run's best weights must not be evaluated as this run's
         run_log, commit, summary = T.RunLog(cfg, iter_num, data), provenance.git_commit(), T.data_summary(data)
         if cfg["init_from"] == "resume":
             print(T.resume_message(cfg, iter_num, summary), flush=True)  # where, from where, how far, on what
@@ -167,7 +173,7 @@ def train(cfg, task, dist, ckpt=None, command=None):
         print(f"tokens per iteration: {tokens_per_iter:,}")
     start_iter, metrics = iter_num, None
     t_start = t_last = time.time()
-    tokens_since, eval_time = 0, 0.0
+    tokens_since, eval_time, evals_done = 0, 0.0, 0
     stop_reason = None  # why the loop ended early, for the manifest (else the exception itself)
     try:
         while True:
@@ -191,8 +197,10 @@ def train(cfg, task, dist, ckpt=None, command=None):
                         print(f"saved checkpoint to {ckpt_path}")
                     if not cfg["eval_only"] and improved and final_evaluate is not None:
                         checkpoint.save_best(best_path, raw_model, iter_num, best_name, best)
+                        best_written = True
                 t_last += time.time() - t_eval  # tokens/s counts training time only
                 eval_time += time.time() - t_eval
+                evals_done += 1
                 if cfg["stop_at"] and not cfg["eval_only"] and not at_end and dist.broadcast(
                         dist.master and T.reached(metrics[best_name], cfg["stop_at"], best_mode)):
                     if dist.master:
@@ -221,10 +229,10 @@ def train(cfg, task, dist, ckpt=None, command=None):
             tokens_since += tokens_per_iter
             if iter_num % cfg["log_interval"] == 0 and dist.master:
                 now = time.time()
-                # evaluations included
-                eta = (now - t_start) / (iter_num - start_iter) * (cfg["max_iters"] - iter_num)
+                eta, untimed = T.eta(iter_num, start_iter, cfg["max_iters"], cfg["eval_interval"],
+                                     now - t_start - eval_time, eval_time, evals_done, final_evaluate is not None)
                 run_log.step(iter_num, loss_value, lr, tokens_since / max(now - t_last, 1e-9), now - t_start, eta,
-                             cfg["max_iters"], tasks.to_float(metric_sums))
+                             cfg["max_iters"], tasks.to_float(metric_sums), untimed)
                 t_last, tokens_since = now, 0
     except ConfigError:
         raise  # a configuration error: nothing was trained
@@ -237,9 +245,12 @@ def train(cfg, task, dist, ckpt=None, command=None):
         raise
 
     if dist.master:
-        if final_evaluate is not None:
+        new_run = cfg["init_from"] == "scratch" and not cfg["eval_only"]
+        if final_evaluate is not None:  # on best.pt's weights if it is this run's
             T.final_evaluation(task, raw_model, data, cfg, device, autocast, run_log, iter_num, start_iter,
-                               time.time() - t_start - eval_time)
+                               time.time() - t_start - eval_time, use_best=best_written or cfg["init_from"] == "resume")
+        if new_run and not best_written and os.path.exists(best_path):
+            os.remove(best_path)  # an earlier run's, once this run has written its own files
         run_log.close()
         # out_dir/manifest.json: how this run was made ("train", or one entry per resumption)
         entry = "train" if start_iter == 0 else f"train_resumed_at_{start_iter}"

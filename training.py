@@ -1,5 +1,6 @@
 """What train.py's loop calls: the configuration keys, the learning-rate schedule, the optimizer,
-DDP, data preparation, checkpoints and resume, the run log and the final evaluation. train.py
+DDP, data preparation, the checks before a run starts (its out_dir, its step's memory:
+``step_memory.py``), checkpoints and resume, the run log, the ETA and the final evaluation. train.py
 keeps only ``main`` and the loop, so the loop reads on one screen (as nanoGPT's does).
 
 Checkpoints go to ``out_dir/ckpt.pt`` and, for tasks with a ``final_evaluate``, ``out_dir/best.pt``
@@ -16,8 +17,10 @@ exactly where the checkpoint stopped.
 
 The run log (``RunLog``): ``out_dir/log.jsonl`` gets one JSON record per start (what is trained,
 the data's manifest summary), per logged step, per evaluation and the final metrics; the same go
-to wandb when it is on. A scratch run into a used ``out_dir`` keeps the earlier run's log as
-``log.<n>.jsonl`` (``start_log``); a resumed run appends.
+to wandb when it is on. A new run refuses an ``out_dir`` that holds a run's checkpoint unless
+``overwrite`` is set (``check_out_dir``); then, or in a used folder without checkpoints, it keeps
+the earlier run's log as ``log.<n>.jsonl`` (``start_log``) and replaces the earlier checkpoints
+only by writing its own; a resumed run appends.
 
 The final evaluation (``final_evaluation``): after the loop, rank 0 loads best.pt's weights (the
 final weights if there is none), calls the task's ``final_evaluate`` (e.g. test accuracy) and
@@ -39,6 +42,7 @@ import checkpoint
 import configurator
 import data as data_lib
 import model as model_lib
+import step_memory
 import tasks
 from configurator import ConfigError
 
@@ -46,6 +50,7 @@ COMMON_DEFAULTS = dict(
     # I/O
     out_dir="out/wikitext2_gpt_mini",
     init_from="scratch",
+    overwrite=False,
     eval_interval=200,
     log_interval=10,
     eval_iters=20,
@@ -88,11 +93,14 @@ COMMON_HELP = dict(
             "at the best value of the task's best metric, e.g. val_loss or val_accuracy, which the final "
             "evaluation uses; written only by tasks with a final evaluation), log.jsonl, final_metrics.json; "
             "unset: out/ + the config files' names (configs/lra/text.py "
-            "configs/attention/fastmax1.py -> out/lra/text_fastmax1). A scratch run into a used out_dir renames "
-            "its log.jsonl and final_metrics.json to log.<n>.jsonl / final_metrics.<n>.json (n = 1, 2, ...)",
-    init_from="'scratch' (a new model; training it deletes an earlier run's best.pt in out_dir) or 'resume' (continue from "
-              "out_dir/ckpt.pt, the latest state, not best.pt, with its task, model and data keys; only "
-              "--init_from=resume --out_dir=DIR is needed)",
+            "configs/attention/fastmax1.py -> out/lra/text_fastmax1). A new run refuses an out_dir that holds a "
+            "checkpoint (see overwrite); one into a used out_dir renames its log.jsonl and final_metrics.json to "
+            "log.<n>.jsonl / final_metrics.<n>.json (n = 1, 2, ...)",
+    init_from="'scratch' (a new model) or 'resume' (continue from out_dir/ckpt.pt, the latest state, not best.pt, "
+              "with its task, model and data keys; only --init_from=resume --out_dir=DIR is needed)",
+    overwrite="a new run (init_from=scratch) into an out_dir that holds a run's ckpt.pt or best.pt: False refuses "
+              "(continue that run with --init_from=resume), True trains over it: its checkpoints are replaced as "
+              "the new run writes its own (nothing is deleted before), its log kept as log.<n>.jsonl",
     eval_interval="evaluate (and checkpoint) every this many optimizer steps, and at max_iters",
     log_interval="log the training loss every this many optimizer steps",
     eval_iters="batches per split in each evaluation",
@@ -112,7 +120,8 @@ COMMON_HELP = dict(
     block_size="tokens per training sequence = the model's maximum sequence length",
     gradient_accumulation_steps="micro-batches per optimizer step, summed over all DDP processes",
     learning_rate="peak learning rate (AdamW)",
-    max_iters="optimizer steps in total",
+    max_iters="optimizer steps in total (a new run's command line that sets it without lr_decay_iters moves "
+              "lr_decay_iters to it)",
     weight_decay="AdamW weight decay on matrices (none on biases and norms)",
     beta1="AdamW beta1",
     beta2="AdamW beta2",
@@ -121,7 +130,8 @@ COMMON_HELP = dict(
     lr_schedule="after warmup: 'cosine' (to min_lr at lr_decay_iters), 'constant', or 'rsqrt' "
                 "(learning_rate * sqrt(warmup_iters / step), LRA's rsqrt_decay)",
     warmup_iters="linear warmup steps",
-    lr_decay_iters="step at which the cosine schedule reaches min_lr",
+    lr_decay_iters="step at which the cosine schedule reaches min_lr; follows --max_iters when a new run's "
+                   "command line sets that and not this (the first line says so)",
     min_lr="final learning rate of the cosine schedule",
     device="torch device: cpu | cuda | cuda:N (a DDP run of train.py uses cuda:LOCAL_RANK)",
     dtype="float32 | bfloat16 | float16 (autocast; the last two need a GPU)",
@@ -304,6 +314,25 @@ def prepare_and_load_data(task, cfg, dist):
         raise ConfigError(str(e)) from None
 
 
+def check_step_memory(task, cfg, data, model, dist, autocast, iter_num):
+    """Refuse a run whose training step cannot fit in memory (``step_memory.check`` on rank 0, with
+    the first step's batch; every rank gets its verdict), before the model moves to the device.
+
+    Raises:
+        ConfigError: the estimate, its parts and what is available, in one line.
+    """
+    batch = task.get_batch(data, "train", cfg, tasks.batch_seed(cfg, dist.rank, iter_num, 0), "cpu")
+    failure = None
+    if dist.master:
+        try:
+            step_memory.check(task, cfg, data, model, batch, autocast)
+        except ConfigError as e:
+            failure = str(e)
+    failure = dist.broadcast(failure)
+    if failure:
+        raise ConfigError(failure)
+
+
 def data_summary(data):
     """The prepared data's manifest summary (source, sizes, ...) that ``load_data`` returns under
     "manifest", or None for a task that gives none."""
@@ -466,6 +495,67 @@ def resolve_out_dir(cfg, explicit, argv):
         or cfg["out_dir"]
 
 
+def check_out_dir(cfg):
+    """Refuse, before anything is read or written, an ``out_dir`` that cannot be a folder (it or a
+    folder above it is a file) and a new training run (``init_from`` "scratch", not ``eval_only``)
+    into a folder that holds a run's ckpt.pt or best.pt, unless ``overwrite`` is set.
+
+    Raises:
+        ConfigError: in one line, with what to do instead.
+    """
+    out_dir = cfg["out_dir"]
+    existing = os.path.abspath(out_dir)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        what = "is a file" if existing == os.path.abspath(out_dir) else f"is inside {existing}, a file"
+        raise ConfigError(f"out_dir={out_dir} {what}; point out_dir at a folder (it is made if it does not exist)")
+    if cfg["init_from"] != "scratch" or cfg["eval_only"] or cfg["overwrite"]:
+        return
+    held = [name for name in ("ckpt.pt", "best.pt") if os.path.exists(os.path.join(out_dir, name))]
+    if held:
+        raise ConfigError(f"{out_dir} holds a run ({' and '.join(held)}): continue it with --init_from=resume, or "
+                          f"start a new run over it with --overwrite=True (its checkpoints are replaced when the new "
+                          f"run writes its own), or choose another --out_dir")
+
+
+def follow_max_iters(cfg, argv):
+    """A new run whose command line (``argv``'s --key=value, not its config files) sets
+    ``max_iters`` and not ``lr_decay_iters`` gets ``lr_decay_iters = max_iters`` (cosine schedule),
+    so that ``--max_iters=N`` alone shortens or lengthens the whole schedule rather than cutting
+    the config's. ``cfg`` is changed in place; returns the line that says so, or None when nothing
+    changed (another schedule, a resumed or eval-only run, the values already equal)."""
+    typed = {arg[2:].split("=", 1)[0] for arg in argv if arg.startswith("--")}
+    if ("max_iters" not in typed or "lr_decay_iters" in typed or cfg["lr_schedule"] != "cosine"
+            or cfg["init_from"] != "scratch" or cfg["eval_only"] or cfg["lr_decay_iters"] == cfg["max_iters"]):
+        return None
+    before, cfg["lr_decay_iters"] = cfg["lr_decay_iters"], cfg["max_iters"]
+    return (f"lr_decay_iters={cfg['max_iters']} follows --max_iters (it was {before}): the cosine schedule decays to "
+            f"min_lr={cfg['min_lr']:g} over the whole run; give --lr_decay_iters to decay elsewhere")
+
+
+def eta(iter_num, start_iter, max_iters, eval_interval, train_time, eval_time, evals_done, final=False):
+    """Seconds left after logging step ``iter_num`` of a run that started at ``start_iter``: the
+    steps to ``max_iters`` at this run's mean training time per step (``train_time`` over the steps
+    done), plus the evaluations to come (every ``eval_interval`` steps from ``iter_num`` on and at
+    ``max_iters``, one more for a task's final evaluation with ``final``) at the mean time of the
+    ``evals_done`` so far (``eval_time`` in all).
+
+    Returns:
+        (seconds, untimed): ``untimed`` is the number of evaluations to come when none has been
+        timed yet (``seconds`` then leaves them out), else 0.
+    """
+    steps = max(iter_num - start_iter, 1)
+    seconds = train_time / steps * max(max_iters - iter_num, 0)
+    evals = 0
+    if iter_num <= max_iters:
+        evals = max_iters // eval_interval - (iter_num - 1) // eval_interval + (max_iters % eval_interval != 0)
+    evals += bool(final)
+    if evals_done == 0:
+        return seconds, evals
+    return seconds + evals * eval_time / evals_done, 0
+
+
 def format_duration(seconds):
     """``seconds`` as ``1h02m03s`` / ``2m03s`` / ``3s``."""
     seconds = int(round(seconds))
@@ -527,11 +617,13 @@ class RunLog:
         if self.wandb and wandb_record:
             self.wandb.log(wandb_record)
 
-    def step(self, iter_num, loss, lr, tok_per_s, elapsed, eta, max_iters, metrics):
-        """Print and record one training step (``metrics``: the task's other training metrics)."""
+    def step(self, iter_num, loss, lr, tok_per_s, elapsed, eta, max_iters, metrics, untimed=0):
+        """Print and record one training step (``metrics``: the task's other training metrics; ``eta``
+        and ``untimed``: what ``training.eta`` returned)."""
         extra = {f"train_{k}": v for k, v in metrics.items() if k != "loss"}
+        left = f"ETA {format_duration(eta)}" + (f" + {untimed} evaluation{'s' * (untimed > 1)}" if untimed else "")
         print(f"iter {iter_num}/{max_iters}: loss {loss:.4f}, lr {lr:.2e}, {tok_per_s:,.0f} tok/s, elapsed "
-              f"{format_duration(elapsed)}, ETA {format_duration(eta)}" + "".join(f", {k} {v:.4f}" for k, v in extra.items()),
+              f"{format_duration(elapsed)}, {left}" + "".join(f", {k} {v:.4f}" for k, v in extra.items()),
               flush=True)
         self.write({"iter": iter_num, "loss": loss, "lr": lr, "tok_per_s": tok_per_s, "elapsed_s": elapsed, **extra},
                    {"iter": iter_num, "train/loss_step": loss, "lr": lr, **{f"train/{k}": v for k, v in extra.items()}})
@@ -566,13 +658,15 @@ def evaluate(task, model, data, cfg, device, autocast):
     return metrics
 
 
-def final_evaluation(task, model, data, cfg, device, autocast, run_log, iters, start_iter, train_time):
+def final_evaluation(task, model, data, cfg, device, autocast, run_log, iters, start_iter, train_time,
+                     use_best=True):
     """Rank 0, after the loop: the task's ``final_evaluate`` on best.pt's weights (the final ones if
-    there is none), printed, recorded and written to ``out_dir/final_metrics.json``."""
+    there is none, or with ``use_best`` False: a best.pt that this run did not write), printed,
+    recorded and written to ``out_dir/final_metrics.json``."""
     summary = {"iters": iters, "train_time_s": train_time,
                "steps_per_s": (iters - start_iter) / train_time if iters > start_iter else None}
     best_path = os.path.join(cfg["out_dir"], "best.pt")
-    if os.path.exists(best_path):
+    if use_best and os.path.exists(best_path):
         best_ckpt = checkpoint.read(best_path)
         model.load_state_dict(best_ckpt["model"])
         summary.update(best_iter=best_ckpt["iter_num"], best_metric=best_ckpt["best_metric"])

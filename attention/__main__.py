@@ -24,7 +24,19 @@ def rows():
     return out
 
 
+USAGE = """usage: python -m attention [--import=FILE ...]
+
+Lists the registered attentions, one line each: name, causal support (exact, leaky or
+unsupported), whether it trains (inference-only methods do not), whether it takes an
+attention_mask, and the reference implementation its fast path is tested against.
+--import=FILE (repeatable) imports a Python file first, so the attentions it registers are
+listed too."""
+
+
 def main(argv):
+    if any(arg in configurator.HELP_FLAGS for arg in argv):
+        print(USAGE)
+        return
     rest, _ = configurator.import_files(argv)
     if rest:
         raise configurator.ConfigError(f"unknown arguments {' '.join(rest)}; usage: python -m attention [--import=FILE ...]")

@@ -28,13 +28,33 @@ once) or cover everything, which is then exact softmax attention.
 ``reference``: the (T, T) mask from the block sets and ``blockwise.explicit_attention``.
 ``blockwise``: every query block gathers its w + r + g key blocks (``blockwise.block_sparse``),
 global query blocks attend all keys (``blockwise.attend_rows``). Cost O(T (w + r + g) b D).
+
+Decoding (``decode = "kv_cache"``): step t gives the last row of the causal forward over tokens
+0..t. The newest token always sits in the last block of that prefix, and with
+``num_global_blocks`` >= 2 (the default 2) the last block is global: the step is full softmax
+attention over every real cached key (``attention.kv_cache.KVCache``, the shared cache of the
+softmax modules), with memory and time per token growing with the context. With g < 2 the last
+block is not global (unless it is among the first ceil(g / 2)) and the step applies the block sets
+of the prefix's nb = t // b + 1 blocks to its last query block: its window, the leading global
+blocks and its random blocks, drawn as the forward draws them for nb blocks (an O(H nb^2) draw
+per step).
+
+Those rows depend on the sequence's length, not only on the tokens up to them (which block is
+last, hence global, and the random draw for nb blocks): a row of the forward over 0..T-1 may
+differ from the same row over 0..t, t < T. So a step is the last row of the forward over its
+prefix, but in a model with BigBird below its last layer the later layers' cached keys of earlier
+positions are not those of the whole forward; ``rows_depend_on_length`` tells
+``model.GPT.decode_unsupported``, which then generates by recomputation.
 """
 import math
 
 import torch
 
-from attention.blockwise import SparseAttention, attend_rows, block_sparse, explicit_attention, pad_positions
-from attention.registry import check_int, matrix_flops, register
+from attention.blockwise import (SparseAttention, attend, attend_rows, block_sparse, explicit_attention, pad_positions,
+                                 work_dtype)
+from attention.kv_cache import KVCache
+from attention.registry import check_int, check_step, matrix_flops, register
+
 
 def global_blocks(nb, num_global_blocks, device=None):
     """Bool (nb,): the first ceil(g / 2) and the last floor(g / 2) blocks are global."""
@@ -143,6 +163,26 @@ def blockwise(q, k, v, causal, real, block, num_random_blocks, num_window_blocks
     return out[:, :, :T]
 
 
+def last_row_blocks(t, heads, block, num_random_blocks, num_window_blocks, num_global_blocks, seed, device=None):
+    """The key blocks that the causal query at position t attends over the prefix 0..t, the last
+    row of ``allowed_pairs(t + 1, heads, True, ...)`` at block level.
+
+    Returns:
+        bool (heads, nb), nb = t // block + 1 (every key j <= t lies in them; the caller masks
+        padded keys), or None when the query's block is global (every block).
+    """
+    nb = t // block + 1
+    n = nb - 1
+    is_global = global_blocks(nb, num_global_blocks, device)
+    if is_global[n]:
+        return None
+    m = torch.arange(nb, device=device)
+    blocks = ((m >= n - (num_window_blocks - 1) // 2) | is_global)[None].repeat(heads, 1)
+    ids, valid = random_blocks(nb, heads, num_random_blocks, num_window_blocks, num_global_blocks, True, seed, device)
+    blocks[torch.arange(heads, device=device)[:, None], ids[:, n]] |= valid[:, n]
+    return blocks
+
+
 @register("bigbird")
 class BigBird(SparseAttention):
     """BigBird block-sparse attention for (B, H, T, D) q, k, v (Zaheer et al. 2020, section 2 and
@@ -165,6 +205,10 @@ class BigBird(SparseAttention):
             built alone.
         implementation (str): "fast" (blockwise, default) or "reference" (the (T, T) mask).
 
+    Decoding (``prefill`` / ``step``): a ``KVCache`` of every token (module docstring). The newest
+    token is in the last block, global when num_global_blocks >= 2: the step is then full
+    attention over the cache; otherwise its window, leading global and random blocks.
+
     Raises:
         ValueError: a parameter that is not an integer in range, an even num_window_blocks or an
             unknown implementation (constructor); bad shapes or mask, or q and k of different
@@ -172,6 +216,8 @@ class BigBird(SparseAttention):
     """
 
     causal = "exact"
+    decode = "kv_cache"
+    rows_depend_on_length = True  # model.GPT.decode_unsupported: a decode path in the last layer only
     defaults_date = "2026-11-27T20:26:53+00:00"  # random_per_layer=True (one draw per layer) became the default
     defaults_before = "random_per_layer=False, one draw of random blocks for all layers"
     example_params = {"block_size_sparse": 4, "num_random_blocks": 1}
@@ -214,3 +260,26 @@ class BigBird(SparseAttention):
 
     def compute(self, q, k, v, causal, real):
         return (reference if self.implementation == "reference" else blockwise)(q, k, v, causal, real, **self.params)
+
+    def prefill(self, q, k, v, attention_mask=None):
+        """``Attention.prefill``: the causal forward, and a ``KVCache`` of k and v (their dtype)."""
+        return self.forward(q, k, v, True, attention_mask), KVCache(k, v, attention_mask)
+
+    def step(self, q_t, k_t, v_t, state):
+        """``Attention.step``: k_t, v_t appended to the cache; q_t attends, in float32 or wider, to
+        the real cached keys of the blocks ``last_row_blocks`` allows (all when its block is global)."""
+        check_step(q_t, k_t, v_t)
+        state.append(k_t, v_t)
+        t = state.length - 1
+        real = state.real()
+        allowed = torch.ones(1, 1, 1, t + 1, dtype=torch.bool, device=q_t.device) if real is None \
+            else real[:, None, None, :]
+        p = self.params
+        blocks = last_row_blocks(t, q_t.shape[1], p["block"], p["num_random_blocks"], p["num_window_blocks"],
+                                 p["num_global_blocks"], p["seed"], q_t.device)
+        if blocks is not None:
+            of_block = torch.arange(t + 1, device=q_t.device) // p["block"]
+            allowed = allowed & blocks[:, of_block][None, :, None, :]
+        k, v = state.keys(), state.values()
+        work = work_dtype(q_t, k, v)
+        return attend(q_t.to(work), k.to(work), v.to(work), allowed).to(v_t.dtype), state

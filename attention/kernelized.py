@@ -22,8 +22,10 @@ sums taken in another order. Features with log scales (Performer's, causal) keep
 path: their running reference has no prefix-sum form without a risk of underflow.
 
 Decoding (a token at a time): ``kernel_state`` gives the sums S and Z over a prompt's keys and
-``kernel_step`` adds one key and answers one query, in constant memory (features without log
-scales; Performer's would need the running reference m as well).
+``kernel_step`` adds one key and answers one query, in constant memory. Features with log scales
+(Performer's) keep S and Z relative to the running reference m, the largest s_j so far, as the
+sequential path does (``_absorb``): a key with a larger s_j rescales S and Z by exp(m - m_new)
+before it is added, so nothing overflows and the ratio is the forward's.
 """
 import torch
 
@@ -162,27 +164,40 @@ def all_chunks_at_once(q, k, v, causal, query_features, key_features, attention_
     return _divide(num, den).flatten(2, 3)[:, :, :T]
 
 
-def kernel_state(kf, v, attention_mask=None):
+def kernel_state(kf, v, attention_mask=None, s=None):
     """The decode state after keys 0..T-1 (``Attention.prefill`` of a feature-map method): the sums
     S = sum_j phi_k(k_j) v_j^T (B, H, R, Dv) and Z = sum_j phi_k(k_j) (B, H, R) over the real keys,
-    a dict {"S", "Z"} whose size does not depend on T (section 3.4's recurrent form).
+    a dict {"S", "Z"} whose size does not depend on T (section 3.4's recurrent form). With log
+    scales s, key j's features are kf_j e^{s_j} and the state is {"S", "Z", "m"}: the sums of
+    kf_j e^{s_j - m} with m (B, H) the largest s_j of a real key (-inf before any).
 
     Args:
-        kf (torch.Tensor): (B, H, T, R) key features (without log scales); v (B, H, T, Dv), one
-            float dtype (the accumulation dtype). attention_mask: (B, T) bool or None.
+        kf (torch.Tensor): (B, H, T, R) key features; v (B, H, T, Dv), one float dtype (the
+            accumulation dtype). attention_mask: (B, T) bool or None. s: (B, H, T) log scales or None.
     """
     if attention_mask is not None:
         kf = kf.masked_fill(~attention_mask[:, None, :, None], 0.0)
-    return {"S": kf.transpose(-1, -2) @ v, "Z": kf.sum(-2)}
+        s = None if s is None else s.masked_fill(~attention_mask[:, None, :], float("-inf"))
+    if s is None:
+        return {"S": kf.transpose(-1, -2) @ v, "Z": kf.sum(-2)}
+    B, H, _, R = kf.shape
+    S, Z, m = _absorb(kf.new_zeros(B, H, R, v.shape[-1]), kf.new_zeros(B, H, R), kf.new_full((B, H), float("-inf")),
+                      kf, s, v)
+    return {"S": S, "Z": Z, "m": m}
 
 
-def kernel_step(qf, kf, v, state):
+def kernel_step(qf, kf, v, state, s=None):
     """One decode step (``Attention.step``): the new key's features kf (B, H, 1, R) and value v
     (B, H, 1, Dv) added to the sums of ``state`` (``kernel_state``, updated in place), then the
     new query's output phi_q(q)^T S / phi_q(q)^T Z, (B, H, 1, Dv), 0 where the denominator is 0.
-    qf: (B, H, 1, R) query features; all of the state's dtype."""
-    state["S"] += kf.transpose(-1, -2) @ v
-    state["Z"] += kf[:, :, 0]
+    qf: (B, H, 1, R) query features; all of the state's dtype. s: the new key's log scale (B, H, 1)
+    for a state with a reference m (``kernel_state``): S and Z are rescaled to the new largest
+    s_j when it grows."""
+    if s is None:
+        state["S"] += kf.transpose(-1, -2) @ v
+        state["Z"] += kf[:, :, 0]
+    else:
+        state["S"], state["Z"], state["m"] = _absorb(state["S"], state["Z"], state["m"], kf, s, v)
     return _divide(qf @ state["S"], qf @ state["Z"][..., None])
 
 

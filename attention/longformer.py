@@ -19,13 +19,23 @@ for global attention (the model's one set of projections serves both patterns).
 plus the blocks holding the global keys (``blockwise.block_sparse``); the global query rows
 attend to all keys (``blockwise.attend_rows``). Cost O(T (window + chunk + num_global) D), memory
 O(T (window + chunk) ) per head at most SCORE_BUDGET scores at a time.
+
+Decoding (``decode = "state"``): the causal query t attends to keys t - window .. t and to the
+first ``num_global`` keys, nothing else, so a step needs only those. ``WindowCache`` keeps them in
+buffers of fixed size: the ``num_global`` global keys and values, and a ring of the last
+``window + 1`` tokens (the new one included), with a real-token flag per slot. Memory per layer:
+(num_global + window + 1) (D + Dv) numbers per head in the inputs' dtype, plus (num_global +
+window + 1) flags per sequence, whatever the context (the registry's "state": its size does not
+depend on T, tests/attention/test_decode.py asserts it); a step costs O((num_global + window) D).
 """
 import math
 
 import torch
 
-from attention.blockwise import SparseAttention, attend_rows, block_sparse, explicit_attention, pad_positions
-from attention.registry import check_int, matrix_flops, register
+from attention.blockwise import (SparseAttention, attend, attend_rows, block_sparse, explicit_attention, pad_positions,
+                                 real_tokens, work_dtype)
+from attention.registry import check_int, check_step, matrix_flops, register
+
 
 def allowed_pairs(T, causal, window, num_global, real):
     """Bool (B, 1, T, T): the pairs of the module docstring (True = query i may attend key j).
@@ -89,6 +99,51 @@ def blockwise(q, k, v, causal, real, window, num_global, chunk):
     return torch.cat([attend_rows(q[:, :, :g], rows, k, v, causal, real), out[:, :, g:]], dim=2)
 
 
+class WindowCache:
+    """The decode state of causal Longformer attention: what query t may attend to, in fixed-size
+    buffers (module docstring).
+
+    Attributes:
+        global_k (B, H, G, D), global_v (B, H, G, Dv), global_real (B, G): the first G =
+            ``num_global`` tokens (slots of positions not seen yet are not real);
+        ring_k (B, H, W, D), ring_v (B, H, W, Dv), ring_real (B, W): position p in slot p % W,
+            W = window + 1; a slot is real when its token is real and not global (a global key
+            counts once, in its global slot);
+        length (int): the tokens seen, the next token's position.
+    """
+
+    def __init__(self, k, v, real, window, num_global):
+        B, H, T, D = k.shape
+        G, W = num_global, window + 1
+        self.global_k, self.global_v = k.new_zeros(B, H, G, D), v.new_zeros(B, H, G, v.shape[3])
+        self.global_real = torch.zeros(B, G, dtype=torch.bool, device=k.device)
+        self.ring_k, self.ring_v = k.new_zeros(B, H, W, D), v.new_zeros(B, H, W, v.shape[3])
+        self.ring_real = torch.zeros(B, W, dtype=torch.bool, device=k.device)
+        self.length = 0
+        for p in list(range(min(G, T))) + list(range(max(G, T - W), T)):
+            self._put(p, k[:, :, p], v[:, :, p], real[:, p])
+        self.length = T
+
+    def _put(self, p, k_p, v_p, real_p):
+        """Write the token at position p (k_p (B, H, D), v_p (B, H, Dv), real_p (B,)) in its slot."""
+        if p < self.global_k.shape[2]:
+            self.global_k[:, :, p], self.global_v[:, :, p], self.global_real[:, p] = k_p, v_p, real_p
+            return
+        slot = p % self.ring_k.shape[2]
+        self.ring_k[:, :, slot], self.ring_v[:, :, slot], self.ring_real[:, slot] = k_p, v_p, real_p
+
+    def append(self, k_t, v_t):
+        """Add the next (real) token, k_t (B, H, 1, D), v_t (B, H, 1, Dv); its slot's old token
+        (position length - window - 1) leaves the window."""
+        self._put(self.length, k_t[:, :, 0], v_t[:, :, 0], torch.ones_like(self.ring_real[:, 0]))
+        self.length += 1
+
+    def keys_values(self):
+        """(k (B, H, G + W, D), v (B, H, G + W, Dv), real (B, G + W)): every slot, global first."""
+        return (torch.cat([self.global_k, self.ring_k], dim=2), torch.cat([self.global_v, self.ring_v], dim=2),
+                torch.cat([self.global_real, self.ring_real], dim=1))
+
+
 @register("longformer")
 class Longformer(SparseAttention):
     """Longformer sliding-window + global attention for (B, H, T, D) q, k, v (Beltagy et al.
@@ -105,12 +160,17 @@ class Longformer(SparseAttention):
             (``auto_chunk``: the window within [16, 128]); the output does not depend on it.
         implementation (str): "fast" (blockwise, default) or "reference" (the (T, T) mask).
 
+    Decoding (``prefill`` / ``step``): a ``WindowCache`` of the global tokens and the last
+    ``window + 1`` tokens, (num_global + window + 1) (D + Dv) numbers per head in the inputs'
+    dtype whatever the context, hence ``decode = "state"`` (a fixed size, not a growing KV cache).
+
     Raises:
         ValueError: a parameter that is not an integer in range or an unknown implementation
             (constructor); bad shapes or mask, or q and k of different lengths (forward).
     """
 
     causal = "exact"
+    decode = "state"  # WindowCache: (num_global + window + 1) keys and values per head, whatever T
     example_params = {"window": 3, "num_global": 1, "chunk_size": 4}
     reference_params = {"implementation": "reference"}
     flop_formula = ("H 4 D (Tp m c + g Tp): query blocks of c, m = window blocks + global blocks per query block, "
@@ -140,3 +200,19 @@ class Longformer(SparseAttention):
         if self.implementation == "reference":
             return reference(q, k, v, causal, real, **self.params)
         return blockwise(q, k, v, causal, real, chunk=self.chunk, **self.params)
+
+    def prefill(self, q, k, v, attention_mask=None):
+        """``Attention.prefill``: the causal forward, and a ``WindowCache`` of k and v (their dtype)."""
+        out = self.forward(q, k, v, True, attention_mask)
+        real = real_tokens(attention_mask, k.shape[0], k.shape[2], k.device)
+        return out, WindowCache(k, v, real, self.params["window"], self.params["num_global"])
+
+    def step(self, q_t, k_t, v_t, state):
+        """``Attention.step``: the new token enters the cache, q_t attends to every real slot (the
+        global keys and keys t - window .. t), softmax in float32 or wider."""
+        check_step(q_t, k_t, v_t)
+        state.append(k_t, v_t)
+        k, v, real = state.keys_values()
+        work = work_dtype(q_t, k, v)
+        out = attend(q_t.to(work), k.to(work), v.to(work), real[:, None, None, :])
+        return out.to(v_t.dtype), state

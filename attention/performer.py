@@ -28,13 +28,21 @@ construction, draw n after n * redraw_interval optimizer steps. The model calls
 contract, ``attention/__init__.py``); nothing else changes W, so evaluation never redraws. The step
 count and W are persistent buffers: a checkpoint restores both, and a resumed run redraws at the
 same steps with the same matrices.
+
+Decoding (``decode = "state"``, the recurrent form of the unidirectional case): with the W in use
+(fixed at evaluation), the state is S = sum_j phi(k_j) v_j^T and Z = sum_j phi(k_j), R (Dv + 1)
+numbers per head for R features, plus, for the softmax kernel, the reference m (one number per
+head): S and Z hold exp(logit - s_j) e^{s_j - m}, m the largest s_j so far, and are rescaled by
+exp(m - m_new) when a key raises it (``kernelized.kernel_state`` / ``kernel_step``), so the
+per-key shifts are exact and nothing overflows. The size does not depend on the context.
 """
 import torch
 
 from attention.feature_maps import (performer_projection, performer_relu_features, performer_softmax_features,
                                     performer_softmax_logits, position_seed)
-from attention.kernelized import check_lengths, kernel_attention, kernel_attention_flops, kernel_reference
-from attention.registry import Attention, check_choice, check_int, check_qkv, matrix_flops, register
+from attention.kernelized import (check_lengths, kernel_attention, kernel_attention_flops, kernel_reference,
+                                  kernel_state, kernel_step)
+from attention.registry import Attention, check_choice, check_int, check_qkv, check_step, matrix_flops, register
 
 KERNELS = ("softmax", "relu")
 FEATURES = ("orthogonal", "iid", "deterministic")
@@ -69,6 +77,7 @@ class Performer(Attention):
     """
 
     causal = "exact"
+    decode = "state"  # S, Z (and the reference m): R (Dv + 1) (+ 1) numbers per head, whatever T
     example_params = {"num_features": 16, "chunk_size": 8}
     reference_params = {"implementation": "reference"}
     flop_formula = ("as linear with R = num_features features (D when deterministic), plus H 4 T D R for the "
@@ -159,20 +168,50 @@ class Performer(Attention):
                 else:
                     qf, kf = performer_relu_features(xq, W), performer_relu_features(xk, W)
                 return kernel_reference(qf, kf, vw, causal, attention_mask).to(v.dtype)
-            if self.kernel == "softmax":
-                def query_features(x):  # a constant per query cancels in the ratio: no overflow
-                    logits = performer_softmax_logits(x, W)
-                    return torch.exp(logits - logits.amax(-1, keepdim=True).detach())
-
-                def key_features(x):  # per key: stored as exp(logit - s_j) with its scale s_j
-                    logits = performer_softmax_logits(x, W)
-                    shift = logits.amax(-1).detach()
-                    return torch.exp(logits - shift[..., None]), shift
-            else:
-                def query_features(x):
-                    return performer_relu_features(x, W)
-
-                def key_features(x):
-                    return performer_relu_features(x, W), None
+            query_features, key_features = self._feature_maps(W)
             out = kernel_attention(xq, xk, vw, causal, query_features, key_features, attention_mask, self.chunk_size)
             return out.to(v.dtype)
+
+    def _feature_maps(self, W):
+        """(query_features, key_features) of the fast path and the decode path for W in the work
+        dtype (None: deterministic): ``kernel_attention``'s feature functions of x = q D^(-1/4)."""
+        if self.kernel == "softmax":
+            def query_features(x):  # a constant per query cancels in the ratio: no overflow
+                logits = performer_softmax_logits(x, W)
+                return torch.exp(logits - logits.amax(-1, keepdim=True).detach())
+
+            def key_features(x):  # per key: stored as exp(logit - s_j) with its scale s_j
+                logits = performer_softmax_logits(x, W)
+                shift = logits.amax(-1).detach()
+                return torch.exp(logits - shift[..., None]), shift
+        else:
+            def query_features(x):
+                return performer_relu_features(x, W)
+
+            def key_features(x):
+                return performer_relu_features(x, W), None
+        return query_features, key_features
+
+    def prefill(self, q, k, v, attention_mask=None):
+        """``Attention.prefill``: the causal forward, and the state of the W in use (module
+        docstring), in float32 or wider (``kernelized.kernel_state``)."""
+        out = self.forward(q, k, v, True, attention_mask)
+        work = torch.promote_types(q.dtype, torch.float32)
+        with torch.autocast(device_type=q.device.type, enabled=False):
+            W = self._matrix(q.shape[-1], q.device)
+            key_features = self._feature_maps(None if W is None else W.to(work))[1]
+            kf, s = key_features(k.to(work) * q.shape[-1] ** -0.25)
+            state = kernel_state(kf, v.to(work), attention_mask, s)
+        return out, state
+
+    def step(self, q_t, k_t, v_t, state):
+        """``Attention.step``: (B, H, 1, D) inputs, the state of ``prefill`` updated in place."""
+        check_step(q_t, k_t, v_t)
+        work = state["S"].dtype
+        scale = q_t.shape[-1] ** -0.25
+        with torch.autocast(device_type=q_t.device.type, enabled=False):
+            W = self._matrix(q_t.shape[-1], q_t.device)
+            query_features, key_features = self._feature_maps(None if W is None else W.to(work))
+            kf, s = key_features(k_t.to(work) * scale)
+            out = kernel_step(query_features(q_t.to(work) * scale), kf, v_t.to(work), state, s)
+        return out.to(v_t.dtype), state

@@ -310,6 +310,11 @@ class Attention(nn.Module):
       decode path; a model recomputes its window at every step instead (``model.GPT.generate``).
       ``register`` checks that a class with a decode path is exactly causal and overrides both
       methods; ``tests/attention/test_decode.py`` checks every such class against its forward.
+    - ``rows_depend_on_length`` (bool, default False): a row's output depends on the sequence's
+      length, not only on its own and earlier tokens (BigBird: which block is last, hence global,
+      and its random draw); its decode path equals the forward's last row but not its earlier
+      rows, so a model decodes with it only in its last layer and recomputes otherwise
+      (``model.GPT.decode_unsupported``).
 
     Self-exclusion (optional, per method): a method that supports it declares a constructor
     parameter ``exclude_self=False`` and stores it as ``self.exclude_self``. When True, query t
@@ -333,6 +338,7 @@ class Attention(nn.Module):
     defaults_date = None
     defaults_before = None
     decode = None
+    rows_depend_on_length = False
 
     @classmethod
     def made_before_defaults(cls, date):

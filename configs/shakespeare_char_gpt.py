@@ -19,7 +19,7 @@
 # cores were busy): softmax about 0.37 s per
 # iteration, so about 2 minutes per run; Fastmax p = 2 about 1.45 s per iteration plus about 8 s
 # per evaluation, so about 7-8 minutes per run (the runs the 6-8 minute budget was sized for).
-# If the machine is busy, shorten a run with --max_iters=N --lr_decay_iters=N (same for both models).
+# If the machine is busy, shorten a run with --max_iters=N (lr_decay_iters follows it; same for both models).
 task = "lm"
 dataset = "shakespeare_char"
 

@@ -53,20 +53,24 @@ SPLITS = ("train", "val")
 
 
 def _check_dataset(cfg):
+    """The keys ``load_data`` reads: ``dataset``, and ``dataset_config`` for WikiText-2 (a caller
+    that only reads prepared tokens, such as scripts/analysis/alignments.py, passes just these)."""
     if cfg["dataset"] not in DATASETS:
         raise ConfigError(f"task 'lm' has no dataset {cfg['dataset']!r}; available: {', '.join(DATASETS)}")
+    if cfg["dataset"] == "wikitext2" and cfg["dataset_config"] not in wt2.CONFIGS:
+        raise ConfigError(f"unknown dataset_config {cfg['dataset_config']!r}; allowed: {', '.join(wt2.CONFIGS)}")
+
+
+def _check_sources(cfg):
+    """A key of the other data set would be silently ignored: reject it (a whole run config)."""
     if cfg["dataset"] == "shakespeare_char":
-        # WikiText-2's keys would be silently ignored: reject them
         for key in ("dataset_config", "data_source_dir"):
-            if cfg.get(key, DEFAULTS[key]) != DEFAULTS[key]:
+            if cfg[key] != DEFAULTS[key]:
                 raise ConfigError(f"{key} applies to dataset 'wikitext2' only, not to 'shakespeare_char' "
                                   f"(its source file is data_source_file)")
-        return
-    if cfg.get("data_source_file", ""):
+    elif cfg["data_source_file"]:
         raise ConfigError("data_source_file applies to dataset 'shakespeare_char' only; WikiText-2's local "
                           "copy is data_source_dir")
-    if cfg["dataset_config"] not in wt2.CONFIGS:
-        raise ConfigError(f"unknown dataset_config {cfg['dataset_config']!r}; allowed: {', '.join(wt2.CONFIGS)}")
 
 
 def prepare_data(cfg):
@@ -82,6 +86,7 @@ def prepare_data(cfg):
         data.DataFormatError: a source file that is not UTF-8 (names the file and line), an empty text.
     """
     _check_dataset(cfg)
+    _check_sources(cfg)
     if cfg["dataset"] == "shakespeare_char":
         shakespeare.prepare(cfg["data_source_file"] or None)
         return

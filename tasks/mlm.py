@@ -141,7 +141,7 @@ def build_model(cfg, data):
         ConfigError: see ``model_config``.
     """
     model = MODEL(model_config(cfg, data["vocab"]))
-    if cfg.get("mlm_bias_init", "zero") == "log_unigram":
+    if cfg["mlm_bias_init"] == "log_unigram":
         counts = data.get("unigram_counts")
         if counts is None:
             counts = unigram_counts(data["train"], data["vocab"].random_ids, data["vocab"].model_vocab_size)

@@ -1,29 +1,37 @@
-"""Bad input from a new user (issue 41): each command below exits with status 2 after one
-``error:`` line on stderr that names the bad value, prints no traceback, and leaves the prepared
-data and checkpoints it touches byte-identical.
+"""Bad input from a new user (issue 41, issue 58 items 6 and 7): each command below exits with
+status 2 after one ``error:`` line on stderr that names the bad value, prints no traceback, and
+leaves the prepared data and checkpoints it touches byte-identical. The other first impressions of
+issue 58 item 7 close the file: a re-run over a run, the learning-rate schedule of --max_iters
+alone, progress and ETA lines, --help texts.
 
 The fixtures live under the test's temporary folder: a small WikiText-2 copy prepared into a
-redirected ``data/wikitext2`` (``wt2.HERE``), a two-step language-model run, a tiny ListOps set,
-a damaged checkpoint. The commands run in this process through the same entry points as their
+redirected ``data/wikitext2`` (``wt2.HERE``; 100,000 tokens and more per split, so that
+``--block_size=100000`` gets past the data to the memory estimate), a two-step language-model
+run, a tiny ListOps set, a damaged checkpoint, a config file and an ``--import`` file with a
+syntax error, a plain file where a folder is expected. The commands run in this process through the same entry points as their
 ``__main__`` (``configurator.run_cli(main)`` or the data module's ``main``); three of them also run
 as real subprocesses, so that "no traceback" is checked on the command line itself.
 """
 import hashlib
 import os
+import re
 import subprocess
 import sys
 
 import pytest
+import torch
 
 import configurator
 import eval_mlm
 import eval_ppl
+import tasks
 import train
+import training
 from data.lra import listops
 from data.wikitext2 import prepare as wt2
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TEXT = " = Valkyria = \n\n The game began development in 2010 , carrying over a large portion of the work . \n" * 40
+TEXT = " = Valkyria = \n\n The game began development in 2010 , carrying over a large portion of the work . \n" * 5000
 
 
 def write_corpus(folder, text=TEXT):
@@ -40,6 +48,11 @@ def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("bad_input")
     w = {k: str(root / k) for k in ("home", "corpus", "empty_source", "no_files", "scratch", "run", "empty_run",
                                     "damaged", "lra")}
+    w.update(bad_config=str(root / "bad_config.py"), bad_import=str(root / "bad_import_58.py"),
+             a_file=str(root / "a_file"))
+    (root / "bad_config.py").write_text("max_iters = 10\nn_layer = = 2\n")
+    (root / "bad_import_58.py").write_text("import attention\n\n\nclass Broken(attention.Attention:\n    pass\n")
+    (root / "a_file").write_text("not a folder\n")
     write_corpus(w["corpus"])
     write_corpus(w["empty_source"], "")
     for k in ("no_files", "scratch", "empty_run", "damaged"):
@@ -107,6 +120,15 @@ CASES = [
     (TRAIN, ["--init_from=resume", "--out_dir={run}", "--n_layer=3"], "n_layer=3"),
     (TRAIN, [*LISTOPS], "--lra_options="),
     (TRAIN, [*LISTOPS, "--lra_options={{'nums': 1}}"], "'nums'"),
+    # issue 58 item 6: a config file or an --import file that Python cannot read
+    (TRAIN, ["{bad_config}"], "{bad_config}, line 2: invalid syntax: n_layer = = 2"),
+    (TRAIN, ["--import={bad_import}", *TINY], "--import={bad_import}: line 4:"),
+    # issue 58 item 7: a folder that holds a run, an out_dir that cannot be a folder, a step too big
+    (TRAIN, ["configs/wikitext2_gpt_mini.py", "--out_dir={run}"], "--init_from=resume, or start a new run over "
+                                                                   "it with --overwrite=True"),
+    (TRAIN, [*TINY, "--out_dir={a_file}"], "out_dir={a_file} is a file"),
+    (TRAIN, [*TINY, "--out_dir={a_file}/run"], "is inside {a_file}, a file"),
+    (TRAIN, [*TINY, "--block_size=100000"], "block_size=100000 needs at least"),
     (EVAL_PPL, ["--out_dir={empty_run}"], "needs the network"),
     (EVAL_PPL, ["--out_dir={damaged}"], "{damaged}"),
     (EVAL_PPL, ["--out_dir={run}", "--attention=fastmax", "--attention.p=7"], "p=7"),
@@ -173,13 +195,14 @@ def test_a_bad_command_is_one_error_line_and_changes_nothing(world, program, arg
 
 SUBPROCESS_CASES = [
     (["train.py", "--attention=fastmax", "--attention.p=7", "--out_dir={scratch}/s"], "p=7"),
+    (["train.py", "--import={bad_import}", "--out_dir={scratch}/s"], "invalid syntax"),
     (["eval_ppl.py", "--out_dir={empty_run}"], "needs the network"),
     (["-m", "data.wikitext2.prepare", "--source_dir={empty_source}", "--out_dir={home}/wikitext-2-v1"],
      "wiki.train.tokens"),
 ]
 
 
-@pytest.mark.parametrize("argv, expected", SUBPROCESS_CASES, ids=["train", "eval_ppl", "prepare"])
+@pytest.mark.parametrize("argv, expected", SUBPROCESS_CASES, ids=["train", "import", "eval_ppl", "prepare"])
 def test_on_the_command_line_there_is_no_traceback(world, argv, expected):
     argv = [a.format(**world) for a in argv]
     before = tree_digest(world["home"], world["run"])
@@ -188,3 +211,133 @@ def test_on_the_command_line_there_is_no_traceback(world, argv, expected):
     assert proc.returncode == 2, proc.stderr
     check_one_error_line(proc.stderr, expected.format(**world))
     assert tree_digest(world["home"], world["run"]) == before
+
+
+# ---------------------------------------------------------------- first impressions (issue 58 item 7)
+
+
+def test_a_rerun_over_a_run_keeps_both_checkpoints_byte_identical(world, capsys):
+    """The README's training command again on a folder that holds a run: refused in one line that
+    names --init_from=resume and --overwrite=True, ckpt.pt and best.pt untouched."""
+    files = [os.path.join(world["run"], name) for name in ("ckpt.pt", "best.pt")]
+    before = tree_digest(world["run"])
+    assert all(path in before for path in files)
+    argv = ["configs/wikitext2_gpt_mini.py", "configs/attention/fastmax1.py", f"--out_dir={world['run']}"]
+    assert run_in_process(TRAIN, argv) == 2
+    check_one_error_line(capsys.readouterr().err, "--init_from=resume")
+    assert tree_digest(world["run"]) == before
+
+
+def test_overwrite_deletes_nothing_before_the_new_run_has_written_its_own(world, tmp_path, monkeypatch):
+    """--overwrite=True: a new run stopped before its first evaluation leaves the old checkpoints as
+    they were; one that finishes has replaced both with its own."""
+    import shutil
+
+    from tasks import lm
+
+    run = str(tmp_path / "run")
+    shutil.copytree(world["run"], run)
+    old = tree_digest(run)
+    argv = ["--n_layer=1", "--n_head=2", "--n_embd=16", "--block_size=16", "--batch_size=2", "--max_iters=2",
+            "--eval_interval=2", "--eval_iters=1", "--warmup_iters=0", "--seed=7", f"--out_dir={run}", "--overwrite=True"]
+
+    def stopped(data, split, cfg, seed, device):
+        if seed == tasks.batch_seed(cfg, 0, 1, 0):  # Ctrl-C in the second step, before any evaluation
+            raise KeyboardInterrupt
+        return get_batch(data, split, cfg, seed, device)
+
+    get_batch = lm.get_batch
+    monkeypatch.setattr(lm, "get_batch", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        train.main(argv)
+    now = tree_digest(run)
+    for name in ("ckpt.pt", "best.pt"):
+        path = os.path.join(run, name)
+        assert now[path] == old[path], name
+    monkeypatch.setattr(lm, "get_batch", get_batch)
+    train.main(argv)
+    now = tree_digest(run)
+    for name in ("ckpt.pt", "best.pt"):
+        path = os.path.join(run, name)
+        assert now[path] != old[path], name
+    assert torch.load(os.path.join(run, "ckpt.pt"), weights_only=False)["config"]["seed"] == 7
+
+
+def test_max_iters_alone_moves_the_cosine_schedule_and_the_first_line_says_so(world, capsys):
+    readme = ["configs/wikitext2_gpt_mini.py", "configs/attention/fastmax1.py"]
+    cfg = configurator.parse(train.DEFAULTS, [*readme, "--max_iters=60"])
+    assert cfg["lr_decay_iters"] == 650 and training.get_lr(59, cfg) > 1.9e-3  # the config's schedule, cut
+    line = training.follow_max_iters(cfg, [*readme, "--max_iters=60"])
+    assert cfg["lr_decay_iters"] == 60 and training.get_lr(59, cfg) < 2e-4 and "lr_decay_iters=60" in line
+    for argv in ([*readme, "--max_iters=60", "--lr_decay_iters=600"],  # set on the command line: kept
+                 [*readme, "--max_iters=60", "--init_from=resume"],  # a resumed run keeps its checkpoint's
+                 [*readme, "--max_iters=60", "--lr_schedule=constant"],
+                 readme):  # config files alone: their own schedule
+        cfg = configurator.parse(train.DEFAULTS, argv)
+        assert training.follow_max_iters(cfg, argv) is None and cfg["lr_decay_iters"] != 60, argv
+    capsys.readouterr()
+    train.main(["--n_layer=1", "--n_head=2", "--n_embd=16", "--block_size=16", "--batch_size=2", "--max_iters=2",
+                "--eval_interval=2", "--eval_iters=1", f"--out_dir={world['scratch']}/schedule"])
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("lr_decay_iters=2 follows --max_iters (it was 2000)"), first
+
+
+def test_the_eta_counts_the_evaluations_to_come():
+    # step 10 of 100, 1 s per step so far, evaluations at 50, 100 and the final one
+    assert training.eta(10, 0, 100, 50, 10.0, 0.0, 0, final=True) == (90.0, 3)  # none timed yet: named
+    assert training.eta(60, 0, 100, 50, 60.0, 8.0, 2, final=True) == (40.0 + 2 * 4.0, 0)  # 100 and the final
+    assert training.eta(50, 0, 100, 50, 50.0, 4.0, 1) == (50.0 + 2 * 4.0, 0)  # 50 (not yet run) and 100
+    assert training.eta(30, 20, 100, 40, 5.0, 0.0, 0) == (70.0 * 0.5, 3)  # a resumed run: 40, 80, 100
+
+
+def test_eval_ppl_prints_a_progress_line_every_few_percent_when_not_on_a_terminal(capsys):
+    import io
+
+    import numpy as np
+
+    from model import GPT, ModelConfig
+
+    log = io.StringIO()
+    bar = eval_ppl.ProgressLines(200, "blocks L=16", log)
+    for _ in range(200):
+        bar.set_postfix_str("9 tokens/s")
+        bar.update(1)
+    lines = log.getvalue().splitlines()
+    assert len(lines) == 20 and lines[0].startswith("blocks L=16: 5% (10/200 windows), 9 tokens/s, elapsed ")
+    assert lines[-1].startswith("blocks L=16: 100% (200/200 windows)") and "ETA 0s" in lines[-1]
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=64, dropout=0.0)).eval()
+    cfg = dict(eval_ppl.DEFAULTS, protocol="blocks", batch_size=2, device="cpu")
+    capsys.readouterr()
+    with torch.no_grad():
+        eval_ppl.score(model, np.arange(16 * 40) % 64, cfg, 16)  # stderr is captured: not a terminal
+    progress = [line for line in capsys.readouterr().err.splitlines() if line.startswith("blocks L=16: ")]
+    assert len(progress) == 20 and "100% (40/40 windows)" in progress[-1]
+
+
+def test_help_texts(capsys):
+    """``python -m attention --help`` exits 0 with its usage; scorecard's --help names no issue and
+    explains --tier and --threads; train.py's --help fits in 100 columns."""
+    from attention import __main__ as attention_main
+    from scripts.scorecard import __main__ as scorecard
+
+    capsys.readouterr()
+    assert run_in_process_main(attention_main.main, ["--help"]) == 0
+    assert capsys.readouterr().out.startswith("usage: python -m attention")
+    assert run_in_process_main(scorecard.main, ["--help"]) == 0
+    text = capsys.readouterr().out
+    assert not re.search(r"issue \d", text), text
+    for flag in ("--tier {quick,full}", "--threads THREADS"):
+        line = next(line for line in text.splitlines() if line.strip().startswith(flag))
+        assert len(line.strip()) > len(flag) + 10, line  # a help text beside the flag
+    lines = configurator.format_help(train.DEFAULTS, train.HELP, prog="train.py").splitlines()
+    assert max(len(line) for line in lines) <= configurator.HELP_COLUMNS == 100
+    assert "--overwrite" in "\n".join(lines)
+
+
+def run_in_process_main(main, argv):
+    try:
+        configurator.run_cli(main, argv)
+    except SystemExit as e:
+        return e.code
+    return 0

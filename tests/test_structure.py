@@ -1,5 +1,6 @@
 """The repository's structure rules (docs/architecture.md): the import graph of our modules has no
-cycle, and every config key of train.py has its default declared in one module only (the model's
+cycle (imports inside functions count: a module that needs another only when called still depends on
+it), and every config key of train.py has its default declared in one module only (the model's
 keys in ``model.ModelConfig``, the loop's in ``training.COMMON_DEFAULTS``, a task's in its module,
 those of a data set that several tasks train on in its data module (``CONFIG_DEFAULTS``); the eval scripts take a key that means the same from there and say why they redeclare the others).
 The rule that no attention family imports another is ``tests/attention/test_family_imports.py``."""
@@ -27,11 +28,11 @@ def our_modules():
     return modules
 
 
-def module_level_imports(path, name, modules):
-    """Our modules that the module ``name`` at ``path`` imports when it is imported: import
-    statements outside functions (a function's import runs when it is called, so it cannot
-    close a cycle at import time), relative imports resolved; ``import a.b`` counts as ``a.b``
-    (and its package ``a``, which Python imports first)."""
+def imported_modules(path, name, modules):
+    """Our modules that the module ``name`` at ``path`` imports: every import statement, those inside
+    functions too (a function's import runs only when it is called, so it cannot fail at import time,
+    but two modules that need each other are one tangle all the same), relative imports resolved;
+    ``import a.b`` counts as ``a.b`` (and its package ``a``, which Python imports first)."""
     is_package = path.name == "__init__.py"
     package = name.split(".") if is_package else name.split(".")[:-1]
     found = set()
@@ -45,8 +46,6 @@ def module_level_imports(path, name, modules):
 
     def visit(node):
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                continue
             if isinstance(child, ast.Import):
                 for alias in child.names:
                     add(alias.name)
@@ -88,6 +87,13 @@ def find_cycle(graph):
     return None
 
 
+def test_imports_inside_functions_count(tmp_path):
+    path = tmp_path / "a.py"
+    path.write_text("import b\n\n\ndef f():\n    from c import x\n    import d.e\n")
+    modules = {name: tmp_path / f"{name}.py" for name in ("a", "b", "c", "d", "d.e")}
+    assert imported_modules(path, "a", modules) == {"b", "c", "d", "d.e"}
+
+
 def test_find_cycle_finds_one_and_only_one():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
@@ -96,7 +102,7 @@ def test_find_cycle_finds_one_and_only_one():
 def test_the_import_graph_has_no_cycle():
     modules = our_modules()
     assert {"train", "model", "checkpoint", "attention", "attention.registry", "tasks.lm"} <= set(modules)
-    graph = {name: module_level_imports(path, name, modules) for name, path in modules.items()}
+    graph = {name: imported_modules(path, name, modules) for name, path in modules.items()}
     # a package importing its own submodules (attention/__init__.py registers every family) is how
     # packages work; the cycle rule is about modules reaching back up into whoever imports them
     for name in graph:
@@ -150,3 +156,67 @@ def test_the_eval_scripts_redeclare_a_key_of_train_only_with_a_reason():
         assert all(reason for reason in script.OWN_KEYS.values())
         shared = set(script.DEFAULTS) & set(train.DEFAULTS) - own
         assert shared and all(script.DEFAULTS[key] == train.DEFAULTS[key] for key in shared), path.name
+
+
+# Fallbacks that read what was saved before a key existed (issue 58 item 4), each with since when
+# the key is saved: (file, key, fallback value) -> why.
+SAVED_BEFORE_THE_KEY = {
+    ("checkpoint.py", "task", "lm"): "ckpt['task'] is saved since bbbf0fb (2026-11-22); earlier checkpoints were all lm",
+}
+FALLBACK_SCOPE = ("*.py", "tasks/**/*.py", "data/**/*.py")  # train.py, the eval scripts and what they run
+
+
+def config_fallbacks(source, keys):
+    """(line, key, fallback) of every ``<receiver>.get("<key>", <literal>)`` in the Python
+    ``source`` whose key is one of ``keys`` and whose receiver holds a configuration or a
+    checkpoint: a name ending in cfg, config, args, ckpt or saved, or ``<x>.get("config", ...)`` /
+    ``<x>["config"]``. A fallback that is not a literal (``DEFAULTS[key]``) reads the declaration."""
+    def holds_config(node):
+        if isinstance(node, ast.Name):
+            return node.id.endswith(("cfg", "config", "args", "ckpt", "saved"))
+        if isinstance(node, ast.Subscript):
+            return getattr(node.slice, "value", None) == "config"
+        return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                and bool(node.args) and getattr(node.args[0], "value", None) == "config")
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                and len(node.args) == 2 and isinstance(node.args[0], ast.Constant) and node.args[0].value in keys
+                and holds_config(node.func.value)):
+            try:
+                fallback = ast.literal_eval(node.args[1])
+            except ValueError:
+                continue
+            found.append((node.lineno, node.args[0].value, fallback))
+    return found
+
+
+def test_config_fallbacks_finds_literal_fallbacks_on_declared_keys_only():
+    keys = {"mlm_bias_init", "dataset", "task", "seed"}
+    assert config_fallbacks('cfg.get("mlm_bias_init", "zero")', keys) == [(1, "mlm_bias_init", "zero")]
+    assert config_fallbacks('run_config.get("dataset", "lm")', keys) == [(1, "dataset", "lm")]
+    assert config_fallbacks('ckpt.get("config", {}).get("task", "lm")', keys) == [(1, "task", "lm")]
+    assert config_fallbacks('cfg.get("mlm_bias_init", DEFAULTS["mlm_bias_init"])', keys) == []  # the declaration
+    assert config_fallbacks('manifest.get("seed", "unknown")', keys) == []  # a data manifest's field
+    assert config_fallbacks('cfg.get("not_a_key", 0)', keys) == []
+
+
+def test_no_inline_fallback_restates_or_contradicts_a_declared_default():
+    """A key's default is read from its one declaration: ``cfg.get("<declared key>", <literal>)``
+    states it a second time (or contradicts it). Only a read of what was saved before the key
+    existed keeps one (``SAVED_BEFORE_THE_KEY``); scripts/, which read results of every age, are
+    not in ``FALLBACK_SCOPE``."""
+    keys = set(train.DEFAULTS)
+    for script in (eval_ppl, eval_mlm, sample):
+        keys |= set(script.DEFAULTS)
+    found = {}
+    for pattern in FALLBACK_SCOPE:
+        for path in sorted(ROOT.glob(pattern)):
+            for line, key, fallback in config_fallbacks(path.read_text(), keys):
+                found[(str(path.relative_to(ROOT)), key, fallback)] = line
+    wrong = {f"{where}:{line} .get({key!r}, {fallback!r})":
+             "restates the declared default" if fallback == train.DEFAULTS.get(key) else "contradicts the declaration"
+             for (where, key, fallback), line in found.items() if (where, key, fallback) not in SAVED_BEFORE_THE_KEY}
+    assert not wrong, f"read cfg[key] instead, or add the fallback to SAVED_BEFORE_THE_KEY with since when: {wrong}"
+    assert set(found) == set(SAVED_BEFORE_THE_KEY), "an allowed fallback is gone: remove it from SAVED_BEFORE_THE_KEY"

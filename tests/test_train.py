@@ -128,11 +128,11 @@ def test_resume_config_rules():
 def test_a_scratch_run_into_a_used_out_dir_keeps_the_old_log(tmp_path, wikitext2_dir, capsys):
     run(tmp_path, "--max_iters=1", "--eval_interval=1", "--eval_iters=1")
     first = read_log(tmp_path)
-    log = run(tmp_path, "--max_iters=1", "--eval_interval=1", "--eval_iters=1")
+    log = run(tmp_path, "--max_iters=1", "--eval_interval=1", "--eval_iters=1", "--overwrite=True")
     assert sum("start" in r for r in log) == 1 and [r for r in log if "start" in r][0]["start"]["init_from"] == "scratch"
     assert read_log_file(tmp_path / "log.1.jsonl") == first
     assert "kept its files as log.jsonl -> log.1.jsonl" in capsys.readouterr().out
-    run(tmp_path, "--max_iters=1", "--eval_interval=1", "--eval_iters=1")
+    run(tmp_path, "--max_iters=1", "--eval_interval=1", "--eval_iters=1", "--overwrite=True")
     assert os.path.exists(tmp_path / "log.2.jsonl")
 
 
@@ -180,13 +180,12 @@ def test_nan_loss_stops_and_keeps_last_checkpoint(tmp_path, wikitext2_dir, capsy
 
 
 def test_a_run_stopped_by_any_exception_keeps_a_manifest_entry(tmp_path, wikitext2_dir, monkeypatch):
-    get_batch, calls = lm.get_batch, []
+    get_batch = lm.get_batch
 
-    def interrupted(*args, **kwargs):  # Ctrl-C during the third optimizer step
-        calls.append(1)
-        if len(calls) == 3:
+    def interrupted(data, split, cfg, seed, device):  # Ctrl-C during the third optimizer step
+        if seed == tasks.batch_seed(cfg, 0, 2, 0):
             raise KeyboardInterrupt
-        return get_batch(*args, **kwargs)
+        return get_batch(data, split, cfg, seed, device)
 
     monkeypatch.setattr(lm, "get_batch", interrupted)
     with pytest.raises(KeyboardInterrupt):
@@ -346,10 +345,15 @@ def test_help_exits_0_and_lists_every_key():
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), "--help"], capture_output=True,
                           text=True, env=env(), timeout=120)
     assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
+    entries, key = {}, None  # key -> its lines joined (the meaning is wrapped at 100 columns)
+    for line in proc.stdout.splitlines():
+        if line.startswith("  --"):
+            key = line.split()[0][2:]
+            entries[key] = line.strip()
+        elif key and line.startswith("    "):
+            entries[key] += " " + line.strip()
     for key, default in train.DEFAULTS.items():
-        line = next(line for line in lines if line.strip().startswith(f"--{key} "))
-        assert repr(default) in line and line.endswith(train.HELP[key])
+        assert repr(default) in entries[key] and entries[key].endswith(" ".join(train.HELP[key].split()))
 
 
 def test_bad_key_exits_2_without_traceback():

@@ -8,12 +8,18 @@ local attention in non-overlapping windows and the same windows shifted by w / 2
 
 Files: ``reference.py`` (the explicit (T, T) score matrix; the specification), ``compute.py``
 (the two regimes, windows, the chunked causal linear regime, padding).
+
+Decoding (``decode = "state"``, the causal linear regime as a recurrence): out_t = q_t S_t with
+S_t = sum k_j v_j^T over the real keys j <= t of t's window (every earlier key when global), so
+the state is S, D x Dv numbers per head, and the index of its window; a step that enters a new
+window starts S again from zero. Its size does not depend on the context. The DANet block
+(``model.DANetBlock``) has no decode path yet: its input scale N^(-1/3) depends on the length.
 """
 import math
 
 import torch
 
-from attention.registry import Attention, check_int, check_qkv, matrix_flops, register
+from attention.registry import Attention, check_int, check_qkv, check_step, matrix_flops, register
 from attention.dense.compute import REGIMES, choose_regime, dense_forward, regime_cost, segment_length
 from attention.dense.reference import allowed_pairs, reference_forward, window_ids  # noqa: F401
 
@@ -49,6 +55,7 @@ class DenseAttention(Attention):
     """
 
     causal = "exact"
+    decode = "state"  # S = sum k_j v_j^T over the window so far: D x Dv numbers per head, whatever T
     example_params = {"chunk_size": 8}
     reference_params = {"implementation": "reference"}
     # unnormalized sums: on the contract test's inputs |out| reaches 57 while a cancelling entry is
@@ -106,3 +113,34 @@ class DenseAttention(Attention):
                 return reference_forward(q, k, v, causal, attention_mask, self.window, self.shift)
             return dense_forward(q, k, v, causal, attention_mask, self.regime, self.window, self.shift,
                                  self.chunk_size)
+
+    def prefill(self, q, k, v, attention_mask=None):
+        """``Attention.prefill``: the causal forward, and the state {"S", "window", "length"}: S
+        (B, H, D, Dv) the sum of k_j v_j^T over the real keys in the last position's window, in
+        float32 or wider, and that window's index (module docstring)."""
+        out = self.forward(q, k, v, True, attention_mask)
+        T = k.shape[2]
+        work = torch.promote_types(q.dtype, torch.float32)
+        ids = window_ids(T, self.window, self.shift, k.device)
+        keep = ids == ids[-1]  # (T,): the keys of the last position's window
+        keep = keep[None, :] if attention_mask is None else keep[None, :] & attention_mask  # (1 or B, T)
+        with torch.autocast(device_type=q.device.type, enabled=False):
+            kw = k.to(work) * keep[:, None, :, None].to(work)
+            state = {"S": kw.transpose(-1, -2) @ v.to(work), "window": int(ids[-1]), "length": T}
+        return out, state
+
+    def step(self, q_t, k_t, v_t, state):
+        """``Attention.step``: S restarted when position t opens a new window, k_t v_t^T added,
+        out = q_t S (in S's dtype, cast to v_t's)."""
+        check_step(q_t, k_t, v_t)
+        t = state["length"]
+        window = (t + (self.window // 2 if self.shift else 0)) // self.window if self.window else 0  # window_ids
+        work = state["S"].dtype
+        with torch.autocast(device_type=q_t.device.type, enabled=False):
+            if window != state["window"]:
+                state["S"].zero_()
+                state["window"] = window
+            state["S"] += k_t.to(work).transpose(-1, -2) @ v_t.to(work)
+            out = q_t.to(work) @ state["S"]
+        state["length"] = t + 1
+        return out.to(v_t.dtype), state

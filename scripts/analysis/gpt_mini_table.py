@@ -20,7 +20,7 @@ Writes to ``--out``:
   training tokens differ from the softmax runs' is marked (the issue compares at the softmax baseline's budget);
 - an entry in the folder's ``manifest.json``.
 
-Reading the runs and the table rows are ``scripts/analysis/published.py``'s (docs/baselines.md renders
+Reading the runs and the table rows are ``scripts/analysis/published/lm.py``'s (docs/baselines.md renders
 the same table from the runs, ``python -m scripts.analysis.publish``).
 
 Exit status 1 (SystemExit) when no lm run is found.
@@ -33,7 +33,7 @@ import sys
 
 import provenance
 from data import write_text
-from scripts.analysis.published import GPT_MINI_COLUMNS, gpt_mini_order, gpt_mini_table, read_gpt_mini_runs
+from scripts.analysis.published.lm import GPT_MINI_COLUMNS, gpt_mini_order, gpt_mini_table, read_gpt_mini_runs
 from scripts.analysis.runs import find_runs
 
 

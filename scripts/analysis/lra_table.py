@@ -28,7 +28,7 @@ and steps (see each run's config), the published ones from full-size GPU runs: c
 reference points, not as a reproduction.
 
 Reading the runs, the choice rule, the chance marks and the published rows are
-``scripts/analysis/published.py``'s (docs/baselines.md and the README render from the same functions,
+``scripts/analysis/published/lra.py``'s (docs/baselines.md and the README render from the same functions,
 ``python -m scripts.analysis.publish``).
 
 Exit status 1 (SystemExit) when no final_metrics.json is found.
@@ -41,7 +41,9 @@ import sys
 
 from data import write_text
 import provenance
-from scripts.analysis.published import TASKS, TITLES, bracketed, build_tables, fmt_cell, read_lra_runs
+from scripts.analysis.published.formatting import bracketed, fmt_cell
+from scripts.analysis.published.lra import build_tables, read_lra_runs
+from scripts.analysis.published.papers import TASKS, TITLES
 from scripts.analysis.runs import find_runs
 
 

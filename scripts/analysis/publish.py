@@ -11,8 +11,8 @@ A block in ``README.md`` or ``docs/*.md`` is
     <!-- end rendered -->
 
 where ``<renderer>`` names a function of ``scripts.analysis.published.RENDERERS`` (the list, their
-arguments and the files each reads are in that module's docstring); paths in the arguments are
-relative to the repository root, e.g.
+arguments and the files each reads are in the docstrings of the package's renderer modules, which
+its own docstring names); paths in the arguments are relative to the repository root, e.g.
 ``<!-- rendered: recall_ablation results/recall/ablation_64_4 link_root=../results/recall/ablation_64_4/ -->``.
 The command replaces what is between the two markers by the renderer's output; ``--check`` (and
 ``tests/scripts/test_publish.py``) fails when they differ. A missing results file or an unknown

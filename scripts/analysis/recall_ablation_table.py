@@ -7,9 +7,9 @@ A row is a run ``<root>/<row>`` (a run folder, or its packed file ``<row>.tar.xz
 train.py's ``final_metrics.json`` and ``log.jsonl``. Its
 base is the row named by the part of its name before the first "_" (``zoology_mlp`` -> ``zoology``),
 or the row ``--base`` names for every row;
-"changes" lists the configuration keys (``published.ABLATION_COMPARED``) whose values differ from the
+"changes" lists the configuration keys (``published.recall.ABLATION_COMPARED``) whose values differ from the
 base's, read from both runs' ``final_metrics.json`` (nothing typed by hand; the rows and the markdown
-are ``scripts/analysis/published.py``'s, which also renders them into docs/recall.md). Columns: test accuracy (the whole
+are ``scripts/analysis/published/recall.py``'s, which also renders them into docs/recall.md). Columns: test accuracy (the whole
 test split, weights of the best validation step), the best validation accuracy and its step, the
 first evaluated step with validation accuracy >= 0.5 ("-" if none: the plateau), the last
 training loss logged, the run's CPU, and the run path (its packed file or folder, with the logs, is
@@ -17,7 +17,7 @@ linked from the markdown). The links are relative to the folder of the table.md 
 (``--out``), so that they work where the file lies; ``--links_from`` names the folder the table will be
 read from when it is written elsewhere first (tests/scripts/test_results_rebuild.py rebuilds the
 committed tables in a temporary folder). The copy of the table in docs/recall.md is
-``published.py``'s ``recall_ablation`` block, whose ``link_root`` is relative to docs/.
+``published/recall.py``'s ``recall_ablation`` block, whose ``link_root`` is relative to docs/.
 
 Writes ``<out>/summary.csv``, ``<out>/table.md`` and their entry ``table`` in ``<out>/manifest.json``;
 prints the markdown (the same as table.md).
@@ -31,7 +31,7 @@ import os
 import sys
 
 import provenance
-from scripts.analysis.published import ABLATION_COLUMNS, ablation_markdown, ablation_rows
+from scripts.analysis.published.recall import ABLATION_COLUMNS, ablation_markdown, ablation_rows
 
 
 def link_root(root, links_from):

@@ -15,7 +15,7 @@ A cell is (length, pairs, width, token shift or not): runs with a token shift fo
 Picking: among the seed-0 runs of one attention and cell, the highest validation accuracy of the
 selected checkpoint (``best_metric``; test accuracy never decides), ties to the smaller rate. The
 cell's entry is then every seed's run at that rate. Reading, picking and the spread are
-``scripts/analysis/published.py``'s (docs/recall.md's table at a glance is rendered from summary.csv
+``scripts/analysis/published/recall.py``'s (docs/recall.md's table at a glance is rendered from summary.csv
 by the same functions, ``python -m scripts.analysis.publish``).
 
 Writes to ``--out``:
@@ -40,8 +40,10 @@ import sys
 
 import provenance
 from data import write_text
-from scripts.analysis.published import (RECALL_COLUMNS, ZOOLOGY_NOTE, cell_key, cell_label, mark_picked, pick_rate,
-                                        picked_runs, read_recall_runs, recall_order, spread)
+from scripts.analysis.published.formatting import spread
+from scripts.analysis.published.papers import ZOOLOGY_NOTE
+from scripts.analysis.published.recall import (RECALL_COLUMNS, cell_key, cell_label, mark_picked, pick_rate, picked_runs,
+                                               read_recall_runs, recall_order)
 from scripts.analysis.runs import find_runs
 
 

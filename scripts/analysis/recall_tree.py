@@ -80,7 +80,7 @@ from attention.tree.samplers import SAMPLERS
 from attention.tree.schedule import DESCENTS
 from scripts.analysis.capture import attention_weights, capture
 from scripts.analysis.runs import RunNotFound, open_run
-from scripts.analysis.published import SAMPLER_LABEL
+from scripts.analysis.published.tree import SAMPLER_LABEL
 from data import recall as recall_data
 from tasks import recall as recall_task
 

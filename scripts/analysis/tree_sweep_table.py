@@ -31,7 +31,7 @@ import os
 import statistics
 
 import provenance
-from scripts.analysis.published import SAMPLER_LABEL, SAMPLER_ORDER
+from scripts.analysis.published.tree import SAMPLER_LABEL, SAMPLER_ORDER
 from scripts.analysis.runs import read_evals
 
 TREE_DEFAULTS = {"E": 0.5, "sampler": "edh", "normalization": "bud_mean"}  # TreeAttention's defaults

@@ -36,8 +36,9 @@ Outputs: one markdown table on stdout (a row per distinct launch; where several 
 share a launch, their differing fields are listed together); with ``--out results/<folder>/<name>``
 ``<name>.json`` (the rows plus the Triton version, the target and the date) and its entry in the
 folder's ``manifest.json`` (``provenance.record``: the command, the commit, the machine), which
-docs/gpu.md renders (``scripts.analysis.published``'s renderer ``kernel_report``). Exit status 1 when a limit is missed (``--no_fail``:
-0), 2 when the kernels package does not expose ``forward`` / ``backward`` yet.
+docs/gpu.md renders (``scripts.analysis.published.benchmark``'s renderer ``kernel_report``). Exit
+status 1 when a limit is missed (``--no_fail``: 0), 2 when the kernels package does not expose
+``forward`` / ``backward`` yet.
 """
 import argparse
 import concurrent.futures

@@ -1,4 +1,4 @@
-"""One command gives an attention its row beside every method (issue 45): the scorecard.
+"""One command gives an attention its row beside every method: the scorecard.
 
     python -m scripts.scorecard SPEC [--tier quick|full] [--import FILE ...] [--plan] [--reuse_only]
     python -m scripts.scorecard fastmax:p=2 --tier full
@@ -794,7 +794,10 @@ def main(argv=None):
                                         "maintainers' runs) writes the committed leaderboard and re-renders the README "
                                         "and docs blocks it makes stale. docs/scorecard.md says more.")
     ap.add_argument("spec", nargs="?", help="the attention: name[:param=value,...], a configs/attention name or a file")
-    ap.add_argument("--tier", choices=tb.TIERS, default="quick")
+    ap.add_argument("--tier", choices=tb.TIERS, default="quick",
+                    help="quick (default): a first look, marked as such (recall 64/4 one seed, speed at T = 1k, "
+                         "4k); full: the published protocol (recall 256/16 and 64/4 on seeds 1-3, WikiText-2, "
+                         "LRA Text's 8,000 steps, speed at T = 1k, 4k, 16k)")
     ap.add_argument("--import", dest="imports", action="append", default=[], metavar="FILE",
                     help="a Python file that registers the attention (attention.register); repeatable")
     ap.add_argument("--testbeds", default="", help=f"comma list: only these of {','.join(tb.TESTBEDS)} (default: all); "
@@ -804,7 +807,9 @@ def main(argv=None):
                     help="fill the card from measured and archived cells only; a testbed stops at its first cell "
                          "that would need a new run (listed; the leaderboard marks what is missing)")
     ap.add_argument("--leaderboard", action="store_true", help="only rebuild the leaderboard from the cards")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2,
+                    help="CPU threads of every training run, evaluation and speed measurement (train.py's "
+                         "--num_threads; part of the speed cells' protocol) (default: 2)")
     ap.add_argument("--out_root", default="out/scorecard", help="where training runs go")
     ap.add_argument("--results", default=USER_RESULTS,
                     help=f"cells.jsonl, cards/, runs/, leaderboard.csv/.md (default {USER_RESULTS}: your folder, its "

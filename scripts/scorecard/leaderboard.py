@@ -9,7 +9,9 @@ reads "solved in k of n" beside the mean ± sd and the per-seed values of its re
 also the picking seed); "separable from softmax" only where the range (min..max) of the method's
 seeds and softmax's do not overlap, both with two seeds or more under the same protocol. Mean ± sd
 is no test for seeds that either solve the task or stay on the 1/N plateau. Softmax's cells add
-its check seeds.
+its check seeds. These words, and "≈ 1" below, are the rules of ``scripts.analysis.published.verdicts``;
+the CPU names and the papers' numbers come from that package's ``formatting`` and ``papers`` (its
+base modules: the leaderboard imports no renderer).
 
 Speed: the time of one causal forward + backward call (forward only, or not causal, where the
 method has no such call: said in the cell) over SDPA's. Version 2 cells: the median of the
@@ -37,6 +39,9 @@ import os
 import statistics
 
 from data import write_text
+from scripts.analysis.published.formatting import short_cpu
+from scripts.analysis.published.papers import PUBLISHED_ACCURACY, SHORT_SOURCES, TASKS, ZOOLOGY_NOTE
+from scripts.analysis.published.verdicts import ratio_words, separable, solved, solved_words
 from scripts.bench.methods import CONFIG_DIR
 from scripts.scorecard import testbeds as tb
 from scripts.scorecard.testbeds import SPEED_T, TESTBEDS, Spec, applies, leaderboard_call
@@ -110,18 +115,6 @@ def recall_column(card, role, root=None):
             "budgets": [b for b in (cell_budget(c, "recall", root) for c in reported + check) if b]}
 
 
-def solved(values):
-    return sum(v >= tb.RECALL_SOLVED for v in values)
-
-
-def separable(values, others):
-    """Whether two sets of seeds' values do not overlap (the range of each, min..max), both with two
-    values or more: a pass/fail summary that a single seed or a shared range cannot support."""
-    if len(values) < 2 or len(others) < 2:
-        return False
-    return max(values) < min(others) or min(values) > max(others)
-
-
 def seeds_text(seeds):
     seeds = sorted(seeds)
     return f"{seeds[0]}-{seeds[-1]}" if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1)) \
@@ -136,14 +129,14 @@ def format_recall(column, softmax=None, missing="not run", mark_version=False):
         return missing
     values = column["values"]
     if len(values) == 1:
-        text = f"{values[0]:.3f}, one seed ({'solved' if solved(values) else 'not solved'})"
+        text = f"{values[0]:.3f}, one seed ({solved_words(values, tb.RECALL_SOLVED)})"
     else:
-        text = (f"solved in {solved(values)} of {len(values)}; {statistics.mean(values):.3f} ± "
+        text = (f"{solved_words(values, tb.RECALL_SOLVED)}; {statistics.mean(values):.3f} ± "
                 f"{statistics.stdev(values):.3f} ({' / '.join(f'{v:.3f}' for v in values)})")
     if column["check"]:
         check = [v for _, v in column["check"]]
-        text += (f"; check seeds {seeds_text([s for s, _ in column['check']])}: solved in {solved(check)} of "
-                 f"{len(check)} ({' / '.join(f'{v:.3f}' for v in check)})")
+        text += (f"; check seeds {seeds_text([s for s, _ in column['check']])}: "
+                 f"{solved_words(check, tb.RECALL_SOLVED)} ({' / '.join(f'{v:.3f}' for v in check)})")
     if (softmax is not None and softmax is not column and softmax["version"] == column["version"]
             and separable(values, softmax["values"])):
         text += ", separable from softmax"
@@ -161,8 +154,7 @@ def format_speed(cell, missing, kind=""):
     q1, q3 = cell.get("ratio_q1"), cell.get("ratio_q3")
     more = f", {kind}" if kind else ""
     if cell.get("version", 1) >= 2 and q1 is not None and q3 is not None:
-        value = "≈ 1" if q1 <= 1 <= q3 else f"{cell['ratio']:.2f}"
-        return f"{value} ({q1:.2f}-{q3:.2f}{more})"
+        return f"{ratio_words(cell['ratio'], q1, q3)} ({q1:.2f}-{q3:.2f}{more})"
     return f"{cell['ratio']:.2f} (v1{more})"
 
 
@@ -233,8 +225,6 @@ def leaderboard_rows(cards, root=None):
 def format_wikitext2(row, cpus):
     """"ppl (tokens/s), one seed", or over several seeds "mean ± sd (n = k: per seed) (tokens/s)"
     (the speed of the config's seed's run)."""
-    from scripts.analysis.published import short_cpu
-
     values = row["wikitext2_values"]
     on = f" on {short_cpu(row['wikitext2_cpu'])}" if row["wikitext2_cpu"] != cpus["wikitext2"] else ""
     speed = f"({row['wikitext2'][1]:,.0f}{on})"
@@ -248,8 +238,6 @@ def throughput(value, fmt, cpu, softmax_cpu):
     """A training cell's speed (tokens/s, steps/s) in brackets, with the CPU its run trained on when
     that is not the CPU of softmax's run of the same column (speeds on different CPUs do not compare:
     a 2-core Intel Xeon trained the mini GPT 2.5x faster than a 2-core AMD EPYC)."""
-    from scripts.analysis.published import short_cpu
-
     on = f" on {short_cpu(cpu)}" if cpu != softmax_cpu else ""
     return f"({value:{fmt}}{on})"
 
@@ -443,7 +431,8 @@ def sections(cards, cell_rows=None, root=None):
         for _, column, _ in RECALL_COLUMNS:
             c = r[column]
             values = c["values"] if c else []
-            recall_csv += [c and c["version"], *mean_sd(values)[:2], len(values), solved(values) if values else None,
+            recall_csv += [c and c["version"], *mean_sd(values)[:2], len(values),
+                           solved(values, tb.RECALL_SOLVED) if values else None,
                            min(values, default=None), max(values, default=None),
                            "/".join(map(str, c["seeds"])) if c else None, "/".join(f"{v:.6g}" for v in values) or None]
         wikitext2 = r["wikitext2_values"]
@@ -462,8 +451,6 @@ def sections(cards, cell_rows=None, root=None):
         rest += [f"New runs of the full tier (cells the scorecard ran itself, not the sweeps' archived runs it "
                  f"reused; the swap cell with its softmax model's training): {count} cells, {hours:.1f} h of wall time. "
                  f"The full leaderboard's new runs stop at about {FULL_BUDGET_HOURS} h.", ""]
-    from scripts.analysis.published import short_cpu
-
     full = softmax.get("full") or {}
     on = "; ".join(f"softmax's {name} run on {short_cpu(full[column + '_cpu'])}"
                    for column, name in (("wikitext2", "WikiText-2"), ("lra", "LRA Text")) if full.get(column + "_cpu"))
@@ -492,8 +479,6 @@ def published_rows(cards):
     """Markdown lines: the papers' LRA Text accuracies of the attentions on the leaderboard (or of
     every method when it is empty), as printed in their tables; for reference, not comparable
     (GPU, full-size models and budgets)."""
-    from scripts.analysis.published import PUBLISHED_ACCURACY, SHORT_SOURCES, TASKS, ZOOLOGY_NOTE
-
     names = {card["attention"] for card in cards} | {card["label"] for card in cards}
     text = TASKS.index("text")
     lines = ["Published LRA Text accuracies of these methods (their papers' GPU runs at full size: a reference, not "

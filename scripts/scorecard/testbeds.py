@@ -83,7 +83,7 @@ RECALL_SEEDS = (1, 2, 3)  # reported at the picked rate
 RECALL_CHECK_SEEDS = (4, 5)  # the softmax baseline only: the protocol's check
 RECALL_SOLVED = 0.99  # a seed "solves" a cell at this test accuracy or more
 # folders of archived recall runs made with the current defaults (moved out when a default changes)
-RECALL_ARCHIVES = ("results/recall/noshift_256_16", "results/scorecard/runs")
+RECALL_ARCHIVES = ("results/recall/noshift_256_16", "results/recall/protocol_v2", "results/scorecard/runs")
 WIKITEXT2_CONFIG = "configs/wikitext2_gpt_mini.py"
 WIKITEXT2_EVAL = ("--split=test", "--protocol=blocks")
 # The quick tier scores the first quarter of the test split (about 74k tokens): over the whole split
@@ -254,6 +254,7 @@ def resolved_config(argv, imports=()):
     configurator.import_files([f"--import={path}" for path in imports])
     training.config_keys()
     cfg = configurator.parse(training.DEFAULTS, list(argv))
+    training.follow_max_iters(cfg, list(argv))  # as train.py: --max_iters alone moves lr_decay_iters
     return with_full_params(cfg)
 
 

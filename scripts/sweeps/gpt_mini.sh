@@ -62,8 +62,9 @@ for attn in $ATTENTIONS; do
     else
       mkdir -p "$out"
       echo "== $name: $(date '+%F %T') python train.py ${configs[*]} --seed=$seed --out_dir=$out --num_threads=$THREADS $*"
+      # --overwrite=True: a run without final_metrics.json (stopped) or with FORCE=1 starts over
       if ! OMP_NUM_THREADS=$THREADS $PYTHON train.py "${configs[@]}" --seed="$seed" --out_dir="$out" \
-          --num_threads="$THREADS" "$@" > "$out/train.log" 2>&1; then
+          --num_threads="$THREADS" --overwrite=True "$@" > "$out/train.log" 2>&1; then
         echo "== $name: training FAILED (log: $out/train.log)" >&2
         failed+=("$name")
         continue

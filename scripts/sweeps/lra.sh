@@ -55,7 +55,8 @@ for task in $TASKS; do
     fi
     echo "== $name: $(date '+%F %T') python train.py ${configs[*]} --out_dir=$out --num_threads=$THREADS $*"
     mkdir -p "$out"
-    if OMP_NUM_THREADS=$THREADS $PYTHON train.py "${configs[@]}" --out_dir="$out" --num_threads="$THREADS" "$@" \
+    # --overwrite=True: a cell without final_metrics.json (stopped) or with FORCE=1 starts over
+    if OMP_NUM_THREADS=$THREADS $PYTHON train.py "${configs[@]}" --out_dir="$out" --num_threads="$THREADS" --overwrite=True "$@" \
         > >(tee "$out/train.log") 2>&1; then
       echo "== $name: done $(date '+%F %T')"
     else

@@ -70,7 +70,7 @@ for row in $ROWS; do
   echo "== $row: $(date '+%F %T')"
   # shellcheck disable=SC2086  # the row's arguments are words
   if OMP_NUM_THREADS=$THREADS $PYTHON train.py configs/recall/mqar.py configs/recall/gpt_token_shift.py --block_size=64 --recall_pairs=4 --n_embd=64 \
-      --token_shift=False $args --out_dir="$out" --num_threads="$THREADS" "$@" > "$out/train.log" 2>&1; then
+      --token_shift=False $args --out_dir="$out" --num_threads="$THREADS" --overwrite=True "$@" > "$out/train.log" 2>&1; then
     echo "== $row: $(grep -o '"test_accuracy": [0-9.]*' "$out/final_metrics.json")"
   else
     echo "== $row: FAILED (log: $out/train.log)" >&2

@@ -1,4 +1,4 @@
-"""scripts/analysis/publish.py and the renderers of scripts/analysis/published.py: blocks of README.md
+"""scripts/analysis/publish.py and the renderers of scripts/analysis/published/: blocks of README.md
 and docs/*.md rendered from files under results/, the repository's own README and docs equal what the
 command renders (a stale table fails here), and each renderer on tiny fixture files (a number changed
 in a results file changes the rendered text)."""
@@ -11,7 +11,9 @@ import os
 import pytest
 
 from scripts.analysis import gpt_mini_table, publish, published, recall_ablation_table
-from scripts.analysis.published import RECALL_COLUMNS, RenderError, SourceMissing
+from scripts.analysis.published import benchmark, formatting, lm, lra, papers, readme, table_file, tree
+from scripts.analysis.published.loading import RenderError, SourceMissing
+from scripts.analysis.published.recall import RECALL_COLUMNS
 
 
 def test_the_committed_readme_and_docs_equal_their_rendered_tables():
@@ -223,10 +225,11 @@ def test_a_run_under_an_older_default_of_its_method_is_named_so(tmp_path):
     assert lines[2].startswith('| fastmax p = 1 (made with normalization="max_norm", the default before 2026-11-27) '
                                '| 62.10 |')
     assert lines[3].startswith("| fastmax p = 2 | 61.60 |")
-    assert published.older_defaults("fastmax", None) == published.older_defaults("fastmax", "2026-11-24T04:40:24+00:00") \
-        == 'made with normalization="max_norm", the default before 2026-11-27'
-    assert published.older_defaults("softmax", None) == published.older_defaults(None, None) == ""
-    assert published.older_defaults("no_such_attention", None) == ""
+    assert formatting.older_defaults("fastmax", None) == \
+        formatting.older_defaults("fastmax", "2026-11-24T04:40:24+00:00") == \
+        'made with normalization="max_norm", the default before 2026-11-27'
+    assert formatting.older_defaults("softmax", None) == formatting.older_defaults(None, None) == ""
+    assert formatting.older_defaults("no_such_attention", None) == ""
 
 
 def bench_file(root, name, methods, seconds, dense, repeats=3, date="2026-11-27"):
@@ -307,30 +310,31 @@ def test_readme_rows_are_templates_filled_from_results(tmp_path):
                     "mean_nll": [5.0 if c < 2 else 4.5 if c < 8 else 4.0 if c < 32 else 4.1 for c in range(1, 200)]}
     test = {"value": 126.08113, "protocol": "blocks", "per_position": per_position}
     (folder / "test_blocks.json").write_text(json.dumps(test))
-    row = published.readme_row(str(tmp_path), published.README_ROWS[0])
+    row = readme.readme_row(str(tmp_path), readme.README_ROWS[0])
     assert row[:2] == ["GPT mini on WikiText-2 (7.23M parameters, 45 min)",
                        "test perplexity 126.08 (`blocks`); uses about 30 tokens of context"]
     (folder / "test_blocks.json").write_text(json.dumps(dict(test, value=130.0)))
-    assert published.readme_row(str(tmp_path), published.README_ROWS[0])[1].startswith("test perplexity 130.00")
+    assert readme.readme_row(str(tmp_path), readme.README_ROWS[0])[1].startswith("test perplexity 130.00")
     (folder / "test_blocks.json").unlink()
     with pytest.raises(SourceMissing, match="results/gpt_mini_wikitext2/test_blocks.json"):
-        published.readme_row(str(tmp_path), published.README_ROWS[0])
+        readme.readme_row(str(tmp_path), readme.README_ROWS[0])
 
 
 def test_number_formats():
-    assert published.sci(5.385193995753368e-15) == "5.4e-15" and published.sci(8.683927613095132e-07) == "8.7e-7"
-    assert published.rate(0.003) == "3e-3" and published.rate(0.00025) == "2.5e-4"
-    assert published.about(32) == "30" and published.about(7) == "7" and published.about(150) == "200"
-    assert published.short_cpu("Intel(R) Xeon(R) Processor") == "Intel Xeon" and published.short_cpu(None) == \
+    assert formatting.sci(5.385193995753368e-15) == "5.4e-15" and formatting.sci(8.683927613095132e-07) == "8.7e-7"
+    assert formatting.rate(0.003) == "3e-3" and formatting.rate(0.00025) == "2.5e-4"
+    assert formatting.about(32) == "30" and formatting.about(7) == "7" and formatting.about(150) == "200"
+    assert formatting.short_cpu("Intel(R) Xeon(R) Processor") == "Intel Xeon" and formatting.short_cpu(None) == \
         "not recorded"
-    assert published.display_name("longformer", {"window": 32, "num_global": 1}) == \
+    assert formatting.display_name("longformer", {"window": 32, "num_global": 1}) == \
         "Longformer (window 32 + first token)"
-    assert published.mean_sd([0.9, 0.8], ".1f", scale=100) == "85.0 ± 7.1"
+    assert formatting.mean_sd([0.9, 0.8], ".1f", scale=100) == "85.0 ± 7.1"
 
 
 def test_fastmax_grid_reads_the_benchmark_and_says_a_missed_target(tmp_path):
     """docs/fastmax.md's benchmark tables come from the benchmark's JSONs: a speed-up under its
-    target in either run reads "not met"; a cell the grid lacks is one SourceMissing."""
+    target in one of the two runs reads "met in 1 of 2 runs" (``verdicts.aim_met``); a cell the grid
+    lacks is one SourceMissing."""
     def speedups(p1, p2):
         return {"causal_p1_D64_T16384_speedup_vs_sdpa": {m: {"speedup": p1, "target": 10.0} for m in ("forward", "forward_backward")},
                 "causal_p2_D32_T16384_speedup_vs_sdpa": {m: {"speedup": p2, "target": 1.0} for m in ("forward", "forward_backward")}}
@@ -356,7 +360,7 @@ def test_fastmax_grid_reads_the_benchmark_and_says_a_missed_target(tmp_path):
     assert "between 0.50 and 0.90 for all 2 forward configurations | met |" in text
     assert "| 32 | yes | forward | below grid | 2,048 |" in text
     again = published.render("fastmax_grid grid.json mem.json retimed=again.json", str(tmp_path))
-    assert "forward 2.5x (0.9x re-timed), forward + backward 2.5x (0.9x re-timed) | not met |" in again
+    assert "forward 2.5x (0.9x re-timed), forward + backward 2.5x (0.9x re-timed) | met in 1 of 2 runs |" in again
     assert "forward 26.0x (18.0x re-timed), forward + backward 26.0x (18.0x re-timed) | met in both runs |" in again
     grid["rows"] = rows[1:]
     (tmp_path / "grid.json").write_text(json.dumps(grid))
@@ -378,18 +382,18 @@ def test_swap_ranges_pairs_each_attention_with_the_base_on_the_same_test_tokens(
     evaluation("slices", "softmax_off0.2.json", "softmax", {}, 50.0, 59392, 4096, 4092)
     evaluation("slices", "tree_off0.2.json", "tree", {"E": 0.5}, 49.0, 59392, 4096, 4092)
     (tmp_path / "slices" / "manifest.json").write_text("{}")
-    out = published.render_swap_ranges(str(tmp_path), "whole", "slices")
+    out = lm.render_swap_ranges(str(tmp_path), "whole", "slices")
     assert out.splitlines()[0] == "| test tokens (first, length; scored) | softmax | tree (E = 0.5) |"
     assert out.splitlines()[2] == "| 0, 295,877; 295,588 | 126.00 | 129.78 (+3.00%) |"  # the whole split first
     assert out.splitlines()[3] == "| 59,392, 4,096; 4,092 | 50.00 | 49.00 (-2.00%) |"
     evaluation("orphan", "tree.json", "tree", {"E": 0.5}, 49.0, 118784, 4096, 4092)
     with pytest.raises(RenderError, match="118,784"):
-        published.render_swap_ranges(str(tmp_path), "whole", "orphan")
+        lm.render_swap_ranges(str(tmp_path), "whole", "orphan")
     with pytest.raises(SourceMissing):
-        published.render_swap_ranges(str(tmp_path), "nothing_here")
+        lm.render_swap_ranges(str(tmp_path), "nothing_here")
     evaluation("other", "softmax.json", "softmax", {}, 47.0, 59392, 4096, 4092, model="out/another_model")
     with pytest.raises(RenderError, match="different models"):
-        published.render_swap_ranges(str(tmp_path), "whole", "other")
+        lm.render_swap_ranges(str(tmp_path), "whole", "other")
 
 
 def test_tree_sweep_a_row_per_sampler_in_the_papers_order_and_the_cost_row(tmp_path):
@@ -405,29 +409,29 @@ def test_tree_sweep_a_row_per_sampler_in_the_papers_order_and_the_cost_row(tmp_p
             ["config", "tree", "edh", "0.5", "paper", "blocks", "99.0", "1.0", "50.0", "1.0", "0.045"],
             ["config", "softmax", "", "1.0", "", "blocks", "64.4", "nan", "nan", "nan", "1.0"]]
     (tmp_path / "t.csv").write_text("\n".join(",".join(r) for r in [fields, *rows]) + "\n")
-    out = published.render_tree_sweep(str(tmp_path), "t.csv").splitlines()
+    out = tree.render_tree_sweep(str(tmp_path), "t.csv").splitlines()
     assert out[0] == "| sampler | E = 0.2 | E = 0.5 |"
     assert out[2:] == ["| Uniform | +1.82 | +1.70 ± 0.00 |", "| EDH | – | +1.66 ± 0.01 |",
                        "| inner products / exact | 0.008 | 0.045 |"]
-    assert published.render_tree_sweep(str(tmp_path), "t.csv", quantity="value").splitlines()[3] == \
+    assert tree.render_tree_sweep(str(tmp_path), "t.csv", quantity="value").splitlines()[3] == \
         "| EDH | – | 65.5 ± 0.0 |"
     with pytest.raises(RenderError, match="quantity"):
-        published.render_tree_sweep(str(tmp_path), "t.csv", quantity="ratio")
+        tree.render_tree_sweep(str(tmp_path), "t.csv", quantity="ratio")
     with pytest.raises(SourceMissing):
-        published.render_tree_sweep(str(tmp_path), "t.csv", protocol="casino")
+        tree.render_tree_sweep(str(tmp_path), "t.csv", protocol="casino")
 
 
 def test_published_lra_rows_come_from_the_one_copy_of_the_papers_numbers(tmp_path):
     """docs/baselines.md's published LRA rows are PUBLISHED_ACCURACY's, in its order, with the
     source's note; an attention without a published row is an error, not an empty table."""
-    out = published.render_published_lra(str(tmp_path), "linear,informer").splitlines()
-    expected = [r for r in published.PUBLISHED_ACCURACY if r[0] in ("linear", "informer")]
+    out = lra.render_published_lra(str(tmp_path), "linear,informer").splitlines()
+    expected = [r for r in papers.PUBLISHED_ACCURACY if r[0] in ("linear", "informer")]
     assert len(out) == 2 + len(expected) == 5
     assert out[2] == ("| linear | LRA Table 1 (= FAST Table 1, DenseAttention Table 5) | "
                       + " | ".join(f"{a:.2f}" for a in expected[0][2][:5]) + f" | {expected[0][3]:.2f} |")
     assert out[4].startswith("| Informer | DenseAttention Table 5 (from Chen et al. 2021) | 32.53 |")
     with pytest.raises(RenderError, match="cosformer"):
-        published.render_published_lra(str(tmp_path), "linear,cosformer")
+        lra.render_published_lra(str(tmp_path), "linear,cosformer")
 
 
 def test_per_position_bins_are_count_weighted_means_of_the_evaluations_field(tmp_path):
@@ -436,19 +440,19 @@ def test_per_position_bins_are_count_weighted_means_of_the_evaluations_field(tmp
     error naming the option that writes it."""
     record = {"per_position": {"context_length": [1, 2, 3, 8], "count": [10, 1, 3, 5], "mean_nll": [5.0, 4.0, 2.0, 3.0]}}
     (tmp_path / "e.json").write_text(json.dumps(record))
-    out = published.render_per_position(str(tmp_path), "e.json", edges="1,2,8,32,128").splitlines()
+    out = lm.render_per_position(str(tmp_path), "e.json", edges="1,2,8,32,128").splitlines()
     assert out == ["| context length | 1 | 2-7 | 8-31 |", "|---|---|---|---|", "| mean NLL | 5.000 | 2.500 | 3.000 |"]
     (tmp_path / "no.json").write_text(json.dumps({"value": 1.0}))
     with pytest.raises(SourceMissing, match="per_position=True"):
-        published.render_per_position(str(tmp_path), "no.json")
+        lm.render_per_position(str(tmp_path), "no.json")
 
 
 def test_table_file_copies_the_nth_table_of_a_tools_output(tmp_path):
     (tmp_path / "t.md").write_text("Title\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\ntext\n| c |\n|---|\n| 3 |\n")
-    assert published.render_table_file(str(tmp_path), "t.md") == "| a | b |\n|---|---|\n| 1 | 2 |\n"
-    assert published.render_table_file(str(tmp_path), "t.md", n="2") == "| c |\n|---|\n| 3 |\n"
+    assert table_file.render_table_file(str(tmp_path), "t.md") == "| a | b |\n|---|---|\n| 1 | 2 |\n"
+    assert table_file.render_table_file(str(tmp_path), "t.md", n="2") == "| c |\n|---|\n| 3 |\n"
     with pytest.raises(RenderError, match="2 table"):
-        published.render_table_file(str(tmp_path), "t.md", n="3")
+        table_file.render_table_file(str(tmp_path), "t.md", n="3")
 
 
 def test_tree_bench_a_column_per_run_and_the_kernels_factor_over_the_authors_code(tmp_path):
@@ -462,14 +466,14 @@ def test_tree_bench_a_column_per_run_and_the_kernels_factor_over_the_authors_cod
             row("cpu", 1, "float32", 0.2, 0.001), row("reference", 1, "float64", 0.5, 2.0, True),
             row("softmax", 1, "", 1.0, 0.02), row("casinoformer", 1, "float64", 0.5, 9.0, L=4096)]
     (tmp_path / "run1.json").write_text(json.dumps({"rows": rows}))
-    out = published.render_tree_bench(str(tmp_path), "run1.json").splitlines()
+    out = tree.render_tree_bench(str(tmp_path), "run1.json").splitlines()
     assert out[0] == "| implementation | `run1` |"
     assert out[2:] == ["| authors' `np_attention.py` (float64, 1 thread) | 0.6 |",
                        "| CPU kernel, float32, 1 thread | 0.006 (100.0x) |",
                        "| reference (one query at a time) | 2 (extrapolated) |",
                        "| exact attention, SDPA, 1 thread | 0.02 |"]
     with pytest.raises(SourceMissing, match="E = 0.8"):
-        published.render_tree_bench(str(tmp_path), "run1.json", E="0.8")
+        tree.render_tree_bench(str(tmp_path), "run1.json", E="0.8")
 
 
 def test_bench_layer_tokens_per_second_per_T_and_a_skipped_cell_says_why(tmp_path):
@@ -479,11 +483,11 @@ def test_bench_layer_tokens_per_second_per_T_and_a_skipped_cell_says_why(tmp_pat
              "note": "skipped: estimated memory above limit"},
             {"method": "danet_auto", "mode": "forward", "T": 128, "tokens_per_s": 1.0, "note": ""}]
     (tmp_path / "b.json").write_text(json.dumps({"rows": rows}))
-    out = published.render_bench_layer(str(tmp_path), "b.json", methods="danet_linear,softmax_layer").splitlines()
+    out = benchmark.render_bench_layer(str(tmp_path), "b.json", methods="danet_linear,softmax_layer").splitlines()
     assert out == ["| T | DANet linear fwd | softmax fwd |", "|---|---|---|", "| 128 | 509k | 8.0k |",
                    "| 16,384 | skipped (memory) | - |"]
     with pytest.raises(SourceMissing):
-        published.render_bench_layer(str(tmp_path), "b.json", methods="danet_quadratic")
+        benchmark.render_bench_layer(str(tmp_path), "b.json", methods="danet_quadratic")
 
 
 def test_bench_pair_two_methods_over_the_base_in_one_run(tmp_path):
@@ -492,14 +496,14 @@ def test_bench_pair_two_methods_over_the_base_in_one_run(tmp_path):
     rows = [row("sdpa", 64, 0.01), row("a:p=2", 64, 0.239), row("a:p=2,x=1", 64, 0.064),
             row("sdpa", 64, 0.02, mode="forward_backward", causal=True), row("a:p=2", 64, 0.1, mode="forward_backward", causal=True)]
     (tmp_path / "b.json").write_text(json.dumps({"rows": rows}))
-    out = published.render_bench_pair(str(tmp_path), "b.json", first="a:p=2", second="a:p=2,x=1",
+    out = benchmark.render_bench_pair(str(tmp_path), "b.json", first="a:p=2", second="a:p=2,x=1",
                                       cells="32:forward:false", T="64").splitlines()
     assert out == ["| D | mode | T = 64 |", "|---|---|---|", "| 32 | forward, non-causal | 23.9 / 6.4 |"]
     with pytest.raises(SourceMissing, match="causal true"):  # the second method has no causal cell
-        published.render_bench_pair(str(tmp_path), "b.json", first="a:p=2", second="a:p=2,x=1",
+        benchmark.render_bench_pair(str(tmp_path), "b.json", first="a:p=2", second="a:p=2,x=1",
                                     cells="32:forward_backward:true", T="64")
     with pytest.raises(RenderError, match="first="):
-        published.render_bench_pair(str(tmp_path), "b.json", cells="32:forward:false", T="64")
+        benchmark.render_bench_pair(str(tmp_path), "b.json", cells="32:forward:false", T="64")
 
 
 def test_authors_fastmax_ours_beside_theirs_with_the_factor(tmp_path):
@@ -509,10 +513,10 @@ def test_authors_fastmax_ours_beside_theirs_with_the_factor(tmp_path):
     rows = [row("ours", 0.12, 39.2), row("fastmax_function", 20.0, 8479.0), row("fastattention_einops", None, None,
                                                                                 "skipped: estimated memory above limit")]
     (tmp_path / "c.json").write_text(json.dumps({"timing_rows": rows}))
-    out = published.render_authors_fastmax(str(tmp_path), "c.json", cells="2:yes:forward:4096").splitlines()
+    out = benchmark.render_authors_fastmax(str(tmp_path), "c.json", cells="2:yes:forward:4096").splitlines()
     assert out[2] == "| 2 | yes | forward | 4,096 | 0.120 s, 39 MB | 20.0 s, 8,479 MB | skipped (memory) | 167x |"
     with pytest.raises(SourceMissing):
-        published.render_authors_fastmax(str(tmp_path), "c.json", cells="1:yes:forward:4096")
+        benchmark.render_authors_fastmax(str(tmp_path), "c.json", cells="1:yes:forward:4096")
 
 
 def test_bench_linearity_bolds_a_miss_and_says_na_for_a_call_a_method_lacks(tmp_path):
@@ -524,11 +528,11 @@ def test_bench_linearity_bolds_a_miss_and_says_na_for_a_call_a_method_lacks(tmp_
                "speedup_vs_sdpa_at_16384": [entry("a", m, c, speedup=v) for (m, c), v in zip(calls, (25.2, 0.39, 1.04, 5.8))]
                + [entry("b", "forward", False, speedup=2.0)]}
     (tmp_path / "all.json").write_text(json.dumps({"summary": summary}))
-    out = published.render_bench_linearity(str(tmp_path), "all.json", methods="a,b").splitlines()
+    out = benchmark.render_bench_linearity(str(tmp_path), "all.json", methods="a,b").splitlines()
     assert out[2] == "| a | 1.25 / 25x | **1.60** / **0.39x** | 1.50 / 1.04x | 1.00 / 5.8x |"
     assert out[3] == "| b | 1.00 / 2.0x | n/a | n/a | n/a |"
     with pytest.raises(SourceMissing, match="c in the summary"):
-        published.render_bench_linearity(str(tmp_path), "all.json", methods="c")
+        benchmark.render_bench_linearity(str(tmp_path), "all.json", methods="c")
 
 
 def test_lm_runs_reads_each_runs_log_test_json_and_the_side_by_side_throughput(tmp_path):
@@ -538,13 +542,13 @@ def test_lm_runs_reads_each_runs_log_test_json_and_the_side_by_side_throughput(t
         {"iter": 650, "eval": {"val": math.log(144.47)}, "elapsed_s": 2733.5}]) + "\n")
     (tmp_path / "test.json").write_text(json.dumps({"value": 126.08}))
     (tmp_path / "tp.json").write_text(json.dumps({"rows": [{"config": "c.py", "tok_per_s": v} for v in (1461.0, 1178.0, 1729.0)]}))
-    out = published.render_lm_runs(str(tmp_path), "tp.json", "fastmax1@log.jsonl@test.json@c.py").splitlines()
+    out = lm.render_lm_runs(str(tmp_path), "tp.json", "fastmax1@log.jsonl@test.json@c.py").splitlines()
     assert out[0].startswith("| attention | val ppl at 650 |")
     assert out[2] == "| fastmax p = 1 | 144.47 | 126.08 | 1,461 (1,178-1,729) | 45 min 34 s |"
     with pytest.raises(SourceMissing, match="other.py"):
-        published.render_lm_runs(str(tmp_path), "tp.json", "softmax@log.jsonl@test.json@other.py")
+        lm.render_lm_runs(str(tmp_path), "tp.json", "softmax@log.jsonl@test.json@other.py")
     with pytest.raises(RenderError, match="label@train_log"):
-        published.render_lm_runs(str(tmp_path), "tp.json", "softmax@log.jsonl")
+        lm.render_lm_runs(str(tmp_path), "tp.json", "softmax@log.jsonl")
 
 
 def test_lm_runs_with_the_logs_own_speed_and_several_evaluations(tmp_path):
@@ -554,11 +558,11 @@ def test_lm_runs_with_the_logs_own_speed_and_several_evaluations(tmp_path):
         {"iter": 20, "eval": {"val_ppl": 170.14}, "elapsed_s": 65.4},
         {"iter": 10, "eval": {"val_ppl": 173.97}, "elapsed_s": 12.0}]) + "\n")
     (tmp_path / "test.json").write_text(json.dumps({"value": 150.42}))
-    out = published.render_lm_runs(str(tmp_path), "log", "danet@log.jsonl@test.json@c.py", val_iters="10,20").splitlines()
+    out = lm.render_lm_runs(str(tmp_path), "log", "danet@log.jsonl@test.json@c.py", val_iters="10,20").splitlines()
     assert out[0].startswith("| attention | val ppl at 10 / 20 | test ppl, `blocks` | training tokens/s (median of the run's log) |")
     assert out[2] == "| DANet mini | 173.97 / 170.14 | 150.42 | 1,200 | 1 min 5 s |"
     with pytest.raises(SourceMissing, match="30"):
-        published.render_lm_runs(str(tmp_path), "log", "danet@log.jsonl@test.json@c.py", val_iters="30")
+        lm.render_lm_runs(str(tmp_path), "log", "danet@log.jsonl@test.json@c.py", val_iters="30")
 
 
 def test_a_malformed_marker_argument_is_one_render_error_not_a_traceback(tmp_path, monkeypatch, capsys):
@@ -566,12 +570,12 @@ def test_a_malformed_marker_argument_is_one_render_error_not_a_traceback(tmp_pat
     renderer and what it expects, which the publishing command prints as one line (exit 2)."""
     (tmp_path / "t.md").write_text("| a |\n|---|\n| 1 |\n")
     with pytest.raises(RenderError, match="table_file: 'x'"):
-        published.render_table_file(str(tmp_path), "t.md", n="x")
+        table_file.render_table_file(str(tmp_path), "t.md", n="x")
     (tmp_path / "b.json").write_text(json.dumps({"rows": []}))
     with pytest.raises(RenderError, match="D:mode:causal"):
-        published.render_bench_pair(str(tmp_path), "b.json", first="a", second="b", cells="32:forward", T="64")
+        benchmark.render_bench_pair(str(tmp_path), "b.json", first="a", second="b", cells="32:forward", T="64")
     with pytest.raises(RenderError, match="one float"):
-        published.render_tree_bench(str(tmp_path), "b.json", E="0.2,0.5")
+        tree.render_tree_bench(str(tmp_path), "b.json", E="0.2,0.5")
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "x.md").write_text("<!-- rendered: table_file t.md n=first -->\n<!-- end rendered -->\n")

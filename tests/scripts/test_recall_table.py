@@ -6,7 +6,7 @@ import json
 import pytest
 
 from scripts.analysis import recall_table
-from scripts.analysis.published import pick_rate, read_recall_runs
+from scripts.analysis.published.recall import pick_rate, read_recall_runs
 from scripts.analysis.runs import find_runs
 
 

@@ -240,7 +240,7 @@ def test_training_run_learns_and_reports_test_accuracy(stub, tmp_path):
     best = torch.load(out / "best.pt", weights_only=False)
     assert best["iter_num"] == best_iter
     # a new run from scratch in the same out_dir does not inherit the old best.pt
-    train.main(common + ["--max_iters=2", "--eval_interval=100", "--learning_rate=0.0"])
+    train.main(common + ["--max_iters=2", "--eval_interval=100", "--learning_rate=0.0", "--overwrite=True"])
     final2 = json.load(open(out / "final_metrics.json"))
     assert final2["iters"] == 2 and final2["best_iter"] == 2
 
@@ -255,7 +255,7 @@ def test_classify_selects_by_validation_accuracy():
     assert tasks.get("classify").BEST_METRIC == ("val_accuracy", "max")
 
 
-# ---------------------------------------------------------------- scripts/analysis/lra_table.py (published.py's LRA part)
+# ---------------------------------------------------------------- scripts/analysis/lra_table.py (published/lra.py)
 
 
 def write_run(root, name, lra_task, attention, acc, steps, params=None, iters=100, val=None, majority=None,
@@ -328,14 +328,14 @@ def test_lra_table_runs_name_the_cpu_of_each_run(tmp_path):
 
 
 def test_lra_table_baseline_rows_show_beside_our_runs_only(tmp_path):
-    from scripts.analysis import published
+    from scripts.analysis.published import lra as published_lra
     from scripts.analysis.runs import find_runs
 
     runs = tmp_path / "runs"
     write_run(runs, "s", "text", "softmax", 0.6, 2.0)
     write_run(runs, "p", "text", "performer", 0.61, 3.0, {"kernel": "relu"})
     write_run(runs, "l", "text", "linear", 0.62, 3.5)
-    acc_rows, _, _, _ = published.build_tables(published.read_lra_runs(find_runs([str(runs)])))
+    acc_rows, _, _, _ = published_lra.build_tables(published_lra.read_lra_runs(find_runs([str(runs)])))
     names = [(label, source) for label, source, _, _ in acc_rows]
     published = {(label, source): vals for label, source, vals, _ in acc_rows}
     # a baseline we ran gets its published rows (LRA Table 1, and FAST Table 1 where it has one)
@@ -351,7 +351,7 @@ def test_lra_table_baseline_rows_show_beside_our_runs_only(tmp_path):
 
 
 def test_lra_table_avg_fail_marks_and_the_choice_rule(tmp_path):
-    from scripts.analysis import published
+    from scripts.analysis.published import lra as published_lra
     from scripts.analysis.runs import find_runs
 
     runs = tmp_path / "runs"
@@ -365,7 +365,7 @@ def test_lra_table_avg_fail_marks_and_the_choice_rule(tmp_path):
     longer = write_run(runs, "long", "text", "dense", 0.55, 1.0, iters=5000, val=0.50)
     write_run(runs, "short", "text", "dense", 0.65, 1.0, iters=100, val=0.90)
     os.utime(longer / "final_metrics.json", (0, 0))  # the longer run is the older file
-    acc_rows, steps_rows, chosen, _ = published.build_tables(published.read_lra_runs(find_runs([str(runs)])))
+    acc_rows, steps_rows, chosen, _ = published_lra.build_tables(published_lra.read_lra_runs(find_runs([str(runs)])))
     ours = {label: (vals, avg) for label, source, vals, avg in acc_rows if source == "ours"}
     assert ours["softmax"][1] == pytest.approx(100 * (0.5 + 0.51 + 0.52 + 0.53 + 0.54) / 5)
     assert ours["fastmax1"][1] is None
@@ -374,8 +374,8 @@ def test_lra_table_avg_fail_marks_and_the_choice_rule(tmp_path):
     assert {label: avg for label, source, _, avg in steps_rows if source == "ours"}["softmax"] == pytest.approx(2.0)
     # equal examples: the higher validation accuracy, then the path
     a = dict(examples_seen=10, val_accuracy=0.5, file="b")
-    assert published.choose([a, dict(a, val_accuracy=0.6, file="a")])["file"] == "a"
-    assert published.choose([a, dict(a, file="c")])["file"] == "c"
+    assert published_lra.choose([a, dict(a, val_accuracy=0.6, file="a")])["file"] == "a"
+    assert published_lra.choose([a, dict(a, file="c")])["file"] == "c"
 
 
 # ---------------------------------------------------------------- configs/lra

@@ -1,0 +1,241 @@
+"""Long Range Arena: reading our LRA classification runs, the choice of one run per attention x task,
+the papers' rows beside ours (from ``papers``), and the renderers of docs/lra.md's and
+docs/baselines.md's LRA tables. The ``lra_table`` tool builds its tables from the same functions.
+A run at chance (``verdicts.at_chance``) reads "fail".
+
+Renderers (``RENDERERS``):
+
+- ``lra_text <folder>``: our LRA Text runs under ``<folder>`` beside the published Text numbers.
+- ``lra_tasks <pattern>``: our reduced LRA runs matching ``<pattern>``, a row per task (accuracy,
+  steps/s and the majority rate; docs/lra.md's results table).
+- ``lra_text_budgets <pattern> <pattern> [attentions=a,b]``: each attention's Text accuracy in the
+  runs of the first pattern beside the second's, with the step of the weights kept.
+- ``published_lra [attentions=a,b]``: the papers' LRA rows of those attentions (``PUBLISHED_ACCURACY``,
+  the one copy of them in the repository; docs/baselines.md).
+"""
+import os
+
+from scripts.analysis.published import verdicts
+from scripts.analysis.published.formatting import (bracketed, display_name, fmt_cell, markdown_table, older_defaults,
+                                                   short_cpu)
+from scripts.analysis.published.loading import RenderError, SourceMissing, run_sources
+from scripts.analysis.published.papers import (PUBLISHED_ACCURACY, PUBLISHED_NOTES, PUBLISHED_STEPS, SHORT_SOURCES,
+                                               TASKS, TITLES)
+from scripts.analysis.runs import FINAL_METRICS, attention_label, find_runs, open_run, run_cpu, run_date
+
+
+FAST_TASKS = TASKS[:5]
+PAPER_METHODS = ("softmax", "fastmax1", "fastmax2", "dense")  # their published rows always show
+BASELINES = ("linear", "performer", "linformer", "longformer", "bigbird", "reformer", "informer")
+ORDER = PAPER_METHODS + BASELINES  # a baseline's published rows show beside our runs of it
+
+
+def render_published_lra(root, attentions=""):
+    """The papers' LRA accuracies (%) of the attentions in ``attentions`` (a comma list of labels;
+    default every one), a row per published row of PUBLISHED_ACCURACY in its order: ListOps, Text,
+    Retrieval, Image, Pathfinder and the average as printed (Path-X left out: failed or not
+    reported), the source with PUBLISHED_NOTES. Reads no file; ``root`` is unused. Raises RenderError
+    for a label without a published row."""
+    wanted = [a for a in attentions.split(",") if a] or list(dict.fromkeys(a for a, *_ in PUBLISHED_ACCURACY))
+    unknown = sorted(set(wanted) - {a for a, *_ in PUBLISHED_ACCURACY})
+    if unknown:
+        raise RenderError(f"published_lra: no published LRA row for {', '.join(unknown)}")
+    rows = []
+    for label, source, accuracies, average in PUBLISHED_ACCURACY:
+        if label in wanted:
+            note = PUBLISHED_NOTES.get((label, source))
+            rows.append([display_name(label), SHORT_SOURCES.get(source, source) + (f" ({note})" if note else ""),
+                         *(f"{a:.2f}" for a in accuracies[:5]), f"{average:.2f}"])
+    return markdown_table(["method", "source", "ListOps", "Text", "Retrieval", "Image", "Pathfinder", "Avg"], rows)
+
+
+def task_column(cfg):
+    """Column of a run's config (one of TASKS): its ``lra_task``, Pathfinder at resolution 128 is Path-X."""
+    task = cfg.get("lra_task", "")
+    if task == "pathfinder" and (cfg.get("lra_options") or {}).get("resolution", 32) == 128:
+        return "pathx"
+    return task
+
+
+def read_lra_runs(files, skipped=None):
+    """One record per LRA classification run of ``files`` (``runs.find_runs``'s Runs, or anything
+    ``runs.open_run`` takes): file (its final_metrics.json, in the run folder or the packed run), run (the
+    run path), label, task, test/val accuracy, steps_per_s, iters, best_iter, majority, test_examples,
+    examples_seen, max_len, cpu (of the run's manifest.json, None without one), older_defaults (the
+    note of a run made under an older default of its method, else ""). Other runs are left out,
+    and their final_metrics.json paths appended to ``skipped`` if given."""
+    runs = []
+    for run in map(open_run, files):
+        m = run.final_metrics or {}
+        f = os.path.join(run.path, FINAL_METRICS)
+        cfg = m.get("config", {})
+        if cfg.get("task", "classify") != "classify" or "test_accuracy" not in m:
+            if skipped is not None:
+                skipped.append(f)
+            continue
+        runs.append({"file": f, "run": run.path, "label": attention_label(cfg), "task": task_column(cfg),
+                     "test_accuracy": m["test_accuracy"], "val_accuracy": m.get("val_accuracy"),
+                     "steps_per_s": m.get("steps_per_s"), "iters": m.get("iters"), "best_iter": m.get("best_iter"),
+                     "majority": m.get("test_majority"), "test_examples": m.get("test_examples"),
+                     "examples_seen": (m.get("iters") or 0) * cfg.get("batch_size", 0),
+                     "max_len": cfg.get("max_len"), "cpu": run_cpu(run),
+                     "older_defaults": older_defaults(cfg.get("attention"), run_date(run))})
+    return runs
+
+
+def choose(runs):
+    """The run of one cell: the most training examples seen, then the higher val accuracy, then
+    the path (a rule, so the table does not depend on which file was written last)."""
+    return max(runs, key=lambda r: (r["examples_seen"], r["val_accuracy"] or 0.0, r["file"]))
+
+
+def at_chance(run):
+    """Whether an LRA run is at chance: ``verdicts.at_chance`` of its test accuracy against the
+    majority-class rate of its test examples."""
+    return verdicts.at_chance(run["test_accuracy"], run["majority"], run["test_examples"])
+
+
+def lra_cell(run):
+    """Our accuracy cell: the test accuracy in %, or "fail (acc; majority m)" at chance (``at_chance``)."""
+    if run is None:
+        return None
+    if at_chance(run):
+        return f"fail ({100 * run['test_accuracy']:.2f}; majority {100 * run['majority']:.2f})"
+    return 100 * run["test_accuracy"]
+
+
+def build_tables(runs):
+    """(accuracy rows, steps rows, chosen runs, common tasks): rows are (attention, source, values
+    in TASKS order, avg) with accuracies in %; ``chosen`` maps (label, task) -> run (``choose``); our
+    accuracy avg is over FAST_TASKS when a row has all five; ``common`` lists the tasks (TASKS order)
+    that every one of our rows has."""
+    cells = {}
+    for r in runs:
+        cells.setdefault((r["label"], r["task"]), []).append(r)
+    chosen = {cell: choose(rs) for cell, rs in cells.items()}
+    ours = {k[0] for k in chosen}
+    common = [t for t in TASKS if all((label, t) in chosen for label in ours)]
+    every = ours | set(PAPER_METHODS)
+    acc_rows, steps_rows = [], []
+    for label in [a for a in ORDER if a in every] + sorted(every - set(ORDER)):
+        if label in ours:
+            vals = [lra_cell(chosen.get((label, t))) for t in TASKS]
+            complete = all((label, t) in chosen for t in FAST_TASKS)
+            avg = sum(100 * chosen[(label, t)]["test_accuracy"] for t in FAST_TASKS) / 5 if complete else None
+            acc_rows.append((label, "ours", vals, avg))
+            steps = [chosen[(label, t)]["steps_per_s"] if (label, t) in chosen else None for t in TASKS]
+            five = steps[:5]
+            avg = sum(five) / 5 if all(s is not None for s in five) else None
+            steps_rows.append((label, "ours", steps, avg))
+        for a, src, vals, avg in PUBLISHED_ACCURACY:
+            if a == label:
+                acc_rows.append((a, f"published: {src}", list(vals), avg))
+        for a, src, vals, avg in PUBLISHED_STEPS:
+            if a == label:
+                steps_rows.append((a, f"published: {src}", list(vals), avg))
+    return acc_rows, steps_rows, chosen, common
+
+
+def lra_chosen(root, pattern):
+    """``build_tables``'s chosen runs {(label, task): run} of the LRA runs matching the glob ``pattern``
+    (``run_sources``; folders searched recursively). Raises SourceMissing when none holds an LRA run."""
+    runs = read_lra_runs(find_runs([os.path.join(root, p) for p in run_sources(root, pattern)]))
+    if not runs:
+        raise SourceMissing(f"a rendered block needs LRA runs (final_metrics.json) under {pattern}; there are none")
+    return build_tables(runs)[2]
+
+
+def render_lra_text(root, folder):
+    """Our LRA Text runs under ``folder`` (one row per attention, ``ORDER``): test accuracy %, steps/s,
+    the CPU (``short_cpu``), and the published Text accuracies of the attention (PUBLISHED_ACCURACY,
+    a run made under an older default of its method named so, ``older_defaults``;
+    sources shortened by SHORT_SOURCES). Raises SourceMissing when ``folder`` holds no LRA run."""
+    chosen = lra_chosen(root, folder)
+    labels = [a for a in ORDER if (a, "text") in chosen] + sorted(
+        a for a, t in chosen if t == "text" and a not in ORDER)
+    rows = []
+    for label in labels:
+        run = chosen[(label, "text")]
+        published = ", ".join(f"{fmt_cell(vals[1])} ({SHORT_SOURCES.get(src, src)})"
+                              for a, src, vals, _ in PUBLISHED_ACCURACY if a == label and vals[1] is not None)
+        rows.append([display_name(label) + bracketed(run["older_defaults"]), fmt_cell(lra_cell(run)),
+                     f"{run['steps_per_s']:.2f}",
+                     short_cpu(run["cpu"]), published or "-"])
+    return markdown_table(["attention", "test acc % (ours, one seed)", "steps/s (ours)", "CPU",
+                      "published Text accuracy %"], rows)
+
+
+def starred(run, notes):
+    """The stars that footnote a run made under an older default of its method ("" for none):
+    one star for the first such note of a table, two for the second...; ``notes`` (note -> stars)
+    collects them for ``star_notes``."""
+    return "*" * notes.setdefault(run["older_defaults"], len(notes) + 1) if run["older_defaults"] else ""
+
+
+def star_notes(notes):
+    """The footnote lines of ``starred``'s ``notes``: "* <note>."."""
+    return [f"{'*' * n} {note}." for note, n in notes.items()]
+
+
+def render_lra_tasks(root, pattern):
+    """docs/lra.md's table of our reduced LRA runs matching the glob ``pattern`` (``lra_chosen``):
+    one row per task (its test examples and steps x batch), the majority-class rate of the test
+    split, then per attention (``ORDER``) the test accuracy % with the training steps per second;
+    "fail" marks a run at chance (``at_chance``), a run made under an older default of its method
+    is footnoted (``older_defaults``), a cell without a run reads "not run". Raises SourceMissing
+    when ``pattern`` holds no LRA run."""
+    chosen = lra_chosen(root, pattern)
+    labels = [a for a in ORDER if any(label == a for label, _ in chosen)] + sorted(
+        {a for a, _ in chosen if a not in ORDER})
+    notes = {}
+    def cell(run):
+        if run is None:
+            return "not run"
+        mark = starred(run, notes)
+        accuracy = 100 * run["test_accuracy"]
+        text = f"fail ({accuracy:.1f})" if at_chance(run) else f"{accuracy:.1f}"
+        return f"{text}{mark} ({run['steps_per_s']:.1f} steps/s)"
+    rows = []
+    for task, title in zip(TASKS, TITLES):
+        runs = [chosen.get((label, task)) for label in labels]
+        present = [r for r in runs if r is not None]
+        if not present:
+            continue
+        shape = {(int(r["test_examples"]), r["iters"], r["examples_seen"] // max(r["iters"] or 1, 1)) for r in present}
+        examples, iters, batch = sorted(shape)[0]
+        what = f"{title} ({examples:,} test examples; {iters:,} steps x {batch})" if len(shape) == 1 else \
+            f"{title} (runs of different sizes: " + "; ".join(f"{e:,} test, {i:,} x {b}" for e, i, b in sorted(shape)) + ")"
+        majority = {r["majority"] for r in present if r["majority"] is not None}
+        rows.append([what, "/".join(f"{100 * m:.1f}" for m in sorted(majority)) or "-", *map(cell, runs)])
+    out = markdown_table(["task", "majority %", *(display_name(label) for label in labels)], rows)
+    cpus = sorted({short_cpu(r["cpu"]) for r in chosen.values()})
+    lines = star_notes(notes)
+    lines.append(f"Every run on a 2-core {cpus[0]}." if len(cpus) == 1 else
+                 "Runs on different CPUs (steps/s do not compare across them): " + ", ".join(cpus) + ".")
+    return out + "\n" + "\n".join(lines) + "\n"
+
+
+def render_lra_text_budgets(root, short, long, attentions=""):
+    """docs/lra.md's Text table at two budgets: the test accuracy % of each attention's Text run
+    matching the glob ``short`` beside its run matching ``long`` with the step of the weights kept
+    (``best_iter``); ``attentions``: a comma list of labels (default: those of both). A run made
+    under an older default of its method is footnoted. Raises SourceMissing when a pattern holds no
+    LRA run."""
+    first, second = lra_chosen(root, short), lra_chosen(root, long)
+    wanted = attentions.split(",") if attentions else [a for a in ORDER if (a, "text") in first and (a, "text") in second]
+    notes, rows = {}, []
+    def cell(run, step=False):
+        if run is None:
+            return "not run"
+        mark = starred(run, notes)
+        return f"{100 * run['test_accuracy']:.1f}{mark}" + (f" ({run['best_iter']:,})" if step else "")
+    for label in wanted:
+        a, b = first.get((label, "text")), second.get((label, "text"))
+        rows.append([display_name(label), cell(a), cell(b, step=True)])
+    steps = [f"{next(r['iters'] for (_, t), r in runs.items() if t == 'text'):,} steps" for runs in (first, second)]
+    out = markdown_table(["attention", steps[0], f"{steps[1]} (weights of step)"], rows)
+    return out + "".join(f"\n{line}\n" for line in star_notes(notes))
+
+
+RENDERERS = {"lra_text": render_lra_text, "lra_tasks": render_lra_tasks, "lra_text_budgets": render_lra_text_budgets,
+             "published_lra": render_published_lra}

@@ -15,8 +15,11 @@ arguments and the files each reads are in the docstrings of the package's render
 its own docstring names); paths in the arguments are relative to the repository root, e.g.
 ``<!-- rendered: recall_ablation results/recall/ablation_64_4 link_root=../results/recall/ablation_64_4/ -->``.
 The command replaces what is between the two markers by the renderer's output; ``--check`` (and
-``tests/scripts/test_publish.py``) fails when they differ. A missing results file or an unknown
-renderer is one error line naming it, exit status 2.
+``tests/scripts/test_publish.py``) fails when they differ. A renderer that writes files (a figure
+and its points, ``leaderboard_figure``) writes them only under the command without ``--check``
+(``render(..., write=True)``); under ``--check`` it writes nothing and compares its data file (the
+figure's points as JSON, never its pixels), its block reading stale when they differ. A missing
+results file or an unknown renderer is one error line naming it, exit status 2.
 """
 import argparse
 import glob
@@ -36,9 +39,9 @@ def documents(root=None):
     return [os.path.join(root, "README.md"), *sorted(glob.glob(os.path.join(root, "docs", "*.md")))]
 
 
-def render(text, root=None):
+def render(text, root=None, write=False):
     """(new text, [(block spec, whether it changed)]) of a document's text with every block refreshed
-    by ``published.render(spec, root)``.
+    by ``published.render(spec, root, write)`` (``write``: renderers that write files may write them).
 
     Raises:
         published.SourceMissing (a FileNotFoundError): a block needs a results file that does not exist.
@@ -47,7 +50,7 @@ def render(text, root=None):
     root, blocks = root or ROOT, []
 
     def refresh(match):
-        body = published.render(match.group("spec"), root)
+        body = published.render(match.group("spec"), root, write)
         body = body if body.endswith("\n") else body + "\n"
         blocks.append((match.group("spec"), body != match.group("body")))
         return match.group(1) + body + match.group(4)
@@ -84,7 +87,7 @@ def main(argv=None):
                 continue
             with open(doc) as f:
                 text = f.read()
-            new, blocks = render(text)
+            new, blocks = render(text, write=True)
             if new != text:
                 write_text(doc, new)
                 print(f"{os.path.relpath(doc, ROOT)}: refreshed {', '.join(s for s, changed in blocks if changed)}")

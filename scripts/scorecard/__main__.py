@@ -724,7 +724,9 @@ def refresh_documents(root, before):
     """Re-render the blocks of README.md and docs/*.md of the work tree ``root`` that differ from
     what their renderers return now (``scripts.analysis.publish``), except those in ``before``
     ((document, block spec) pairs already stale before this command: someone else's work, left as
-    they are). Returns (refreshed, left): (document, spec) pairs."""
+    they are). A refreshed block whose renderer writes files (``published.writes_files``: the
+    leaderboard's figure) is rendered again with ``write=True``, so that its files are written too.
+    Returns (refreshed, left): (document, spec) pairs."""
     from data import write_text
     from scripts.analysis import publish, published
 
@@ -744,6 +746,9 @@ def refresh_documents(root, before):
                 left.append((rel, spec))
                 return match.group(0)
             refreshed.append((rel, spec))
+            if published.writes_files(published.renderers()[spec.split()[0]]):
+                body = published.render(spec, root, write=True)
+                body = body if body.endswith("\n") else body + "\n"
             return match.group(1) + body + match.group(4)
 
         with open(doc) as f:

@@ -35,12 +35,20 @@ through ``runs.open_run`` / ``runs.find_runs``, from its packed file or its fold
 manifest names, for what two compared runs differ in, ``loading.run_config``), and raises
 ``SourceMissing`` when one is absent.
 Output is byte-stable: fixed row orders and fixed formats.
+
+Renderers that write files (a figure beside its data): only ``leaderboard_figure`` today. Such a
+renderer declares a keyword-only parameter ``write``; ``render(spec, root, write=...)`` passes it
+(a marker cannot set it), and only ``python -m scripts.analysis.publish`` without ``--check`` (and
+the scorecard's re-rendering of the blocks it makes stale) passes ``write=True``. With
+``write=False`` (the default: ``publish --check``, ``publish.stale``, the tests) it writes nothing
+and returns a text that differs from the committed block when its files are stale, so that the block
+reads stale.
 """
 import inspect
 
 from scripts.analysis.published.loading import RenderError, SourceMissing  # the errors every caller catches
 
-__all__ = ["RenderError", "SourceMissing", "render", "renderers"]  # and RENDERERS (``__getattr__``)
+__all__ = ["RenderError", "SourceMissing", "render", "renderers", "writes_files"]  # and RENDERERS (``__getattr__``)
 
 _RENDERERS = {}
 
@@ -68,9 +76,16 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def render(spec, root):
+def writes_files(fn):
+    """Whether the renderer ``fn`` writes files: it has a keyword-only parameter ``write``."""
+    parameter = inspect.signature(fn).parameters.get("write")
+    return parameter is not None and parameter.kind is inspect.Parameter.KEYWORD_ONLY
+
+
+def render(spec, root, write=False):
     """The text of a block whose marker says ``spec`` ("<renderer> [arg ...] [key=value ...]"):
-    the renderer of RENDERERS called with ``root``, the positional args and the key=value args.
+    the renderer of RENDERERS called with ``root``, the positional args and the key=value args;
+    a renderer that writes files (``writes_files``) also gets ``write`` (False: it writes nothing).
 
     Raises:
         RenderError: an unknown renderer, or arguments it does not take.
@@ -82,6 +97,11 @@ def render(spec, root):
         raise RenderError(f"unknown renderer {name!r} (known: {', '.join(sorted(found))})")
     args = [t for t in tokens if "=" not in t]
     kwargs = dict(t.split("=", 1) for t in tokens if "=" in t)
+    if "write" in kwargs:
+        raise RenderError(f"renderer {name}: write= is not a marker argument "
+                          "(publish decides whether files are written)")
+    if writes_files(found[name]):
+        kwargs["write"] = bool(write)
     try:
         inspect.signature(found[name]).bind(root, *args, **kwargs)
     except TypeError as e:

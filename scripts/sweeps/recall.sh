@@ -19,7 +19,7 @@
 #               else configs/attention/<name>.py
 #   CELLS       ["64:4:64 64:4:128 256:16:64 256:16:128"]  seq_len:num_pairs:width
 #   LRS         [the testbed's: 0.001 0.003 0.01]  learning rates tried on seed 0
-#   SEEDS       [the testbed's: 1 2]  seeds run at the picked rate (seed 0 is the picking run; "" = none)
+#   SEEDS       [the testbed's: 1 2 3]  seeds run at the picked rate (seed 0 is the picking run; "" = none)
 #   OUT_ROOT    [out/recall]       run dir OUT_ROOT/<attention>_T<len>_N<pairs>_d<width>_lr<lr %g>_s<seed>
 #   THREADS     [2]                torch threads per run (--num_threads)
 #   FORCE       [0]                1 = rerun a run whose final_metrics.json exists (else skipped)

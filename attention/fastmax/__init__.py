@@ -26,18 +26,16 @@ import torch
 
 from attention.registry import Attention, check_qkv, check_step, matrix_flops, register
 from attention.fastmax import decode as decoding
+from attention.fastmax import triton_limits
 from attention.fastmax.function import coefficients, fastmax_factorized
 from attention.fastmax.dropout import DROPOUT_VARIANTS, draw_dropout_masks, numerator_keys
 from attention.fastmax.reference import (NORMALIZATIONS, kernel_minimum, max_norm_scale, normalize_qk,
                                          reference_forward, score_bound)
 
 IMPLEMENTATIONS = ("auto", "pytorch", "triton", "reference")
-TRITON_KERNELS = ("auto", "chunk", "parallel")  # kernels.kernel_for: the Triton backend's choice, or one forced
 # the module's dropout variants: ours on the factorized terms (dropout.py), the authors' CUDA
 # extension's multiplicative output noise, and "auto" = quadratic for p = 2, standard for p = 1
 MODULE_DROPOUT_VARIANTS = ("auto", *DROPOUT_VARIANTS, "output_noise")
-TRITON_HEAD_DIMS = (16, 32, 64, 128)
-TRITON_CHUNK_SIZES = (16, 32, 64, 128)  # kernels.CHUNK_SIZES (this module does not import triton)
 # "auto" computes p = 2 through the explicit (T, T) weights up to T = EXPLICIT_T_PER_D x head dim, for
 # at most EXPLICIT_MAX_ELEMENTS weights per call (64 MB in float32). Measured on the CPU, B x H = 32
 # (results/bench_attention/fastmax_explicit_crossover, docs/fastmax.md): forward+backward 5-32x faster
@@ -217,8 +215,8 @@ class Fastmax(Attention):
         if implementation not in IMPLEMENTATIONS:
             raise ValueError(f"implementation '{implementation}' unknown; allowed: {', '.join(IMPLEMENTATIONS)}")
         self.implementation = implementation
-        if triton_kernel not in TRITON_KERNELS:
-            raise ValueError(f"triton_kernel '{triton_kernel}' unknown; allowed: {', '.join(TRITON_KERNELS)}")
+        if triton_kernel not in triton_limits.KERNELS:
+            raise ValueError(f"triton_kernel '{triton_kernel}' unknown; allowed: {', '.join(triton_limits.KERNELS)}")
         if triton_kernel == "parallel" and self.p != 2:
             raise ValueError("triton_kernel 'parallel' computes p = 2 only; use 'chunk' or 'auto' with p = 1")
         self.triton_kernel = triton_kernel
@@ -372,17 +370,9 @@ def fast_forward(q, k, v, causal, attention_mask=None, p=2, a0=1.0, a1=1.0, a2=0
 
 
 def _check_triton(q, v, chunk_size, dropout_on_terms):
-    """Refuse what the Triton backend cannot run (one line each; ``kernels/__init__.py``)."""
-    D, Dv = q.shape[-1], v.shape[-1]
-    if D not in TRITON_HEAD_DIMS or Dv not in TRITON_HEAD_DIMS:
-        raise ValueError(f"implementation='triton' supports head dims {', '.join(map(str, TRITON_HEAD_DIMS))}; "
-                         f"got q/k head dim {D} and v head dim {Dv} (use implementation='pytorch')")
-    if chunk_size not in TRITON_CHUNK_SIZES:
-        raise ValueError(f"implementation='triton' needs chunk_size in {', '.join(map(str, TRITON_CHUNK_SIZES))} "
-                         f"(or None); got {chunk_size}")
-    if dropout_on_terms:
-        raise ValueError("implementation='triton' has no dropout on the factorized terms; use "
-                         "dropout_variant='output_noise' or implementation='pytorch'")
+    """Refuse what the Triton backend cannot run, one line each (``triton_limits.check``, then
+    whether triton can run here)."""
+    triton_limits.check(q.shape[-1], v.shape[-1], chunk_size, dropout_on_terms)
     if importlib.util.find_spec("triton") is None:
         raise ValueError("implementation='triton' needs the triton package")
     if q.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":

@@ -11,25 +11,32 @@ Files: ``reference.py`` (one query at a time; the specification and its conventi
 ``cpu.py`` + ``cpu_kernel.cpp`` (compiled CPU kernel, one query per iteration over threads),
 ``vectorized.py`` (PyTorch ops over all positions and batch elements, any device),
 ``samplers.py`` (masses, shared random draws),
+``decode.py`` (the decode path: a tree over the cached keys growing by a leaf per token, one new
+query's bud expansion over it; ``TreeAttention.prefill`` / ``step``),
 ``numpy_baseline.py`` (the authors' NumPy design, for benchmarks), ``attention/feature_maps.py``.
 """
 
+import math
 import warnings
 
 import torch
 
-from attention.registry import Attention, InferenceOnlyError, check_qkv, needs_grad, register
-from attention.feature_maps import RandomFeatureMap
+from attention.registry import Attention, InferenceOnlyError, check_qkv, check_step, needs_grad, register
+from attention.feature_maps import (RandomFeatureMap, favor_plus_features, favor_plus_relu_features,
+                                    rff_features)
 from attention.tree.cpu import cpu_forward, load_kernel
-from attention.tree.reference import reference_forward
+from attention.tree.decode import TreeDecodeState, decode_query
+from attention.tree.reference import add_stats, reference_forward
 from attention.tree.samplers import FEATURE_SAMPLERS, SAMPLERS, layer_seed
-from attention.tree.schedule import DESCENTS, block_length, default_P, terms_table
+from attention.tree.schedule import DESCENTS, block_length, default_P, num_terms, terms_table
 from attention.tree.vectorized import vectorized_forward
 
 NORMALIZATIONS = ("bud_mean", "paper")
 FEATURE_REDRAWS = ("per_query", "per_layer")
 IMPLEMENTATIONS = ("auto", "cpu", "vectorized", "reference")
 _FORWARD = {"cpu": cpu_forward, "vectorized": vectorized_forward, "reference": reference_forward}
+_FEATURE_FUNCTIONS = {"rff": rff_features, "favor_plus": favor_plus_features,
+                      "favor_plus_relu": favor_plus_relu_features}
 STAT_KEYS = ("queries", "alignment_inner_products", "feature_inner_products",
              "full_attention_inner_products", "terms")
 
@@ -133,15 +140,36 @@ class TreeAttention(Attention):
     Feature maps get q and k scaled by D^(-1/4) each, so the random features estimate
     exp(<q, k>/sqrt(D)) (as the authors' code does).
 
+    Decoding (``decode = "kv_cache"``; the paper's setting, autoregressive inference, sections
+    1-2.4): ``prefill`` runs the causal forward on the prompt and builds a ``decode.TreeDecodeState``,
+    the cached keys and values (the tree's leaves) with the node sums above them, one tree per batch
+    element shared by all heads; ``step`` inserts the new token's key and value into the log2(C) + 1
+    nodes on its leaf's path (the tree doubles its leaf count C when full) and runs the bud
+    expansion of the new query over the tree (``decode.decode_query``): T_terms = ceil(l^E) buds
+    for its history of l keys, the draws of the whole-sequence path's row for the same position and
+    batch index, so its output is that row's (float64: up to rounding; E = 1: exact attention).
+    P during decoding: the configured ``P``, else the default from ``block_size`` (the model's,
+    fixed), as ``forward`` uses; only a module with neither (not built by a model) takes the default
+    from the prefix length t + 1, as ``forward`` on that prefix does. The step is plain PyTorch on
+    the inputs' device whatever ``implementation`` is (which selects the prefill's forward), computes
+    in float64 (float32 inputs: the CPU kernel's forward keeps float32 sums, so a step and the
+    forward's row agree to float32 rounding, with the same draws unless two buds' keys nearly tie)
+    and records no keys (``record_keys`` concerns ``forward``). Its cost per token and
+    head: n_terms to n_terms + P - 1 inner products (counted in ``stats`` like ``forward``'s), not l.
+    Memory: the state grows with the context (a KV cache of float64 keys and values plus as many
+    internal nodes, and feature-key sums for the feature samplers).
+
     Raises:
         ValueError: on bad parameters (message names the parameter and what is allowed; also
             record_keys with implementation "cpu" or "vectorized"); in
             ``forward`` if an attention_mask is given (not supported), exclude_self without causal,
             or shapes are wrong.
-        RuntimeError: in ``forward`` with gradients enabled and an input that requires them.
+        RuntimeError: in ``forward`` (and ``prefill``, ``step``) with gradients enabled and an input
+            that requires them.
     """
 
     causal = "exact"
+    decode = "kv_cache"
     trainable = False  # the bud sampling is not differentiable
     supports_attention_mask = False
     reference_params = {"implementation": "reference"}
@@ -305,6 +333,97 @@ class TreeAttention(Attention):
                                 stats=self._stats, positions=positions, descent=self.descent, record=record)
         record["exact_keys"] = record["exact_keys"][:, None].expand(B, H, T, T)
         return out.to(v.dtype), record
+
+    def prefill(self, q, k, v, attention_mask=None, capacity=None):
+        """``Attention.prefill``: the causal ``forward`` on the prompt and the decode state that
+        continues it (class docstring, "Decoding").
+
+        Args:
+            q, k, v (torch.Tensor): (B, H, T, D), T >= 1, any float dtype and device.
+            attention_mask: must be None (tree attention takes no mask).
+            capacity (int | None): leaves the state's tree has before its first doubling
+                (``decode.TreeDecodeState``); None: 2T rounded up to a power of two, at least 16.
+
+        Returns:
+            (out, state): out (B, H, T, D) in v's dtype, ``forward(q, k, v, causal=True)``; state a
+            ``decode.TreeDecodeState`` (float64, on the inputs' device) for ``step``.
+
+        Raises:
+            ValueError: an attention_mask, an empty prompt, bad shapes or capacity.
+            RuntimeError: with gradients enabled and an input that requires them.
+        """
+        if q.dim() == 4 and q.shape[2] < 1:
+            raise ValueError(f"tree attention: prefill needs a prompt of at least one token; got q of shape "
+                             f"{tuple(q.shape)}")
+        out = self.forward(q, k, v, True, attention_mask)
+        fmap = self.feature_map(q.shape[-1])
+        kf = None if fmap is None else fmap.to(k.device)(k.double())
+        return out, TreeDecodeState(k, v, kf, capacity)
+
+    def step(self, q_t, k_t, v_t, state):
+        """``Attention.step``: the new token at position t = ``state.length`` is inserted into the tree
+        (before its query's bud expansion, or after it with ``exclude_self``), and its query's
+        Algorithm 1 runs over the history of l = t + 1 keys (l = t with ``exclude_self``), with
+        n_terms = ceil(l^E), P as in the class docstring and the draws of batch index b and position
+        t: the last row of ``forward`` on positions 0..t.
+
+        Args:
+            q_t, k_t, v_t (torch.Tensor): (B, H, 1, D), the dtype and device of the prefill's inputs.
+            state (decode.TreeDecodeState): what ``prefill`` or the previous ``step`` returned;
+                updated in place.
+
+        Returns:
+            (o_t, state): o_t (B, H, 1, D) in v_t's dtype; the state after token t.
+
+        Raises:
+            ValueError: bad shapes, or a state that is not a ``TreeDecodeState`` of this batch size,
+                head count and head dims, or one made for a sampler with (without) feature maps
+                by a module whose sampler has none (has them).
+            RuntimeError: with gradients enabled and an input that requires them.
+        """
+        check_step(q_t, k_t, v_t)
+        if not isinstance(state, TreeDecodeState):
+            raise ValueError(f"tree attention: step needs the state that prefill or step returned (a "
+                             f"TreeDecodeState); got {type(state).__name__}")
+        B, H, _, D = q_t.shape
+        if (state.K.shape[0], state.K.shape[2], state.K.shape[3], state.V.shape[3]) != (B, H, D, v_t.shape[-1]):
+            raise ValueError(f"tree attention: step inputs q_t {tuple(q_t.shape)}, v_t {tuple(v_t.shape)} do not "
+                             f"match the state's (B, H, D, Dv) = ({state.K.shape[0]}, {state.K.shape[2]}, "
+                             f"{state.K.shape[3]}, {state.V.shape[3]})")
+        use_f = self.sampler in FEATURE_SAMPLERS
+        if use_f != (state.F is not None):
+            raise ValueError(f"tree attention: the state was made by a module whose sampler "
+                             f"{'has' if state.F is not None else 'has no'} feature sums; this module's sampler is "
+                             f"'{self.sampler}' (prefill with this module)")
+        if needs_grad(q_t, k_t, v_t):
+            raise InferenceOnlyError("tree attention is inference-only (its bud sampling is not differentiable); "
+                                     "call step under torch.no_grad()")
+        t = state.length
+        qf = self._step_features(q_t, t)[:, :, 0] if use_f else None
+        kf = self._step_features(k_t, t) if use_f else None
+        if not self.exclude_self:
+            state.append(k_t, v_t, kf)
+        l = t if self.exclude_self else t + 1
+        out = torch.zeros(B, H, v_t.shape[-1], dtype=torch.float64, device=q_t.device)
+        ips = terms = 0
+        if l > 0:
+            out, info = decode_query(state, q_t[:, :, 0].double(), l, t, num_terms(l, self.E),
+                                     self.buds_per_round(t + 1), self.sampler, self.normalization,
+                                     1.0 / math.sqrt(D), self.b, self.draw_seed, qf=qf, descent=self.descent)
+            ips, terms = int((info["initial"] + info["splits"]).sum()), int(info["terms"].sum())
+        if self.exclude_self:
+            state.append(k_t, v_t, kf)
+        add_stats(self._stats, H, B, ips, B * l, terms, use_f)
+        return out[:, :, None].to(v_t.dtype), state
+
+    def _step_features(self, x, t):
+        """Feature-mapped x (B, H, 1, D) of position t: float64 (B, H, 1, R), what ``forward``'s
+        map gives at position t (``feature_redraw`` "per_query": the projection W_t of position t)."""
+        fmap = self.feature_map(x.shape[-1]).to(x.device)
+        if fmap.kind == "positive_alignment" or not fmap.per_position:
+            return fmap(x.double())
+        W = fmap.projections(t + 1)[t:t + 1].to(x.device)
+        return _FEATURE_FUNCTIONS[fmap.kind](x.double() * fmap.input_scale, W)
 
     def _checked_features(self, q, k, v, causal, attention_mask):
         """Check the call (see ``forward``'s errors) and return the feature-mapped (qf, kf), or

@@ -2,7 +2,7 @@
 
 Paper: "High Attention Scores and Where to Find Them" (Menet, Choi, de Viragh, Chettata), section 2,
 Algorithm 1. This file is the specification; ``cpu.py`` (compiled kernel) and ``vectorized.py`` must
-give the same result for the same seed.
+give the same result for the same seed, and so must the decode step (``decode.py``) for its row.
 
 Conventions shared with cpu_kernel.cpp and vectorized.py (schedule helpers in schedule.py):
 - Tree length L = sequence length padded to the next power of two. A perfect binary tree over the

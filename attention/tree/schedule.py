@@ -1,6 +1,6 @@
 """Schedule of tree / bud-expansion attention shared by its three implementations (reference.py,
-vectorized.py, cpu.py + cpu_kernel.cpp): how many terms a query gets, how many buds are expanded
-per round and where the expansion starts.
+vectorized.py, cpu.py + cpu_kernel.cpp) and its decode step (decode.py): how many terms a query
+gets, how many buds are expanded per round and where the expansion starts.
 
 Paper: "High Attention Scores and Where to Find Them", section 2 (Algorithm 1) and section 3 (P).
 Notation: l = history length of a query (number of keys it may attend to), n_terms = ceil(l^E)

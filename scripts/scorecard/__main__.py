@@ -483,8 +483,8 @@ class Scorecard:
 
     def recall(self):
         """Quick tier: 64/4, seed 0, the config's rate. Full tier (protocol 2), at 256/16 and at 64/4
-        separately: every rate of ``RECALL_RATES`` on the selection seed, the rate with the best
-        validation accuracy (``tb.pick_rate``), then the reported seeds at it (and the baseline's
+        separately: every rate of ``RECALL_RATES`` on the selection seed, the rate that stopped
+        earliest at ``stop_at``, else the best validation accuracy (``tb.pick_rate``), then the reported seeds at it (and the baseline's
         check seeds); the picks go to the card's ``recall_rates``, by role."""
         if self.args.tier == "quick":
             self.recall_run("recall_small", tb.RECALL_SMALL, self.testbed_config("recall")["learning_rate"], 0)
@@ -493,7 +493,8 @@ class Scorecard:
         for role, cell in (("recall_reference", tb.RECALL_REFERENCE), ("recall_small", tb.RECALL_SMALL)):
             selection = [self.recall_run(f"{role}_selection", cell, lr, tb.RECALL_SELECTION_SEED)
                          for lr in tb.RECALL_RATES]
-            lr = tb.pick_rate([row["val_accuracy"] for row in selection])
+            lr = tb.pick_rate([row["val_accuracy"] for row in selection],
+                              stopped_at=[tb.stopped_step(row) for row in selection])
             self.card["recall_rates"][role] = lr
             for seed in tb.RECALL_SEEDS:
                 self.recall_run(role, cell, lr, seed)

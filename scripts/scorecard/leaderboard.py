@@ -27,6 +27,11 @@ tokens, LRA Text's steps and test reviews of the test split), so a header says w
 a config meant. WikiText-2 and LRA Text are one seed each, softmax's WikiText-2 cell its seeds.
 The papers' published LRA Text numbers follow in a table of their own.
 
+The README shows a short version (``compact``: the columns whose testbed applies to most rows, short
+headers that each say whether lower or higher is better, the reasons a cell does not apply under it)
+and a few sentences of what the testbeds say (``findings``, through the rules of ``verdicts``); the
+full table, ``leaderboard.md``, keeps every column.
+
 Every attention config of ``configs/attention/`` (so every registered attention but the reference
 paths) has a full-tier row: an attention without a full card gets one with every cell that applies
 marked "not run (budget)" (the full leaderboard's runs stop at a time budget, issue 45), and the
@@ -41,7 +46,7 @@ import statistics
 from data import write_text
 from scripts.analysis.published.formatting import short_cpu
 from scripts.analysis.published.papers import PUBLISHED_ACCURACY, SHORT_SOURCES, TASKS, ZOOLOGY_NOTE
-from scripts.analysis.published.verdicts import ratio_words, separable, solved, solved_words
+from scripts.analysis.published.verdicts import ranking, ratio_verdict, ratio_words, separable, solved, solved_words
 from scripts.bench.methods import CONFIG_DIR
 from scripts.scorecard import testbeds as tb
 from scripts.scorecard.testbeds import SPEED_T, TESTBEDS, Spec, applies, leaderboard_call
@@ -165,17 +170,25 @@ def speed_csv(cell):
     return [cell.get("ratio"), cell.get("ratio_q1"), cell.get("ratio_q3"), cell.get("version", 1)]
 
 
+def control_cells(cards):
+    """(version, cells): the speed cells of softmax's full-tier card of the newest speed version
+    (the control: softmax calls SDPA), every T, causal and not, every mode; (None, []) without any."""
+    softmax = next((c for c in cards if c["label"] == "softmax" and c["tier"] == "full"), None)
+    cells = [c for c in (softmax or {}).get("cells", []) if c["role"] == "speed" and c.get("ratio") is not None]
+    if not cells:
+        return None, []
+    version = max(c.get("version", 1) for c in cells)
+    return version, [c for c in cells if c.get("version", 1) == version]
+
+
 def noise_floor(cards):
     """A sentence on the speed testbed's noise floor, computed from softmax's full-tier control cells
     (softmax calls SDPA, so each cell measures the timing noise of a ratio that is 1): their median
     ratios, for version 2 their interquartile ranges and how many include 1, and the half-width of
     the band around 1 they span."""
-    softmax = next((c for c in cards if c["label"] == "softmax" and c["tier"] == "full"), None)
-    cells = [c for c in (softmax or {}).get("cells", []) if c["role"] == "speed" and c.get("ratio") is not None]
+    version, cells = control_cells(cards)
     if not cells:
         return "Noise floor: softmax has no speed cells yet (its cells are the control)."
-    version = max(c.get("version", 1) for c in cells)
-    cells = [c for c in cells if c.get("version", 1) == version]
     medians = [c["ratio"] for c in cells]
     head = (f"Noise floor of the time / SDPA cells, from softmax's {len(cells)} control cells (softmax calls SDPA, "
             f"so each would read 1 without noise; every T, causal and not, forward and forward + backward)")
@@ -290,13 +303,15 @@ def recall_protocol(version, budgets):
     """A recall protocol in words: its budget, read from the cells' runs, and its selection rule."""
     steps = span(b.get("max_steps") for b in budgets)
     stops = span((b.get("stop_at") or None for b in budgets), "g")
+    trains = span(b.get("train_sequences") for b in budgets)
     tests = span(b.get("test_sequences") for b in budgets)
     budget = ", ".join(part for part in (
         steps and f"{steps} steps" + (f" (stopped at validation accuracy {stops})" if stops else ""),
-        tests and f"{tests} test sequences") if part)
+        trains and f"{trains} training sequences", tests and f"{tests} test sequences") if part)
     if version >= 2:
         rule = (f"seeds {seeds_text(tb.RECALL_SEEDS)} at the rate seed {tb.RECALL_SELECTION_SEED} picked for this "
-                f"cell (validation accuracy; {', '.join(f'{r:g}' for r in tb.RECALL_RATES)})")
+                f"cell (the earliest stop, else the best validation accuracy; "
+                f"{', '.join(f'{r:g}' for r in tb.RECALL_RATES)})")
     else:
         rule = "seeds 0-2 at the rate seed 0 picked at 256/16 (validation accuracy)"
     dated = " (dated)" if version < tb.RECALL_VERSION else ""
@@ -370,9 +385,222 @@ def notes(rows, cards):
     return lines
 
 
+# -- the README's short leaderboard and what the testbeds say ------------------------------------
+
+NOT_APPLICABLE = "–"  # a cell of the short leaderboard that does not apply (the reason under the table)
+
+
+def low_high(values, fmt=".3f"):
+    """"low-high" of ``values`` as written in ``fmt``, one value where both read alike."""
+    low, high = format(min(values), fmt), format(max(values), fmt)
+    return low if low == high else f"{low}-{high}"
+
+
+def compact_recall(column, softmax, missing):
+    """A recall cell of the short leaderboard: "k of n (low-high)" (seeds solved, ``solved``, and the
+    range of the reported seeds' accuracies), one seed "value (solved | not solved)"; ", separable"
+    where ``separable`` from ``softmax``'s column of the same protocol; "; p<v>" for a dated protocol."""
+    if not column or not column["values"]:
+        return missing
+    values = column["values"]
+    if len(values) == 1:
+        text = f"{values[0]:.3f} ({solved_words(values, tb.RECALL_SOLVED)}"
+    else:
+        text = f"{solved(values, tb.RECALL_SOLVED)} of {len(values)} ({low_high(values)}"
+    if column["version"] < tb.RECALL_VERSION:
+        text += f"; p{column['version']}"
+    text += ")"
+    if (softmax is not None and softmax is not column and softmax["version"] == column["version"]
+            and separable(values, softmax["values"])):
+        text += ", separable"
+    return text
+
+
+def compact_wikitext2(row):
+    """WikiText-2's test perplexity: one seed's, or "mean ± sd (n seeds)"."""
+    values = row["wikitext2_values"]
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f} ({len(values)} seeds)"
+
+
+def compact_columns(Ts):
+    """The short leaderboard's candidate columns: (header, testbed, cell function of (row, softmax's
+    row, the "not run" word)); every header says whether lower or higher is better. Speed at the
+    shortest and the longest T, memory at the longest."""
+    columns = []
+    for _, column, (T, N, _) in RECALL_COLUMNS:
+        columns.append((f"recall {T}/{N}, seeds solved (higher is better)", "recall",
+                        lambda r, base, missing, column=column:
+                        "full tier only" if r["tier"] == "quick" and column == "recall_256_16"
+                        else compact_recall(r[column], base[column] if base else None, missing)))
+    columns.append(("WikiText-2 test ppl (lower is better)", "wikitext2",
+                    lambda r, base, missing: compact_wikitext2(r) if r["wikitext2"] else missing))
+    columns.append(("LRA Text accuracy (higher is better)", "lra",
+                    lambda r, base, missing: f"{100 * r['lra'][0]:.2f}%" if r["lra"] else missing))
+    columns.append(("swapped into softmax's model: test ppl (lower is better)", "swap",
+                    lambda r, base, missing: f"{r['swap'][0]:.2f} ({r['swap'][1]:.2f})" if r["swap"] else missing))
+
+    def kind(r):
+        return "" if r["speed_kind"] == "causal" else r["speed_kind"]
+
+    for T in sorted({Ts[0], Ts[-1]}):
+        columns.append((f"time / SDPA, T = {T:,} (lower is better)", "speed",
+                        lambda r, base, missing, T=T: format_speed(r["speed"].get(T), missing, kind(r))))
+    columns.append((f"memory / SDPA, T = {Ts[-1]:,} (lower is better)", "speed",
+                    lambda r, base, missing: f"{r['memory'][Ts[-1]]:.2f}" + (f" ({kind(r)})" if kind(r) else "")
+                    if r["memory"].get(Ts[-1]) else missing))
+    return columns
+
+
+def compact(rows, Ts):
+    """The short leaderboard (the README's): one row per attention and tier, only the columns of
+    ``compact_columns`` whose testbed applies to more than half of the rows (the swap cell, which
+    applies to inference-only methods, and the tier go to the full leaderboard; a quick row's
+    attention is marked "(quick)"), a cell that does not apply "–"; and the short notes under it:
+    how a cell reads, and why a cell does not apply."""
+    softmax = {r["tier"]: r for r in rows if r["attention"] == "softmax"}
+    shown = [c for c in compact_columns(Ts) if 2 * sum(c[1] not in r["not_applicable"] for r in rows) > len(rows)]
+    header = ["attention", *(c[0] for c in shown)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    reasons = {}
+    for r in sorted(rows, key=lambda r: (r["tier"], r["attention"] != "softmax", r["attention"])):
+        cells = []
+        for _, testbed, cell in shown:
+            if testbed in r["not_applicable"]:
+                cells.append(NOT_APPLICABLE)
+                reasons.setdefault(r["not_applicable"][testbed], []).append(r["attention"])
+            else:
+                cells.append(cell(r, softmax.get(r["tier"]), NOT_RUN[r["tier"]]))
+        name = r["attention"] + (" (quick)" if r["tier"] == "quick" else "")
+        lines.append("| " + " | ".join([name, *cells]) + " |")
+    versions = {r[column]["version"] for r in rows for _, column, _ in RECALL_COLUMNS if r[column]}
+    dated = sorted(v for v in versions if v < tb.RECALL_VERSION)
+    speeds = {c.get("version", 1) for r in rows for c in r["speed"].values() if c.get("ratio") is not None}
+    notes = [f"Recall: seeds that reach test accuracy {tb.RECALL_SOLVED:g}, of the seeds a cell reports, and the "
+             f"range of their accuracies"
+             + "".join(f"; p{v}: a dated protocol {v} cell, compared with no protocol {tb.RECALL_VERSION} cell"
+                       for v in dated) + ". WikiText-2 and LRA Text: one seed each unless said."]
+    how = []
+    if any(v >= 2 for v in speeds):
+        how.append("≈ 1: the interquartile range of the pairs' ratios includes 1, not ranked")
+    if 1 in speeds:
+        how.append("(v1): a dated cell, one median, no range, not ranked")
+    notes.append("Time and memory: the causal forward + backward call (where the method has it) over SDPA's"
+                 + (f"; {'; '.join(how)}" if how else "") + ".")
+    if reasons:
+        names = sorted(reasons.items(), key=lambda item: sorted(set(item[1])))
+        notes.append(f"{NOT_APPLICABLE}: does not apply ("
+                     + "; ".join(f"{', '.join(sorted(set(n)))}: {why}" for why, n in names) + ").")
+    return "\n".join(lines) + "\n", " ".join(notes) + "\n"
+
+
+def findings(rows, cards):
+    """A few sentences of what the testbeds say, from the full tier's cells through the rules of
+    ``verdicts``: recall's seeds solved per cell and protocol and which cells compare with softmax's
+    (``separable``), WikiText-2's cells against softmax's seeds (``separable``, ``ranking``), LRA
+    Text's (``ranking``), and the speed cells that are ranked (``ratio_verdict``) beside softmax's
+    control cells."""
+    full = [r for r in rows if r["tier"] == "full"]
+    base = next((r for r in full if r["attention"] == "softmax"), None)
+    others = [r for r in full if r is not base]
+    lines = []
+    cells, compared = [], []
+    for _, column, (T, N, _) in RECALL_COLUMNS:
+        by_version = {}
+        for r in full:
+            if r[column] and r[column]["values"]:
+                by_version.setdefault(r[column]["version"], []).append(r)
+        parts = []
+        for version in sorted(by_version, reverse=True):
+            groups = {}
+            for r in by_version[version]:
+                values = r[column]["values"]
+                groups.setdefault((-solved(values, tb.RECALL_SOLVED), solved_words(values, tb.RECALL_SOLVED)),
+                                  []).append(r["attention"])
+            dated = ", dated" if version < tb.RECALL_VERSION else ""
+            parts.append(" and ".join(f"{', '.join(names)} {words}" for (_, words), names in sorted(groups.items()))
+                         + f" (protocol {version}{dated})")
+        if parts:
+            cells.append(f"At {T}/{N}, " + "; ".join(parts) + ".")
+        reference = base[column] if base else None
+        if reference and reference["values"]:
+            compared += [(r["attention"], f"{T}/{N}", separable(r[column]["values"], reference["values"]))
+                         for r in others if r[column] and r[column]["values"]
+                         and r[column]["version"] == reference["version"]]
+    if cells:
+        text = (f"Recall (a seed solves a cell at test accuracy {tb.RECALL_SOLVED:g} or more). "
+                + " ".join(cells))
+        versions = {base[c]["version"] for _, c, _ in RECALL_COLUMNS if base and base[c]}
+        if base and not compared and versions:
+            text += (f" No other attention has a protocol {'/'.join(map(str, sorted(versions)))} cell yet, so none "
+                     f"is compared with softmax's seeds.")
+        elif compared:
+            apart = [f"{name} at {cell}" for name, cell, yes in compared if yes]
+            close = [f"{name} at {cell}" for name, cell, yes in compared if not yes]
+            text += (" Separable from softmax (seed ranges apart, same protocol): "
+                     + (", ".join(apart) if apart else "none")
+                     + (f"; not separable: {', '.join(close)}" if close else "") + ".")
+        lines.append(text)
+    if base and base["wikitext2_values"]:
+        reference = base["wikitext2_values"]
+        measured = [r for r in others if r["wikitext2_values"]]
+        text = "WikiText-2 test perplexity: softmax " + (
+            f"{statistics.mean(reference):.2f} ± {statistics.stdev(reference):.2f} over {len(reference)} seeds"
+            if len(reference) > 1 else f"{reference[0]:.2f}, one seed")
+        apart = [r["attention"] for r in measured if separable(r["wikitext2_values"], reference)]
+        single = [r for r in measured if len(r["wikitext2_values"]) < 2]  # the rule needs two seeds a side
+        close = [r for r in measured if len(r["wikitext2_values"]) >= 2 and not separable(r["wikitext2_values"], reference)]
+        if apart:
+            text += f"; separable from it: {', '.join(apart)}"
+        if close:
+            values = [v for r in close for v in r["wikitext2_values"]]
+            text += (f"; not separable from it (seed ranges overlap): {', '.join(r['attention'] for r in close)} "
+                     f"({low_high(values, '.2f')})")
+        if single:
+            values = [v for r in single for v in r["wikitext2_values"]]
+            text += (f"; one seed, so not compared with softmax's seeds: {', '.join(r['attention'] for r in single)} "
+                     f"({low_high(values, '.2f')})")
+        lines.append(text + f"; {ranking([reference] + [r['wikitext2_values'] for r in measured])}.")
+    lra = [r for r in full if r["lra"]]
+    if lra:
+        missing = [r["attention"] for r in full if not r["lra"] and "lra" not in r["not_applicable"]]
+        lines.append(f"LRA Text accuracy: {len(lra)} attentions, {low_high([100 * r['lra'][0] for r in lra], '.2f')}% "
+                     f"({ranking([[r['lra'][0]] for r in lra])})"
+                     + (f"; not run: {', '.join(missing)}" if missing else "") + ".")
+    speed = [(r["attention"], T, c) for r in others for T, c in sorted(r["speed"].items()) if c.get("ratio") is not None]
+    if speed:
+        verdict = {(a, T): ratio_verdict(c.get("ratio_q1"), c.get("ratio_q3")) if c.get("version", 1) >= 2
+                   else "not ranked" for a, T, c in speed}
+        ranked = [(a, T, verdict[(a, T)]) for a, T, _ in speed if verdict[(a, T)] != "not ranked"]
+        dated = sum(c.get("version", 1) < 2 for _, _, c in speed)
+        text = (f"Speed (time / SDPA of the leaderboard's call, T = {low_high([T for _, T, _ in speed], ',')}): "
+                f"{len(ranked)} of {len(speed)} cells of the other attentions ranked")
+        for word in ("faster", "slower"):
+            found = {}
+            for a, T, w in ranked:
+                if w == word:
+                    found.setdefault(a, []).append(f"{T:,}")
+            if found:
+                text += f"; {word} than SDPA: " + ", ".join(f"{a} at T = {', '.join(Ts)}" for a, Ts in found.items())
+        unranked = len(speed) - len(ranked) - dated
+        why = [f"{unranked} read ≈ 1 (their interquartile range includes 1)" if unranked else "",
+               f"{dated} are dated version 1 cells (one median, no range)" if dated else ""]
+        why = [w for w in why if w]
+        if why:
+            text += f"; not ranked: {' and '.join(why)}"
+        _, control = control_cells(cards)
+        if control:
+            text += (f". Softmax's {len(control)} control cells (softmax calls SDPA) read "
+                     f"{low_high([c['ratio'] for c in control], '.2f')}")
+        lines.append(text + ".")
+    return "\n\n".join(f"- {line}" for line in lines) + "\n" if lines else "No cells yet.\n"
+
+
 def sections(cards, cell_rows=None, root=None):
     """The leaderboard's parts as markdown: "table", "notes" (the rules and the noise floor under the
-    table, which the README shows with it), "floor" (``noise_floor`` alone), "rest" (the cells not
+    table), "compact" and "compact_notes" (``compact``: the README's short table and its notes),
+    "findings" (``findings``: what the testbeds say), "floor" (``noise_floor`` alone), "rest" (the cells not
     run within the budget, the hours of new runs when ``cell_rows`` are given, the training speeds'
     CPUs and the published rows); and "csv"."""
     all_cards = cards + cards_to_come(cards)
@@ -460,7 +688,9 @@ def sections(cards, cell_rows=None, root=None):
     rest += [*published_rows(cards)]
     out = io.StringIO()
     csv.writer(out, lineterminator="\n").writerows(csv_rows)  # None as an empty field
+    short_table, short_notes = compact(rows, Ts)
     return {"table": "\n".join(lines) + "\n", "notes": "\n".join(notes(rows, cards)) + "\n",
+            "compact": short_table, "compact_notes": short_notes, "findings": findings(rows, cards),
             "floor": noise_floor(cards) + "\n", "rest": "\n".join(rest) + "\n", "csv": out.getvalue()}
 
 

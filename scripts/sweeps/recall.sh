@@ -56,6 +56,7 @@ run() {  # run <attention> <len> <pairs> <width> <lr> <seed> [extra args]
   echo "== $name: $(date '+%F %T')"
   if OMP_NUM_THREADS=$THREADS $PYTHON train.py "$CONFIG" "$(attention_config "$attn")" \
       --block_size="$len" --recall_pairs="$pairs" --n_embd="$width" --learning_rate="$lr" --seed="$seed" \
+      --recall_sizes="$(testbed recall_sizes "$len")" \
       --out_dir="$out" --num_threads="$THREADS" --overwrite=True "$@" > "$out/train.log" 2>&1; then  # a stopped run starts over
     echo "== $name: done $(date '+%F %T'), $(grep -o '"test_accuracy": [0-9.]*' "$out/final_metrics.json")"
   else

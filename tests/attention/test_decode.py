@@ -243,6 +243,14 @@ def test_model_decode_logits_equal_the_whole_forward(config):
     assert cache.length == idx.shape[1]
 
 
+class _NoDecodePath(attention.attention_class("softmax_reference")):
+    """softmax_reference without its decode path, not registered: every exactly causal registered
+    attention decodes (tree too, since issue 59), so the fallback is checked on this probe."""
+
+    decode = None
+    registry_name = "no_decode_probe"
+
+
 def test_generate_with_states_equals_recomputation_and_falls_back_once(capsys):
     model = small_gpt(attention="fastmax", pos_emb="sinusoidal")
     idx = torch.randint(0, VOCAB, (2, 4), generator=torch.Generator().manual_seed(2))
@@ -250,12 +258,13 @@ def test_generate_with_states_equals_recomputation_and_falls_back_once(capsys):
     decoded = model.generate(idx, 40, temperature=0, stats=stats)  # past block_size: sinusoidal positions
     assert stats["mode"] == "decode" and stats["new_tokens"] == 80 and capsys.readouterr().err == ""
     assert torch.equal(decoded[:, :BLOCK], model.generate(idx, BLOCK - 4, temperature=0, recompute=True))
-    model.set_attention("tree", {})
+    for block in model.transformer.h:
+        block.attn.mechanism = _NoDecodePath()
     for _ in range(2):
         model.generate(idx, 3, temperature=0.8, top_k=5)
     err = capsys.readouterr().err.splitlines()
-    assert err == ["generate: attention 'tree' has no decode path; recomputing the last 32 tokens at every "
-                   "step (no decode state)"]
+    assert err == ["generate: attention 'no_decode_probe' has no decode path; recomputing the last 32 tokens at "
+                   "every step (no decode state)"]
 
 
 def small_danet(**config):

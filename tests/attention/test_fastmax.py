@@ -610,7 +610,7 @@ def test_bad_inputs_raise():
     with pytest.raises(ValueError, match=r"head dims 16, 32, 64, 128.*got q/k head dim 24"):
         attention.build("fastmax", implementation="triton")(q, k, v, True)
     q16, k16, v16 = _qkv(T=8, D=16)
-    with pytest.raises(ValueError, match=r"chunk_size in 16, 32, 64, 128 \(or None\); got 256"):
+    with pytest.raises(ValueError, match=r"chunk_size in 16, 32, 64, 128 \(or None for the module's default\); got 256"):
         attention.build("fastmax", implementation="triton", chunk_size=256)(q16, k16, v16, True)
     with pytest.raises(ValueError, match=r"no dropout on the factorized terms; use dropout_variant='output_noise'"):
         attention.build("fastmax", implementation="triton", dropout=0.1).train()(q16, k16, v16, True)

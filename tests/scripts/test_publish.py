@@ -305,18 +305,24 @@ def test_readme_rows_are_templates_filled_from_results(tmp_path):
     folder = tmp_path / "results" / "gpt_mini_wikitext2"
     folder.mkdir(parents=True)
     (folder / "train_stdout.log").write_text("model: 7.23M parameters (non-embedding)\n")
-    (folder / "train_log.jsonl").write_text('{"iter": 10, "elapsed_s": 100.0}\n{"iter": 20, "elapsed_s": 2733.5}\n')
-    per_position = {"context_length": list(range(1, 200)), "count": [1] * 199,
-                    "mean_nll": [5.0 if c < 2 else 4.5 if c < 8 else 4.0 if c < 32 else 4.1 for c in range(1, 200)]}
-    test = {"value": 126.08113, "protocol": "blocks", "per_position": per_position}
-    (folder / "test_blocks.json").write_text(json.dumps(test))
+    cards = tmp_path / "results" / "scorecard" / "cards"
+    cards.mkdir(parents=True)
+    budget = {"steps": 650, "tokens_per_step": 4096, "test_tokens": 295588, "split_tokens": 295877}
+
+    def softmax_card(ppls):
+        cells = [{"role": "wikitext2", "test_ppl": p, "tokens_per_s": 2000.0, "budget": budget} for p in ppls]
+        (cards / "softmax_full.json").write_text(json.dumps({"label": "softmax", "tier": "full", "cells": cells}))
+
+    softmax_card([126.02194963493537, 127.222310102546, 126.89437733002129])
     row = readme.readme_row(str(tmp_path), readme.README_ROWS[0])
-    assert row[:2] == ["GPT mini on WikiText-2 (7.23M parameters, 45 min)",
-                       "test perplexity 126.08 (`blocks`); uses about 30 tokens of context"]
-    (folder / "test_blocks.json").write_text(json.dumps(dict(test, value=130.0)))
-    assert readme.readme_row(str(tmp_path), readme.README_ROWS[0])[1].startswith("test perplexity 130.00")
-    (folder / "test_blocks.json").unlink()
-    with pytest.raises(SourceMissing, match="results/gpt_mini_wikitext2/test_blocks.json"):
+    assert row[:2] == ["GPT mini on WikiText-2 (7.23M parameters)",
+                       "softmax test perplexity 126.71 ± 0.62 (3 seeds, 650 steps of 4,096 tokens); every "
+                       "attention's: the leaderboard"]
+    softmax_card([130.0])  # the card's number, not a typed one: one seed now
+    assert readme.readme_row(str(tmp_path), readme.README_ROWS[0])[1].startswith(
+        "softmax test perplexity 130.00 (one seed, 650 steps")
+    (cards / "softmax_full.json").unlink()
+    with pytest.raises(SourceMissing, match="results/scorecard/cards/softmax_full.json"):
         readme.readme_row(str(tmp_path), readme.README_ROWS[0])
 
 
@@ -583,3 +589,200 @@ def test_a_malformed_marker_argument_is_one_render_error_not_a_traceback(tmp_pat
     with pytest.raises(SystemExit) as stop:
         publish.main([])
     assert stop.value.code == 2 and capsys.readouterr().err.strip().startswith("error: table_file: 'first'")
+
+
+# ----------------------------------------------------------------------------- the renderers of the typed tables
+# (issue 57, item 4): each on copies of its committed results files (or tiny fixtures), a number changed
+# in a copy shows in the rendered text, and a missing file raises SourceMissing.
+
+
+def copy_results(root, *rels):
+    """Copies of the repository's files ``rels`` (relative paths) under ``root``."""
+    import shutil
+
+    for rel in rels:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(os.path.join(publish.ROOT, rel), root / rel)
+
+
+def edit_csv(path, where, field, value):
+    """Set ``field`` to ``value`` in the rows of the CSV ``path`` whose columns equal ``where``'s."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    hits = 0
+    for row in rows:
+        if all(row[k] == v for k, v in where.items()):
+            row[field], hits = value, hits + 1
+    assert hits, f"no row of {path} matches {where}"
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def edit_json(path, change):
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def edit_jsonl(path, change):
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    for record in records:
+        change(record)
+    path.write_text("\n".join(map(json.dumps, records)) + "\n")
+
+
+SUMMARY_CSV = "results/recall/summary.csv"
+SHIFT = {"token_shift": "True"}
+
+
+def _bench_rows(method, mode, causal, T):
+    def change(data):
+        for r in data["rows"]:
+            if (r["method"], r["mode"], r["causal"], r["T"]) == (method, mode, causal, T):
+                r["seconds"] *= 2
+    return change
+
+
+TYPED_TABLE_CASES = [
+    # (marker, files copied, (file, how it changes), a text the changed file renders, the file removed)
+    ("recall_seeds results/recall/summary.csv cell=256/16/64", [SUMMARY_CSV],
+     (SUMMARY_CSV, lambda p: edit_csv(p, {"attention": "softmax", "seq_len": "256", "seed": "1", **SHIFT},
+                                      "test_accuracy", "0.5")), "s1 0.500", SUMMARY_CSV),
+    ("recall_sweep results/recall/summary.csv cell=64/4/64 beside=64/4/128", [SUMMARY_CSV],
+     (SUMMARY_CSV, lambda p: edit_csv(p, {"attention": "softmax", "seq_len": "64", "d_model": "64", "seed": "0",
+                                          "learning_rate": "0.001", **SHIFT}, "test_accuracy", "0.111")),
+     "| softmax | 0.111 / 0.988 / 0.997 | 1e-2 |", SUMMARY_CSV),
+    ("fastmax_norm_study results/recall/fastmax_norm/summary.csv form=means", ["results/recall/fastmax_norm/summary.csv"],
+     ("results/recall/fastmax_norm/summary.csv",
+      lambda p: edit_csv(p, {"attention": "fastmax1 normalization=max_norm lim=1"}, "test_accuracy", "0.95")),
+     "| `max_norm`, lim 1 | 1 | **0.950 ± 0.000** |", "results/recall/fastmax_norm/summary.csv"),
+    ("recall_tree results/recall/tree_softmax_T256_N16_d64_lr0.003_s0.csv",
+     ["results/recall/tree_softmax_T256_N16_d64_lr0.003_s0.csv"],
+     ("results/recall/tree_softmax_T256_N16_d64_lr0.003_s0.csv",
+      lambda p: edit_csv(p, {"sampler": "edh", "descent": "authors", "E": "0.7"}, "test_accuracy", "0.9")),
+     "| EDH | **0.900** |", "results/recall/tree_softmax_T256_N16_d64_lr0.003_s0.csv"),
+    ("train_logs softmax@results/shakespeare_char/shakespeare_char_gpt/train_log.jsonl iters=250 speed=yes wall=yes",
+     ["results/shakespeare_char/shakespeare_char_gpt/train_log.jsonl"],
+     ("results/shakespeare_char/shakespeare_char_gpt/train_log.jsonl",
+      lambda p: edit_jsonl(p, lambda r: r.get("eval", {}).update(val_loss=3.25) if r.get("iter") == 250 else None)),
+     "| softmax | 3.250 | 12,881 | 1 min 39 s |", "results/shakespeare_char/shakespeare_char_gpt/train_log.jsonl"),
+    ("lm_record results/gpt_mini_wikitext2/train_log.jsonl results/gpt_mini_wikitext2/test_blocks.json",
+     ["results/gpt_mini_wikitext2/train_log.jsonl", "results/gpt_mini_wikitext2/test_blocks.json"],
+     ("results/gpt_mini_wikitext2/test_blocks.json", lambda p: edit_json(p, lambda d: d.update(value=130.0))),
+     "| 130.00 (295,588 tokens, 189 s) |", "results/gpt_mini_wikitext2/test_blocks.json"),
+    ("fastmax_fs_row results/fastmax_fs/fastmax_fs_row.csv", ["results/fastmax_fs/fastmax_fs_row.csv"],
+     ("results/fastmax_fs/fastmax_fs_row.csv", lambda p: edit_csv(p, {"key": "0"}, "softmax", "0.25")),
+     "| softmax | 0.2500 | 0.0109 |", "results/fastmax_fs/fastmax_fs_row.csv"),
+    ("dropout_variants results/shakespeare_dropout/shakespeare_dropout.csv",
+     ["results/shakespeare_dropout/shakespeare_dropout.csv"],
+     ("results/shakespeare_dropout/shakespeare_dropout.csv",
+      lambda p: edit_csv(p, {"label": "1d 0.1", "curve": "val", "iter": "100"}, "loss", "2.1")),
+     "| 1d 0.1 | 2.1000 | 100 |", "results/shakespeare_dropout/shakespeare_dropout.csv"),
+    ("mlm_summary results/mlm_wikitext2",
+     ["results/mlm_wikitext2/summary_mean.csv", "results/mlm_wikitext2/summary.json"],
+     ("results/mlm_wikitext2/summary_mean.csv",
+      lambda p: edit_csv(p, {"model": "bert_mini", "positions": "mask_input"}, "margin_mean", "1.5")),
+     "/ **1.500 ± 0.027** [0.980, 1.027]", "results/mlm_wikitext2/summary.json"),
+    ("mlm_ablation results/mlm_wikitext2/ablation runs=results/mlm_wikitext2/runs base=danet_mini",
+     ["results/mlm_wikitext2/ablation/summary_mean.csv", "results/mlm_wikitext2/ablation/summary.json",
+      *(f"results/mlm_wikitext2/runs/danet_mini{m}_seed0.tar.xz" for m in ("", "_embmaxnorm", "_authorsfreqs",
+                                                                             "_localpos"))],
+     ("results/mlm_wikitext2/ablation/summary_mean.csv",
+      lambda p: edit_csv(p, {"model": "danet_mini_localpos", "eval_len": "512"}, "margin_mean", "0.5")),
+     "| `danet_mini_localpos`: + `relpe_local_positions=True` | 1.980 | 0.500 |",
+     "results/mlm_wikitext2/runs/danet_mini_localpos_seed0.tar.xz"),
+    ("mlm_eval softmax_BERT_mini@results/mlm_wikitext2/bert_mini context_free=results/mlm_wikitext2/context_free_baseline.json",
+     ["results/mlm_wikitext2/bert_mini/eval_mlm_test.json", "results/mlm_wikitext2/bert_mini/train_log.jsonl",
+      "results/mlm_wikitext2/context_free_baseline.json"],
+     ("results/mlm_wikitext2/bert_mini/eval_mlm_test.json",
+      lambda p: edit_json(p, lambda d: d["rows"][0].update(mlm_loss=5.5))),
+     "| softmax BERT mini | 5.500 | 14.04% |", "results/mlm_wikitext2/context_free_baseline.json"),
+    ("mlm_copy_probe results/mlm_copy_probe/mlm_copy_probe.json", ["results/mlm_copy_probe/mlm_copy_probe.json"],
+     ("results/mlm_copy_probe/mlm_copy_probe.json",
+      lambda p: edit_json(p, lambda d: [r.update(mask_accuracy=0.5) for r in d["rows"]
+                                        if (r["block"], r["pos_emb"], r["seed"], r["step"]) == ("danet", "none", 1, 600)])),
+     "| danet + none | 2.5% | 50.0% |", "results/mlm_copy_probe/mlm_copy_probe.json"),
+    ("listops_baselines results/lra/listops_rule_baseline.json results/lra/listops_rule_baseline_val.json",
+     ["results/lra/listops_rule_baseline.json", "results/lra/listops_rule_baseline_val.json"],
+     ("results/lra/listops_rule_baseline.json", lambda p: edit_json(p, lambda d: d.update(bag_of_tokens_accuracy=0.55))),
+     "| 55.00 | 2.236 | 20.80 / 2.219 |", "results/lra/listops_rule_baseline_val.json"),
+    ("listops_by_operator results/lra/listops_by_operator.json", ["results/lra/listops_by_operator.json"],
+     ("results/lra/listops_by_operator.json",
+      lambda p: edit_json(p, lambda d: d["runs"]["out/lra/listops_dense_cpu"]["overall"].update(accuracy=0.5))),
+     "| 50.00 | 73.20% |", "results/lra/listops_by_operator.json"),
+    ("bench_per_token results/bench_attention/rerun_malloc_no_mmap.json",
+     ["results/bench_attention/rerun_malloc_no_mmap.json"],
+     ("results/bench_attention/rerun_malloc_no_mmap.json",
+      lambda p: edit_json(p, _bench_rows("dense", "forward", True, 32768))),
+     "| forward, causal | 2.63 (2.73 -> 7.17 us; 0 faults) |", "results/bench_attention/rerun_malloc_no_mmap.json"),
+    ("bench_speedups results/bench_attention/rerun_malloc_no_mmap.json methods=fastmax:p=2,chunk_size=128",
+     ["results/bench_attention/rerun_malloc_no_mmap.json"],
+     ("results/bench_attention/rerun_malloc_no_mmap.json",
+      lambda p: edit_json(p, _bench_rows("sdpa", "forward", True, 16384))),
+     "| `fastmax:p=2,chunk_size=128` | 2.", "results/bench_attention/rerun_malloc_no_mmap.json"),
+    ("alignment_heads results/alignments_gpt_mini_wikitext2/alignments_summary.csv",
+     ["results/alignments_gpt_mini_wikitext2/alignments_summary.csv"],
+     ("results/alignments_gpt_mini_wikitext2/alignments_summary.csv",
+      lambda p: edit_csv(p, {"quantity": "score", "layer": "3", "head": "3"}, "frac_negative", "0.125")),
+     "| 3 | 71.7% | 63.2% | 73.4% | 12.5% |", "results/alignments_gpt_mini_wikitext2/alignments_summary.csv"),
+]
+
+
+@pytest.mark.parametrize("marker, files, change, changed_text, removed", TYPED_TABLE_CASES,
+                         ids=[case[0].split()[0] for case in TYPED_TABLE_CASES])
+def test_a_typed_tables_renderer_reads_its_file_and_needs_it(tmp_path, marker, files, change, changed_text, removed):
+    copy_results(tmp_path, *files)
+    before = published.render(marker, str(tmp_path))
+    assert before == published.render(marker, publish.ROOT)  # the copies render as the repository's files
+    assert changed_text not in before
+    path, how = change
+    how(tmp_path / path)
+    assert changed_text in published.render(marker, str(tmp_path))
+    (tmp_path / removed).unlink()
+    with pytest.raises(SourceMissing):
+        published.render(marker, str(tmp_path))
+
+
+def test_attention_map_stats_a_row_per_model_and_the_four_statistics_per_layer(tmp_path):
+    np = pytest.importorskip("numpy")
+    stats = {k: np.full((2, 2), 0.25) for k in ("stat_value_weight", "stat_value_share", "stat_argmax_value",
+                                                "stat_key_weight")}
+    stats["stat_value_weight"][1, 1] = -0.0125
+    np.savez(tmp_path / "maps.npz", labels=np.array(["softmax", "linear"]), **stats)
+    text = published.render("attention_map_stats maps.npz", str(tmp_path))
+    assert text.splitlines()[0] == ("| attention | L0 weight j+1 | L0 share j+1 | L0 argmax at j+1 | L0 weight j | "
+                                    "L1 weight j+1 | L1 share j+1 | L1 argmax at j+1 | L1 weight j |")
+    assert text.splitlines()[3] == "| linear | 0.250 | 0.250 | 0.250 | 0.250 | -0.013 | 0.250 | 0.250 | 0.250 |"
+    del stats["stat_key_weight"]
+    np.savez(tmp_path / "maps.npz", labels=np.array(["softmax", "linear"]), **stats)
+    with pytest.raises(SourceMissing, match="stat_key_weight"):
+        published.render("attention_map_stats maps.npz", str(tmp_path))
+    with pytest.raises(SourceMissing):
+        published.render("attention_map_stats none.npz", str(tmp_path))
+
+
+def fake_listops_run(root, name, evals, test=(0.372, 1.699), best_iter=4000, options=""):
+    d = root / "results" / "lra" / name
+    d.mkdir(parents=True)
+    cfg = {"task": "classify", "lra_task": "listops", "attention": "softmax", "attention_params": {}, "batch_size": 32}
+    (d / "final_metrics.json").write_text(json.dumps({"test_accuracy": test[0], "test_loss": test[1], "iters": 5000,
+                                                      "best_iter": best_iter, "config": cfg}))
+    (d / "log.jsonl").write_text("\n".join(json.dumps({"iter": i, "eval": {"val_loss": loss, "val_accuracy": acc}})
+                                           for i, loss, acc in evals) + "\n")
+    command = f"python train.py configs/lra/listops_softmax_cpu.py --batch_size=32 --max_iters=5000 {options}--out_dir=x"
+    (d / "manifest.json").write_text(json.dumps({"train": {"command": command}}))
+
+
+def test_listops_runs_groups_level_evaluations_and_names_the_added_options(tmp_path):
+    evals = [(500, 2.230, 0.178), (1000, 2.225, 0.193), (1500, 1.892, 0.380), (2000, 1.686, 0.402), (2500, 1.683, 0.395)]
+    fake_listops_run(tmp_path, "run_a", evals, options="--seed=1338 ")
+    fake_listops_run(tmp_path, "run_b", [(500, 2.230, 0.178), (1000, 2.226, 0.193)], test=(0.174, 2.244), best_iter=500)
+    text = published.render("listops_runs results/lra/run_a results/lra/run_b", str(tmp_path)).splitlines()
+    assert text[2] == ("| softmax, `seed=1338` | 5,000 x 32 (160,000) | 2.225-2.230 at steps 500-1,000; 1.892 at step "
+                       "1,500; 1.683-1.686 at steps 2,000-2,500 | 17.8-19.3 at steps 500-1,000; 38.0-40.2 at steps "
+                       "1,500-2,500 | 37.20 (1.699; weights of step 4,000) | `run_a` |")
+    assert text[3] == "| softmax | 5,000 x 32 (160,000) | 2.226-2.230 | 17.8-19.3 | 17.40 (2.244; weights of step 500) | `run_b` |"
+    with pytest.raises(SourceMissing, match="run_c"):
+        published.render("listops_runs results/lra/run_c", str(tmp_path))

@@ -379,6 +379,21 @@ def test_the_full_tier_picks_each_cells_rate_on_seed_0_and_reports_seeds_1_to_3(
         per_cell = len(tb.RECALL_RATES) + 3 + len(check)
         assert [n for _, n in card.kinds("recall")] == [per_cell, per_cell]
     assert tb.pick_rate([0.3, 0.3, 0.2]) == 1e-3 and tb.pick_rate([0.1, 0.2, 0.9]) == 1e-2
+
+
+def test_the_recall_pick_prefers_the_earliest_early_stop_then_the_best_validation_accuracy():
+    """Runs that stopped at stop_at beat runs that did not, whatever their accuracy; among them the
+    earliest stop wins (a 4th-decimal accuracy difference above the threshold is noise); without an
+    early stop the best validation accuracy; rows give their step through ``stopped_step``."""
+    assert tb.pick_rate([0.9955, 0.9962, 0.9958], stopped_at=[None, 1800, 1100]) == 1e-2
+    assert tb.pick_rate([0.9980, 0.9951, 0.9952], stopped_at=[None, 1200, 1200]) == 1e-2  # same step: accuracy
+    assert tb.pick_rate([0.9980, 0.9952, 0.9952], stopped_at=[None, 1200, 1200]) == 3e-3  # full tie: smaller rate
+    assert tb.pick_rate([0.99, 0.98, 0.97], stopped_at=[None, None, None]) == 1e-3
+    budget = {"max_steps": 3000, "stop_at": 0.995}
+    assert tb.stopped_step({"budget": {**budget, "steps_run": 1100}}) == 1100
+    assert tb.stopped_step({"budget": {**budget, "steps_run": 3000}}) is None  # ran its whole budget
+    assert tb.stopped_step({"budget": {**budget, "stop_at": 0.0, "steps_run": 1100}}) is None
+    assert tb.stopped_step({"budget": budget}) is None and tb.stopped_step({}) is None
     assert tb.shell_values()["recall_seeds"] == "1 2 3"  # the sweep script reports the same seeds
 
 
@@ -620,3 +635,20 @@ def test_a_swap_cells_estimate_adds_training_its_softmax_model_until_it_is_train
     os.makedirs(base)
     open(os.path.join(base, "ckpt.pt"), "wb").close()
     assert card.estimate("swap") == 100.0
+
+
+def test_every_recall_cell_trains_and_tests_on_as_many_tokens():
+    """64/4 gets 4x the reference cell's sequences (the same tokens and queries per split); the
+    reference cell keeps the config's sizes, so its arguments do not name them; the sweep script
+    reads the same definition."""
+    assert tb.recall_cell_sizes(256) == tb.RECALL_REFERENCE_SIZES
+    assert tb.recall_cell_sizes(64) == {"train": 80000, "val": 4000, "test": 4000}
+    for length in (64, 256):
+        sizes = tb.recall_cell_sizes(length)
+        assert all(n * length == tb.RECALL_REFERENCE_SIZES[split] * 256 for split, n in sizes.items())
+    assert not any(a.startswith("--recall_sizes") for a in tb.recall_cell_args(tb.RECALL_REFERENCE, 1e-3, 0))
+    small = tb.resolved_config([tb.RECALL_CONFIG, *tb.recall_cell_args(tb.RECALL_SMALL, 1e-3, 0)])
+    assert small["recall_sizes"] == {"train": 80000, "val": 4000, "test": 4000}
+    with pytest.raises(ValueError, match="must divide the reference cell's 256; got 100"):
+        tb.recall_cell_sizes(100)
+    assert tb.main(["recall_sizes", "64"]) == 0 and tb.main(["recall_sizes", "100"]) == 2

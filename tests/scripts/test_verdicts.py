@@ -6,7 +6,7 @@ import json
 from scripts.analysis.published import loading, readme, verdicts
 from scripts.analysis.published.lra import render_lra_tasks
 from scripts.scorecard import testbeds as tb
-from scripts.scorecard.leaderboard import format_recall, format_speed
+from scripts.scorecard.leaderboard import findings, format_recall, format_speed, leaderboard_rows
 
 
 def recall_column(values, version=2):
@@ -87,6 +87,21 @@ def test_a_time_ratio_whose_range_includes_1_reads_about_1():
     assert format_speed(cell, "not run") == "≈ 1 (0.93-1.02)"
     cell["ratio_q3"] = 0.99
     assert format_speed(cell, "not run") == "0.97 (0.93-0.99)"
+
+
+def test_a_time_ratio_is_ranked_only_when_its_range_leaves_1():
+    assert verdicts.ratio_verdict(0.93, 1.02) == "not ranked"
+    assert verdicts.ratio_verdict(None, None) == "not ranked"  # a version 1 cell: one median, no range
+    cell = {"role": "speed", "T": 16384, "causal": True, "mode": "forward_backward", "version": 2, "ratio": 0.82,
+            "ratio_q1": 0.78, "ratio_q3": 1.01}
+    cards = [{"label": "softmax", "tier": "full", "not_applicable": {}, "cells": [dict(cell, ratio=1.0)]},
+             {"label": "fastmax2", "tier": "full", "not_applicable": {}, "cells": [cell]}]
+    assert "0 of 1 cells of the other attentions ranked; not ranked: 1 read ≈ 1" in findings(leaderboard_rows(cards), cards)
+    cell["ratio_q3"] = 0.86  # the whole range below 1 now
+    assert verdicts.ratio_verdict(cell["ratio_q1"], cell["ratio_q3"]) == "faster"
+    assert "1 of 1 cells of the other attentions ranked; faster than SDPA: fastmax2 at T = 16,384" in \
+        findings(leaderboard_rows(cards), cards)
+    assert verdicts.ratio_verdict(1.02, 1.10) == "slower"
 
 
 def test_an_aim_is_met_in_the_runs_that_reach_it():

@@ -22,8 +22,10 @@ imports them):
 Renderer modules, by area, each with the list of its renderers in its docstring and in its
 ``RENDERERS``: ``recall`` (docs/recall.md), ``lm`` (language models: WikiText-2, swapped
 attentions, context use), ``lra`` (Long Range Arena), ``benchmark`` (speed, memory and the aims),
-``tree`` (tree attention), ``table_file`` (a tool's table copied), ``leaderboard`` (the
-scorecard's), ``readme`` (README.md's Results table).
+``tree`` (tree attention), ``fastmax`` (Fastmax's own small studies: f(s), dropout variants),
+``mlm`` (masked language models and the copy probe), ``generation`` (the decode benchmark and
+the quality study at decode, docs/generation.md), ``table_file`` (a tool's table copied),
+``leaderboard`` (the scorecard's), ``readme`` (README.md's Results table).
 
 Renderers (``RENDERERS``, the names a block's marker uses, gathered from those modules on first
 use, so that importing a base module does not import the renderers): each is
@@ -57,10 +59,11 @@ def renderers():
     """{renderer name: function} of every renderer module (their ``RENDERERS``), imported on the first
     call. Raises RenderError if two modules name a renderer alike."""
     if not _RENDERERS:
-        from scripts.analysis.published import benchmark, leaderboard, lm, lra, readme, recall, table_file, tree
+        from scripts.analysis.published import (benchmark, fastmax, generation, leaderboard, lm, lra, mlm, readme,
+                                                recall, table_file, tree)
 
         found = {}
-        for module in (recall, lm, lra, benchmark, tree, table_file, leaderboard, readme):
+        for module in (recall, lm, lra, benchmark, tree, fastmax, mlm, generation, table_file, leaderboard, readme):
             clash = found.keys() & module.RENDERERS.keys()
             if clash:
                 raise RenderError(f"renderers named twice: {', '.join(sorted(clash))} ({module.__name__})")

@@ -18,6 +18,11 @@ Renderers (``RENDERERS``):
   PyTorch paths, time and peak memory per cell (docs/fastmax.md).
 - ``bench_linearity <bench.json> methods=a,b``: per method and call, time(16384) / (16 time(1024))
   and SDPA's time over the method's at 16384, misses in bold (docs/baselines.md).
+- ``bench_per_token <bench.json> [<bench.json> ...] [method=dense] [T=1024,32768]``: a method's
+  time per token at the long T over that at the short one, per call, a column per benchmark run,
+  with the microseconds per token and the page faults of a long call (docs/benchmark.md).
+- ``bench_speedups <bench.json> methods=a;b [T=16384] [D=64] [causal=true] [base=sdpa]``: the base's
+  time over each method's at one T, forward and forward + backward (docs/benchmark.md).
 - ``kernel_report <report.json>``: the offline sm_90 compilation of Fastmax's Triton kernels
   (scripts/bench/kernel_report.py's table: registers, stack, shared memory, tensor cores, compile
   time, the verdict per kernel), with a line naming Triton's version, the target and the count of
@@ -420,6 +425,66 @@ def render_kernel_report(root, report_json):
     return kernel_report_table(rows) + "\n\n" + summary + "\n"
 
 
+CALLS = (("forward", True), ("forward", False), ("forward_backward", True), ("forward_backward", False))
+
+
+def _call_name(mode, causal):
+    return f"{mode.replace('_', ' + ')}, {'causal' if causal else 'non-causal'}"
+
+
+def render_bench_per_token(root, *benches, method="dense", T="1024,32768"):
+    """docs/benchmark.md's dense table: per call (forward and forward + backward, causal and not) and
+    per benchmark run of ``benches`` (scripts/bench/attention.py JSONs, a column each, named by the
+    file), ``method``'s time per token at the long T of ``T`` over that at the short one, then in
+    brackets its microseconds per token (one call of the run's heads) at both and the minor page
+    faults per long call. Raises SourceMissing when a file lacks a cell, RenderError for a malformed
+    argument."""
+    Ts = sorted(marker_numbers("bench_per_token", T))
+    if not benches or len(Ts) != 2 or Ts[0] == Ts[1]:
+        raise RenderError("bench_per_token: give one benchmark JSON or more and T=<short>,<long>")
+    short, long = Ts
+    data = [(path, {(r["method"], r["mode"], r["causal"], r["T"]): r for r in load_json(root, path)["rows"]})
+            for path in benches]
+    table = []
+    for mode, causal in CALLS:
+        row = [_call_name(mode, causal)]
+        for path, rows in data:
+            a, b = rows.get((method, mode, causal, short)), rows.get((method, mode, causal, long))
+            if not (a and b and a.get("seconds") and b.get("seconds")):
+                raise SourceMissing(f"a rendered block needs {method} at T = {short} and {long}, "
+                                    f"{_call_name(mode, causal)}, in {path}")
+            us_a, us_b = 1e6 * a["seconds"] / short, 1e6 * b["seconds"] / long
+            faults = b.get("minor_faults_per_call")
+            row.append(f"{us_b / us_a:.2f} ({us_a:.2f} -> {us_b:.2f} us" +
+                       (f"; {faults:,.0f} faults)" if faults is not None else ")"))
+        table.append(row)
+    return markdown_table(["call", *(f"`{os.path.basename(path)}`" for path, _ in data)], table)
+
+
+def render_bench_speedups(root, bench_json, methods="", T="16384", D="64", causal="true", base="sdpa"):
+    """The base's time over each method's (``methods``: a semicolon list of the run's method labels)
+    at one ``T`` and ``D``, causal or not, forward and forward + backward (2 decimals; above 1: the
+    method is faster), from one run of scripts/bench/attention.py. Raises SourceMissing when the run
+    lacks a cell, RenderError for a malformed argument."""
+    wanted = [m for m in methods.split(";") if m]
+    if not wanted or causal not in ("true", "false"):
+        raise RenderError("bench_speedups: give methods=a;b and causal=true or false")
+    t, d, is_causal = marker_number("bench_speedups", T), marker_number("bench_speedups", D), causal == "true"
+    data = load_json(root, bench_json)
+    table = []
+    for method in wanted:
+        cells = []
+        for mode, _ in MODES:
+            ours, ref = bench_seconds(data, method, mode, t, d, is_causal), bench_seconds(data, base, mode, t, d, is_causal)
+            if not (ours and ref):
+                raise SourceMissing(f"a rendered block needs {method} and {base} at T = {t}, D = {d}, {mode}, "
+                                    f"causal {causal} in {bench_json}")
+            cells.append(f"{ref / ours:.2f}")
+        table.append([f"`{method}`", *cells])
+    return markdown_table(["method", *(f"{base} time / method time, {name}" for _, name in MODES)], table)
+
+
 RENDERERS = {"bench_aims": render_bench_aims, "fastmax_grid": render_fastmax_grid, "bench_layer": render_bench_layer,
              "bench_pair": render_bench_pair, "authors_fastmax": render_authors_fastmax,
-             "bench_linearity": render_bench_linearity, "kernel_report": render_kernel_report}
+             "bench_linearity": render_bench_linearity, "kernel_report": render_kernel_report,
+             "bench_per_token": render_bench_per_token, "bench_speedups": render_bench_speedups}

@@ -1,13 +1,19 @@
-"""The scorecard's leaderboard in README.md and docs/scorecard.md: the table, its notes and the
-noise-floor sentence that ``scripts/scorecard/leaderboard.py`` makes from the cards (which
-``python -m scripts.scorecard`` also writes to ``FOLDER/leaderboard.md``), and its figure
+"""The scorecard's leaderboard in README.md and docs/scorecard.md: the table and its notes, its short
+version, the sentences of what the testbeds say and the noise-floor sentence that
+``scripts/scorecard/leaderboard.py`` makes from the cards (the full table, which ``python -m
+scripts.scorecard`` writes to ``FOLDER/leaderboard.md``, is linked from the short one), and its figure
 (``scripts/scorecard/figure.py``). Those modules import the package's base modules only
 (``formatting``, ``papers``, ``verdicts``), never a renderer.
 
 Renderers (``RENDERERS``):
 
-- ``leaderboard FOLDER [part=table|floor]``: the scorecard's leaderboard from ``FOLDER/cards/*.json``
-  with the notes under it, or its noise-floor sentence.
+- ``leaderboard FOLDER [part=table|compact|findings|floor] [link_root=PREFIX]``: the scorecard's
+  leaderboard from ``FOLDER/cards/*.json`` with the notes under it (``table``: every column, its
+  budgets in the headers); its short version (``compact``, the README's: the columns that apply to
+  most rows, short headers that each say whether lower or higher is better, short notes and a link
+  to ``PREFIX + FOLDER/leaderboard.md``, the full one); a few sentences of what the testbeds say
+  (``findings``: computed from the cells through the rules of ``verdicts``); or its noise-floor
+  sentence (``floor``).
 - ``leaderboard_figure FOLDER [T=16384] [link_root=PREFIX]``: the leaderboard's figure (recall's
   solved fraction at 64/4 and 256/16 against time / SDPA at T, ``scripts/scorecard/figure.py``) as
   ``![...](PREFIX + FOLDER/leaderboard.png)`` with a one-line caption; ``PREFIX`` is the way from the
@@ -26,16 +32,28 @@ from scripts.analysis.published.loading import RenderError, marker_number, sourc
 from scripts.scorecard.leaderboard import read_cards, sections
 
 
-def render_leaderboard(root, folder, part="table"):
+LEADERBOARD_PARTS = ("table", "compact", "findings", "floor")
+
+
+def render_leaderboard(root, folder, part="table", link_root=""):
     """The scorecard's leaderboard of the cards under ``root/folder/cards``
     (``scripts.scorecard.leaderboard.sections``): ``part`` "table" is the table with the notes under
-    it (the recall and speed rules, the noise floor); "floor" the noise-floor sentence alone (computed
-    from softmax's control cells). The cells still to run and the published rows stay in
-    ``folder/leaderboard.md``, which the README links (it keeps to a summary)."""
+    it (the recall and speed rules, the noise floor); "compact" the short table with its short notes
+    and the link (``link_root``: the way from the document to the repository root) to
+    ``folder/leaderboard.md``, the full leaderboard with the cells still to run and the published
+    rows; "findings" the sentences of what the testbeds say; "floor" the noise-floor sentence alone
+    (computed from softmax's control cells)."""
+    if part not in LEADERBOARD_PARTS:
+        raise RenderError(f"renderer leaderboard: part must be one of {', '.join(LEADERBOARD_PARTS)}, not {part!r}")
     parts = sections(read_cards(os.path.join(root, folder)), root=root)
-    if part not in ("table", "floor"):
-        raise RenderError(f"renderer leaderboard: part must be table or floor, not {part!r}")
-    return parts["table"] + "\n" + parts["notes"] if part == "table" else parts["floor"]
+    if part == "table":
+        return parts["table"] + "\n" + parts["notes"]
+    if part == "compact":
+        full = f"{folder}/leaderboard.md"
+        return (parts["compact"] + "\n" + parts["compact_notes"] + "\n"
+                + f"The budgets and rules of each column, softmax's check seeds, training speeds, the swap cell, the "
+                  f"cells not run yet and the papers' numbers: [{full}]({link_root}{full}).\n")
+    return parts[part]
 
 
 def render_leaderboard_figure(root, folder, T="16384", link_root="", *, write=False):
@@ -62,15 +80,24 @@ def render_leaderboard_figure(root, folder, T="16384", link_root="", *, write=Fa
         fresh = True
     left, cells = not_drawn(points), " and ".join(panel for _, panel in PANELS)
     lines = [f"![Recall (seeds solved at {cells}) against time / SDPA at T = {T:,}]({link_root}{png})", "",
-             f"Recall's solved fraction of seeds (test accuracy >= {tb.RECALL_SOLVED:g}) at {cells} against "
-             f"time / SDPA at T = {T:,} (causal, forward + backward; the interquartile range where the cell has "
-             f"one), from the cards of {folder}: {versions_note(points)}"
-             + (f"; not drawn: {', '.join(f'{a} ({why})' for a, why in left)}" if left else "")
+             f"Seeds solved (test accuracy >= {tb.RECALL_SOLVED:g}) at {cells} against time / SDPA at T = {T:,} "
+             f"(causal, forward + backward; the interquartile range where a cell has one); {versions_note(points)}"
+             + (f"; not drawn: {'; '.join(f'{names} ({why})' for why, names in not_drawn_by_reason(left))}"
+                if left else "")
              + f"; the points: [{os.path.basename(data)}]({link_root}{data})."]
     if not fresh:
         lines += ["", f"**Stale:** {data} or {png} differs from the cards or is absent "
                       f"(`python -m scripts.analysis.publish` redraws them)."]
     return "\n".join(lines) + "\n"
+
+
+def not_drawn_by_reason(left):
+    """[(why, "a, b")]: the attentions ``left`` ((attention, why) pairs) out of the figure, grouped by
+    why, in the order of each reason's first attention."""
+    groups = {}
+    for attention, why in left:
+        groups.setdefault(why, []).append(attention)
+    return [(why, ", ".join(names)) for why, names in groups.items()]
 
 
 RENDERERS = {"leaderboard": render_leaderboard, "leaderboard_figure": render_leaderboard_figure}

@@ -14,6 +14,12 @@ Renderers (``RENDERERS``):
 - ``lm_runs <throughput.json|log> <label@train_log@test_json@config> ... [val_iters=600,650]``:
   language-model runs side by side: validation and test perplexity, tokens/s (measured side by side,
   or the median of each run's log), wall time (docs/fastmax.md, docs/dense_attention.md).
+- ``train_logs <label@train_log> ... iters=i,... [quantity=val_loss|val_ppl] [labels=a,b] [speed=yes]
+  [wall=yes]``: training logs side by side: a validation quantity at each of ``iters``, optionally the
+  median tokens/s and the wall time to the last training step (docs/fastmax.md).
+- ``lm_record <train_log> <test.json> [<test.json> ...] [val_iters=i,...]``: one language-model run's
+  record: wall time, throughput, validation and test perplexities, each with its file
+  (docs/gpt_mini_wikitext2.md).
 """
 import json
 import math
@@ -240,5 +246,101 @@ def render_lm_runs(root, throughput, *runs, val_iters=""):
                       "wall time of the run (training + its evaluations)"], table)
 
 
+def minutes(seconds):
+    """"45 min 34 s" of a duration in seconds (rounded to the second)."""
+    seconds = round(seconds)
+    return f"{seconds // 60} min {seconds % 60} s"
+
+
+def _evaluations(root, log):
+    """(records, {iter: eval dict}) of a train.py log (``log`` relative to ``root``)."""
+    records = load_jsonl(root, log)
+    return records, {r["iter"]: r["eval"] for r in records if "eval" in r}
+
+
+def _val(evaluation, quantity):
+    """The validation loss or perplexity of one evaluation record (old logs name the loss ``val``)."""
+    loss = evaluation.get("val_loss", evaluation.get("val"))
+    if quantity == "val_ppl":
+        return evaluation.get("val_ppl") or math.exp(loss)
+    return loss
+
+
+def _ppl(x):
+    """A perplexity as the docs print it: 285.8, 6,948."""
+    return f"{x:,.0f}" if x >= 1000 else f"{x:.1f}"
+
+
+def render_train_logs(root, *runs, iters="", quantity="val_loss", labels="model", speed="no", wall="no"):
+    """train.py logs side by side, a row per run "label@train_log.jsonl" (``runs``; a label of one
+    field is an attention label, shown by ``display_name``; a label "a:b" fills the columns named by
+    ``labels``, "a,b"): the validation ``quantity`` (val_loss: 3 decimals; val_ppl: ``_ppl``) at each
+    of ``iters`` (comma list); ``speed=yes``: the median of the log's training tokens/s; ``wall=yes``:
+    the ``elapsed_s`` of the log's last training-step record. Raises SourceMissing when a log is
+    absent or lacks an evaluation, RenderError for a malformed argument."""
+    if quantity not in ("val_loss", "val_ppl"):
+        raise RenderError(f"train_logs: quantity={quantity!r}: expected val_loss or val_ppl")
+    wanted = marker_numbers("train_logs", iters)
+    if not wanted or not runs:
+        raise RenderError("train_logs: give label@train_log ... iters=i,...")
+    columns = labels.split(",")
+    table = []
+    for run in runs:
+        label, _, log = run.partition("@")
+        fields = label.split(":")
+        if not log or len(fields) != len(columns):
+            raise RenderError(f"train_logs: {run!r} is not label@train_log with {len(columns)} label field(s)")
+        records, evals = _evaluations(root, log)
+        if not all(i in evals for i in wanted):
+            raise SourceMissing(f"a rendered block needs the evaluations at {wanted} in {log}; it has {sorted(evals)}")
+        values = [_val(evals[i], quantity) for i in wanted]
+        row = [display_name(fields[0])] if len(fields) == 1 else fields
+        row += [_ppl(v) if quantity == "val_ppl" else f"{v:.3f}" for v in values]
+        steps = [r for r in records if "tok_per_s" in r]
+        if speed == "yes":
+            row.append(f"{statistics.median(r['tok_per_s'] for r in steps):,.0f}" if steps else "-")
+        if wall == "yes":
+            row.append(minutes(steps[-1]["elapsed_s"]) if steps else "-")
+        table.append(row)
+    name = "val ppl" if quantity == "val_ppl" else "val loss"
+    header = columns + [f"{name} at {i}" for i in wanted]
+    header += ["training tokens/s (median of the log)"] * (speed == "yes")
+    header += ["wall time to the last training step"] * (wall == "yes")
+    return markdown_table(header, table)
+
+
+def render_lm_record(root, log, *tests, val_iters=""):
+    """One language-model run's record (docs/gpt_mini_wikitext2.md), a row per quantity with the file
+    it comes from: the wall time (the log's last ``elapsed_s``: training, evaluations and
+    checkpoints), the training tokens/s (median and mean of the log's steps), the validation
+    perplexity at each of ``val_iters`` (train.py's estimate; default the last evaluation) and the
+    test perplexity of each eval_ppl.py JSON of ``tests`` (its protocol, tokens scored and seconds).
+    Raises SourceMissing when a file is absent or the log lacks an evaluation."""
+    records, evals = _evaluations(root, log)
+    wanted = marker_numbers("lm_record", val_iters) if val_iters else [max(evals, default=0)]
+    if not all(i in evals for i in wanted):
+        raise SourceMissing(f"a rendered block needs the evaluations at {wanted} in {log}; it has {sorted(evals)}")
+    steps = [r for r in records if "tok_per_s" in r]
+    if not steps:
+        raise SourceMissing(f"a rendered block needs training steps (tok_per_s) in {log}; it has none")
+    speeds = [r["tok_per_s"] for r in steps]
+    code = f"`{log}`"
+    table = [[f"wall time ({steps[-1]['iter']:,} iterations, with the evaluations and checkpoints)",
+              minutes(max(r.get("elapsed_s", 0) for r in records)), code],
+             ["training throughput (tokens/s: median of the log; mean)",
+              f"{statistics.median(speeds):,.0f}; {statistics.mean(speeds):,.0f}", code],
+             [f"validation perplexity at iteration {' / '.join(map(str, wanted))} (train.py's estimate)",
+              " / ".join(f"{_val(evals[i], 'val_ppl'):.1f}" for i in wanted), code]]
+    for test in tests:
+        record = load_json(root, test)
+        protocol = record.get("protocol")
+        where = f"`{protocol}`, stride {record['stride']}" if protocol == "strided" else \
+            f"`{protocol}` (L = {record.get('context_length')})"
+        table.append([f"test perplexity, {where}",
+                      f"{record['value']:.2f} ({record['tokens_scored']:,} tokens, {record['seconds']:.0f} s)", f"`{test}`"])
+    return markdown_table(["what", "result", "artifact"], table)
+
+
 RENDERERS = {"gpt_mini_table": render_gpt_mini_table, "swap_ranges": render_swap_ranges,
-             "per_position": render_per_position, "lm_runs": render_lm_runs}
+             "per_position": render_per_position, "lm_runs": render_lm_runs, "train_logs": render_train_logs,
+             "lm_record": render_lm_record}

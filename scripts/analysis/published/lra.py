@@ -12,13 +12,21 @@ Renderers (``RENDERERS``):
   runs of the first pattern beside the second's, with the step of the weights kept.
 - ``published_lra [attentions=a,b]``: the papers' LRA rows of those attentions (``PUBLISHED_ACCURACY``,
   the one copy of them in the repository; docs/baselines.md).
+- ``listops_baselines <test.json> <val.json>``: what ListOps offers without evaluating the expression
+  (``scripts.analysis.listops``' predictors on the test and validation splits).
+- ``listops_runs <run> [<run> ...]``: single ListOps runs side by side: steps x batch, the validation
+  loss and accuracy over the evaluations (grouped where they stay level), the test accuracy and loss
+  with the step of the weights kept, the run's file.
+- ``listops_by_operator <json>``: test accuracy per outermost operator of each run in
+  ``scripts.analysis.listops``' per-operator JSON, beside the first-operator rule.
 """
 import os
+import shlex
 
 from scripts.analysis.published import verdicts
 from scripts.analysis.published.formatting import (bracketed, display_name, fmt_cell, markdown_table, older_defaults,
                                                    short_cpu)
-from scripts.analysis.published.loading import RenderError, SourceMissing, run_sources
+from scripts.analysis.published.loading import RenderError, SourceMissing, load_json, load_run, run_sources
 from scripts.analysis.published.papers import (PUBLISHED_ACCURACY, PUBLISHED_NOTES, PUBLISHED_STEPS, SHORT_SOURCES,
                                                TASKS, TITLES)
 from scripts.analysis.runs import FINAL_METRICS, attention_label, find_runs, open_run, run_cpu, run_date
@@ -237,5 +245,132 @@ def render_lra_text_budgets(root, short, long, attentions=""):
     return out + "".join(f"\n{line}\n" for line in star_notes(notes))
 
 
+# ----------------------------------------------------------------------------- ListOps: the plateau and its baselines
+
+# scripts.analysis.listops' predictors: (field prefix in its JSON, what the table calls it)
+LISTOPS_PREDICTORS = (("prior", "class frequencies (the prior; its accuracy is the majority rate)"),
+                      ("first_token", "most frequent label of the first token, the outermost operator"),
+                      ("bag_of_tokens", "linear probe on the bag of tokens (token frequencies and the length; "
+                                        "multinomial logistic regression)"),
+                      ("bag_and_first_token", "the same probe plus the first token"))
+
+
+def _predictor(record, prefix):
+    """(accuracy %, loss or None) of one predictor of scripts.analysis.listops' JSON (the prior's
+    accuracy is the majority rate)."""
+    accuracy = record["majority_accuracy"] if prefix == "prior" else record[f"{prefix}_accuracy"]
+    return 100 * accuracy, record.get(f"{prefix}_loss")
+
+
+def render_listops_baselines(root, test_json, val_json):
+    """docs/lra.md's table of what ListOps offers without evaluating the expression: a row per
+    predictor of ``LISTOPS_PREDICTORS`` (fitted on the training sequences), its accuracy (%, 2
+    decimals) and loss (3 decimals; "-" for a rule without probabilities) on the test split
+    (``test_json``) and on the validation split (``val_json``), and the rule itself. Raises
+    SourceMissing when a file is absent."""
+    test, val = load_json(root, test_json), load_json(root, val_json)
+    loss = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+    table = []
+    for prefix, words in LISTOPS_PREDICTORS:
+        if prefix == "first_token":
+            rule = ", ".join(f"{op.lstrip('[')} -> {label}" for op, label in test.get("rule", {}).items())
+            words += f" ({rule})" if rule else ""
+        (ta, tl), (va, vl) = _predictor(test, prefix), _predictor(val, prefix)
+        table.append([words, f"{ta:.2f}", loss(tl), f"{va:.2f} / {loss(vl)}"])
+    return markdown_table([f"predictor ({test.get('eval_examples', 0):,} test sequences)", "test accuracy (%)",
+                           "test loss", "validation accuracy (%) / loss"], table)
+
+
+LISTOPS_SHOWN = ("batch_size", "max_iters", "lr_decay_iters", "eval_interval", "num_threads", "out_dir", "init_from")
+LEVEL = {"val_loss": 0.1, "val_accuracy": 3.0}  # a jump larger than this between evaluations starts a new group
+
+
+def _groups(evals, field):
+    """The evaluations of one quantity (``field``: val_loss, or val_accuracy in %) as text: consecutive
+    evaluations whose values differ by at most LEVEL[field] form one group, "lo-hi at steps a-b"
+    (one evaluation: "v at step a"); a run that stays level is its range alone."""
+    scale, fmt = (100, ".1f") if field == "val_accuracy" else (1, ".3f")
+    groups = []
+    for step, value in ((it, scale * e[field]) for it, e in evals):
+        if groups and abs(value - groups[-1][-1][1]) <= LEVEL[field]:
+            groups[-1].append((step, value))
+        else:
+            groups.append([(step, value)])
+
+    def span(group):
+        lo, hi = min(v for _, v in group), max(v for _, v in group)
+        values = f"{lo:{fmt}}" if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}}-{hi:{fmt}}"
+        if len(groups) == 1:
+            return values
+        steps = f"step {group[0][0]:,}" if len(group) == 1 else f"steps {group[0][0]:,}-{group[-1][0]:,}"
+        return f"{values} at {steps}"
+
+    return "; ".join(map(span, groups))
+
+
+def render_listops_runs(root, *runs):
+    """docs/lra.md's table of single ListOps runs, a row per run path of ``runs`` (packed or a
+    folder): the attention and the options of its train command other than the schedule and the
+    output (``LISTOPS_SHOWN``), steps x batch (sequences seen), the validation loss and accuracy
+    over the evaluations (``_groups``), the test accuracy (%, 2 decimals) and loss with the step of the weights
+    tested, the run's file. Raises SourceMissing when a run is absent or has no final metrics."""
+    if not runs:
+        raise RenderError("listops_runs: give one run path or more")
+    table = []
+    for path in runs:
+        run = load_run(root, path)
+        metrics = run.final_metrics
+        if not metrics or "test_accuracy" not in metrics:
+            raise SourceMissing(f"a rendered block needs the final metrics of {path}; it has none")
+        cfg = metrics.get("config", {})
+        command = (run.manifest or {}).get("train", {}).get("command", "")
+        options = [a[2:] for a in shlex.split(command) if a.startswith("--") and "=" in a
+                   and a[2:].split("=", 1)[0] not in LISTOPS_SHOWN]
+        label = display_name(attention_label(cfg)) + (", " + " ".join(f"`{o}`" for o in options) if options else "")
+        evals = [(r["iter"], r["eval"]) for r in (run.log or []) if "eval" in r]
+        iters, batch = metrics["iters"], cfg.get("batch_size", 0)
+        table.append([label, f"{iters:,} x {batch} ({iters * batch:,})", _groups(evals, "val_loss"),
+                      _groups(evals, "val_accuracy"),
+                      f"{100 * metrics['test_accuracy']:.2f} ({metrics['test_loss']:.3f}; weights of step "
+                      f"{metrics['best_iter']:,})", f"`{os.path.basename(run.source)}`"])
+    return markdown_table(["run", "steps x batch (sequences seen)", "validation loss over the evaluations",
+                           "validation accuracy (%)", "test accuracy % (loss; weights of step)", "file in `results/lra/`"],
+                          table)
+
+
+def _operator_cell(part, total=False):
+    """"57.8 (0: 494)": accuracy % and the class predicted most with its count ("all" when it is every
+    prediction); ``total``: the accuracy with 2 decimals alone."""
+    if total:
+        return f"{100 * part['accuracy']:.2f}"
+    counts = part["prediction_counts"]
+    top = max(range(len(counts)), key=lambda c: (counts[c], -c))
+    many = "all" if counts[top] == part["examples"] else f"{counts[top]:,}"
+    return f"{100 * part['accuracy']:.1f} ({top}: {many})"
+
+
+def render_listops_by_operator(root, operator_json):
+    """docs/lra.md's ListOps accuracy by outermost operator (``operator_json``: scripts/analysis/listops.py
+    with runs): the first-operator rule's row, then a row per run in the file's order (its folder name
+    and the step of its weights): accuracy % per operator with the class it predicts most
+    there, overall accuracy and how often it predicts what the rule does (2 decimals). Raises
+    SourceMissing when the file is absent or holds no run."""
+    runs = load_json(root, operator_json).get("runs") or {}
+    if not runs:
+        raise SourceMissing(f"a rendered block needs runs in {operator_json}; it has none")
+    first = next(iter(runs.values()))
+    operators = list(first["by_operator"])
+    header = ["test accuracy (%)", *(f"{op.lstrip('[')} ({first['by_operator'][op]['examples']:,})" for op in operators),
+              f"all ({first['overall']['examples']:,})", "same prediction as the rule"]
+    table = [["first-operator rule", *(f"{100 * first['by_operator'][op]['rule_accuracy']:.1f}" for op in operators),
+              f"{100 * first['overall']['rule_accuracy']:.2f}", "-"]]
+    for name, run in runs.items():
+        label = f"`{os.path.basename(name)}` (weights of step {run.get('iter_num', 0):,})"
+        table.append([label, *(_operator_cell(run["by_operator"][op]) for op in operators),
+                      _operator_cell(run["overall"], total=True), f"{100 * run['overall']['agreement']:.2f}%"])
+    return markdown_table(header, table)
+
+
 RENDERERS = {"lra_text": render_lra_text, "lra_tasks": render_lra_tasks, "lra_text_budgets": render_lra_text_budgets,
-             "published_lra": render_published_lra}
+             "published_lra": render_published_lra, "listops_baselines": render_listops_baselines,
+             "listops_runs": render_listops_runs, "listops_by_operator": render_listops_by_operator}

@@ -10,11 +10,25 @@ Renderers (``RENDERERS``):
   runs whose configurations describe the attentions' settings (BigBird's blocks, Longformer's window).
 - ``recall_ablation <folder> [base=<row>] [link_root=<prefix>]``: the ablation table of
   ``recall_ablation_table`` from the runs (packed files or folders) under ``<folder>``.
+- ``recall_seeds <summary.csv> cell=<T/N/width> [token_shift=True] [old=<summary.csv>] [params=<folder>]``:
+  one cell's test accuracy at the picked rate per attention, mean ± sd and every seed, with each
+  seed's training tokens/s; ``old`` adds the rows of a second summary (runs made under a method's
+  older default, labelled so).
+- ``recall_sweep <summary.csv> cell=<T/N/width> [token_shift=True] [old=<summary.csv>]
+  [beside=<T/N/width>] [params=<folder>]``: one cell's sweep: seed 0 at each rate, the picked rate,
+  the seeds there, mean ± sd (and the same attention's mean ± sd in the cell ``beside``), tokens/s.
+- ``fastmax_norm_study <summary.csv> [head_dim=32] [form=seeds|means]``: the Fastmax normalization
+  study (a row per setting, p = 1 and p = 2 side by side; ``means`` without the seeds).
+- ``recall_tree <csv> [E=0.7,0.8,0.9] [descent=authors]``: tree attention swapped into a trained
+  recall model (``recall_tree``'s CSV): accuracy and matched-key fraction per sampler and E.
+- ``attention_map_stats <npz>``: the weights of each method's lookup layer at the queries
+  (``attention_maps``' ``stat_*`` arrays).
 """
 import os
+import statistics
 
 from scripts.analysis.published.formatting import display_name, markdown_table, mean_sd, rate
-from scripts.analysis.published.loading import RenderError, SourceMissing, load_csv, source
+from scripts.analysis.published.loading import (RenderError, SourceMissing, load_csv, marker_numbers, source)
 from scripts.analysis.runs import FINAL_METRICS, RunNotFound, attention_label, find_runs, open_run, run_cpu
 
 
@@ -243,4 +257,244 @@ def render_recall_ablation(root, folder, base="", link_root=""):
     return ablation_markdown(rows, link_root)
 
 
-RENDERERS = {"recall_glance": render_recall_glance, "recall_ablation": render_recall_ablation}
+# ----------------------------------------------------------------------------- one cell: seeds and the sweep
+
+OLD_DEFAULT = "old default"  # the label of ``old=`` rows: runs made under a method's earlier default
+
+
+def _cell_arg(renderer, cell, token_shift):
+    if token_shift not in ("True", "False"):
+        raise RenderError(f"{renderer}: token_shift={token_shift}: expected True or False")
+    try:
+        T, N, W = (int(x) for x in cell.split("/"))
+    except ValueError:
+        raise RenderError(f"{renderer}: cell={cell!r}: expected T/N/width (e.g. 256/16/64)") from None
+    return T, N, W, token_shift == "True"
+
+
+def _cell_rows(root, summary, old, cell):
+    """[(row label, attention, runs of the summary)] of the attentions with runs in ``cell``: those of
+    ``summary`` (``recall_order``), each followed by its rows of ``old`` (labelled OLD_DEFAULT)."""
+    sets = [("", read_recall_summary(root, summary))] + ([(OLD_DEFAULT, read_recall_summary(root, old))] if old else [])
+    out = []
+    for attention in recall_order({r["attention"] for _, runs in sets for r in runs if cell_key(r)[1:] == cell}):
+        for note, runs in sets:
+            if any(cell_key(r) == (attention, *cell) for r in runs):
+                out.append((note, attention, runs))
+    return out
+
+
+def _label(attention, note, described):
+    return display_name(attention, described.get(attention)) + (f", {note}" if note else "")
+
+
+def median_speed(runs):
+    """"37,876" (the median tokens/s of the runs with the most threads: fewer threads are not
+    comparable), "-" without a measured run; ``recall_table``'s speed cell without its thread count."""
+    runs = [r for r in runs if r["tokens_per_s"]]
+    if not runs:
+        return "-"
+    threads = max(r["num_threads"] or 0 for r in runs)
+    return f"{statistics.median(r['tokens_per_s'] for r in runs if (r['num_threads'] or 0) == threads):,.0f}"
+
+
+def render_recall_seeds(root, summary, cell, token_shift="True", old="", params=""):
+    """One cell of the sweep (``cell`` "T/N/width", the runs with ``token_shift``) per attention:
+    the picked learning rate ("one rate" where the cell ran at one), the test accuracy's mean ± sd
+    and each seed's (3 decimals), each seed's training tokens/s. ``old``: a second recall_table
+    summary whose rows follow the same attention's, labelled OLD_DEFAULT; ``params``: a folder of runs
+    whose configurations name BigBird's and Longformer's settings. Raises SourceMissing (a file is
+    absent, or no run is in the cell), RenderError (a malformed argument)."""
+    cell = _cell_arg("recall_seeds", cell, token_shift)
+    described = _recall_params(root, params) if params else {}
+    table = []
+    for note, attention, runs in _cell_rows(root, summary, old, cell):
+        picked = picked_runs(runs, attention, cell)
+        if not picked:
+            continue
+        accs = [r["test_accuracy"] for r in picked]
+        lr = picked[0]["learning_rate"]
+        table.append([_label(attention, note, described),
+                      rate(lr) + (" (one rate)" if one_rate(runs, attention, cell) is not None else " (picked)"),
+                      mean_sd(accs, ".3f"), ", ".join(f"s{r['seed']} {r['test_accuracy']:.3f}" for r in picked),
+                      ", ".join(f"s{r['seed']} {r['tokens_per_s']:,.0f}" if r["tokens_per_s"] else f"s{r['seed']} -"
+                                for r in picked)])
+    if not table:
+        raise SourceMissing(f"a rendered block needs runs of the cell {cell_label(*cell)} in {summary}; it has none")
+    return markdown_table(["attention", "learning rate", "test accuracy, mean ± sd", "per seed",
+                           "training tokens/s per seed"], table)
+
+
+def render_recall_sweep(root, summary, cell, token_shift="True", old="", beside="", params=""):
+    """One cell's sweep (``cell`` "T/N/width", the runs with ``token_shift``), a row per attention
+    (``old``: rows of a second summary, labelled OLD_DEFAULT), by mean test accuracy, highest first:
+    seed 0's test accuracy at each rate of the cell ("-" where it has none: not run, or no result),
+    the picked rate, each seed's test accuracy there, their mean ± sd, the same attention's mean ± sd
+    in the cell ``beside`` (same token shift; optional) and the median training tokens/s of the cell's
+    runs (``median_speed``). Raises SourceMissing (a file is absent, or no run is in the cell),
+    RenderError (a malformed argument)."""
+    cell = _cell_arg("recall_sweep", cell, token_shift)
+    other = _cell_arg("recall_sweep", beside, token_shift) if beside else None
+    described = _recall_params(root, params) if params else {}
+    found = _cell_rows(root, summary, old, cell)
+    rates = sorted({r["learning_rate"] for _, a, runs in found for r in runs if cell_key(r) == (a, *cell)})
+    rows = []
+    for note, attention, runs in found:
+        picked = picked_runs(runs, attention, cell)
+        if not picked:
+            continue
+        accs = [r["test_accuracy"] for r in picked]
+        seed0 = {r["learning_rate"]: r["test_accuracy"] for r in runs if cell_key(r) == (attention, *cell) and r["seed"] == 0}
+        row = [_label(attention, note, described),
+               " / ".join(f"{seed0[lr]:.3f}" if lr in seed0 else "-" for lr in rates), rate(picked[0]["learning_rate"]),
+               ", ".join(f"{a:.3f}" for a in accs), mean_sd(accs, ".3f")]
+        if other:
+            near = [r["test_accuracy"] for r in picked_runs(runs, attention, other)]
+            row.append(mean_sd(near, ".3f") if near else "-")
+        row.append(median_speed(r for r in runs if cell_key(r) == (attention, *cell)))
+        rows.append((-statistics.mean(accs), row))
+    if not rows:
+        raise SourceMissing(f"a rendered block needs runs of the cell {cell_label(*cell)} in {summary}; it has none")
+    header = ["attention", f"seed 0 at {' / '.join(rate(lr) for lr in rates)}", "picked", "seeds at the picked rate",
+              "mean ± sd", *([f"{cell_label(*other[:3])} (mean ± sd)"] if other else []), "tokens/s (median)"]
+    return markdown_table(header, [row for _, row in sorted(rows, key=lambda x: x[0])])
+
+
+# ----------------------------------------------------------------------------- the Fastmax normalization study
+
+
+def _setting(label, head_dim):
+    """(setting words, the bound on |s|) of a study row's label "fastmax<p> normalization=<n> [temperature=<t>]
+    [lim=<l>]": temperatures written against D (D, sqrt(D), 8 sqrt(D)); the bound of ``paper`` is
+    D / temperature, of ``max_norm`` lim^2, of ``none`` nothing."""
+    params = dict(t.split("=", 1) for t in label.split()[1:] if "=" in t)
+    norm = params.get("normalization", "")
+    words = f"`{norm}`"
+    if "temperature" in params:
+        t = float(params["temperature"])
+        k = t / head_dim ** 0.5
+        scale = "D" if abs(t - head_dim) < 1e-3 else "sqrt(D)" if abs(k - 1) < 1e-3 else \
+            f"{k:.0f} sqrt(D)" if abs(k - round(k)) < 1e-3 else f"{t:g}"
+        words += f", temperature {scale}"
+        bound = f"{head_dim / t:.2g}" if norm == "paper" else "none"
+    else:
+        lim = float(params.get("lim", 1))
+        words += f", lim {lim:g}"
+        bound = f"{lim * lim:g}" if norm == "max_norm" else "none"
+    return words, bound
+
+
+def render_fastmax_norm_study(root, summary, head_dim="32", form="seeds"):
+    """The Fastmax normalization study (``recall_table --label_params=normalization,temperature,lim``'s
+    summary.csv): a row per setting (normalization with its temperature or lim, in the summary's
+    order of settings), the bound on |s| it gives at head dimension ``head_dim``, and for p = 1 and
+    p = 2 the test accuracy of each seed (``form=seeds``) and their mean ± sd, the highest mean of
+    each p in bold; ``form=means``: the means only. Raises SourceMissing (the file is absent or holds
+    no fastmax run), RenderError (a malformed argument)."""
+    if form not in ("seeds", "means"):
+        raise RenderError(f"fastmax_norm_study: form={form!r}: expected seeds or means")
+    D = int(head_dim) if head_dim.isdigit() else None
+    if not D:
+        raise RenderError(f"fastmax_norm_study: head_dim={head_dim!r} is not a positive integer")
+    runs = [r for r in read_recall_summary(root, summary) if r["attention"].startswith("fastmax")]
+    if not runs:
+        raise SourceMissing(f"a rendered block needs fastmax runs in {summary}; it has none")
+    settings, by = [], {}
+    for r in runs:
+        name, rest = r["attention"].split(" ", 1) if " " in r["attention"] else (r["attention"], "")
+        key = (name[len("fastmax"):], rest)
+        by.setdefault(key, []).append(r)
+        if rest not in settings:
+            settings.append(rest)
+    ps = sorted({p for p, _ in by})
+    means = {k: statistics.mean(r["test_accuracy"] for r in v) for k, v in by.items()}
+    best = {p: max(means[k] for k in means if k[0] == p) for p in ps}
+    table = []
+    for rest in settings:
+        words, bound = _setting(f"x {rest}", D)
+        row = [words, bound]
+        for p in ps:
+            values = [r["test_accuracy"] for r in sorted(by.get((p, rest), []), key=lambda r: r["seed"])]
+            if not values:
+                row += ["-"] * (2 if form == "seeds" else 1)
+                continue
+            text = mean_sd(values, ".3f")
+            text = f"**{text}**" if means[(p, rest)] == best[p] else text
+            row += ([", ".join(f"{v:.3f}" for v in values)] if form == "seeds" else []) + [text]
+        table.append(row)
+    header = ["setting", "\\|s\\| bounded by"]
+    for p in ps:
+        header += ([f"p = {p}: seeds"] if form == "seeds" else []) + [f"p = {p}: mean ± sd"]
+    return markdown_table(header, table)
+
+
+# ----------------------------------------------------------------------------- tree attention in a recall model
+
+
+def render_recall_tree(root, table_csv, E="0.7,0.8,0.9", descent="authors"):
+    """Tree attention swapped into a trained recall model (``scripts.analysis.recall_tree``'s CSV):
+    a row per sampler (highest accuracy at the first E first), the test accuracy and the matched-key
+    fraction at each of ``E``, means over the draw seeds, 3 decimals, the highest of each column in
+    bold; a last row with the range over the samplers of the chance fraction (exact keys / history).
+    Raises SourceMissing (the file is absent or lacks an E of ``E`` for ``descent``)."""
+    from scripts.analysis.published.tree import SAMPLER_LABEL
+
+    Es = marker_numbers("recall_tree", E, float)
+    rows = [r for r in load_csv(root, table_csv) if r["descent"] == descent]
+    samplers = sorted({r["sampler"] for r in rows})
+    mean = {}
+    for s in samplers:
+        for e in Es:
+            cell = [r for r in rows if r["sampler"] == s and float(r["E"]) == e]
+            if not cell:
+                raise SourceMissing(f"a rendered block needs sampler {s} at E = {e:g}, descent {descent} in {table_csv}")
+            for field in ("test_accuracy", "matched_key_fraction", "chance_fraction"):
+                mean[s, e, field] = statistics.mean(float(r[field]) for r in cell)
+    if not samplers:
+        raise SourceMissing(f"a rendered block needs rows of descent {descent} in {table_csv}; it has none")
+    fields = ("test_accuracy", "matched_key_fraction")
+    best = {(e, f): max(mean[s, e, f] for s in samplers) for e in Es for f in fields}
+
+    def cell(s, e, f):
+        text = f"{mean[s, e, f]:.3f}"
+        return f"**{text}**" if mean[s, e, f] == best[e, f] else text
+
+    ordered = sorted(samplers, key=lambda s: (-mean[s, Es[0], "test_accuracy"], s))
+    table = [[SAMPLER_LABEL.get(s, s), *(cell(s, e, f) for f in fields for e in Es)] for s in ordered]
+    chance = [f"{min(mean[s, e, 'chance_fraction'] for s in samplers):.2f}-"
+              f"{max(mean[s, e, 'chance_fraction'] for s in samplers):.2f}" for e in Es]
+    table.append(["chance (exact keys / history; range over the samplers)", *([""] * len(Es)), *chance])
+    return markdown_table(["sampler", *(f"acc. E = {e:g}" for e in Es), *(f"matched E = {e:g}" for e in Es)], table)
+
+
+# ----------------------------------------------------------------------------- attention maps of the recall models
+
+MAP_STATS = (("stat_value_weight", "weight j+1"), ("stat_value_share", "share j+1"),
+             ("stat_argmax_value", "argmax at j+1"), ("stat_key_weight", "weight j"))
+
+
+def render_attention_map_stats(root, npz):
+    """The weights of each model's layers at the recall queries (``scripts.analysis.attention_maps``'
+    npz, its ``labels`` and ``stat_*`` arrays of shape (models, layers)): per layer the mean weight
+    on the value position j+1, the same as a share of the row's |weight|, the fraction of queries
+    whose largest |weight| is there, the mean weight on the key position j (3 decimals). Raises
+    SourceMissing when the file or one of the arrays is absent."""
+    import numpy as np
+
+    with np.load(source(root, npz), allow_pickle=False) as z:
+        missing = [k for k, _ in MAP_STATS if k not in z.files] + (["labels"] if "labels" not in z.files else [])
+        if missing:
+            raise SourceMissing(f"a rendered block needs {', '.join(missing)} in {npz}; it has none")
+        labels = [str(x) for x in z["labels"]]
+        stats = {k: z[k] for k, _ in MAP_STATS}
+    layers = stats[MAP_STATS[0][0]].shape[1]
+    header = ["attention", *(f"L{layer} {name}" for layer in range(layers) for _, name in MAP_STATS)]
+    table = [[label, *(f"{stats[k][i, layer]:.3f}" for layer in range(layers) for k, _ in MAP_STATS)]
+             for i, label in enumerate(labels)]
+    return markdown_table(header, table)
+
+
+RENDERERS = {"recall_glance": render_recall_glance, "recall_ablation": render_recall_ablation,
+             "recall_seeds": render_recall_seeds, "recall_sweep": render_recall_sweep,
+             "fastmax_norm_study": render_fastmax_norm_study, "recall_tree": render_recall_tree,
+             "attention_map_stats": render_attention_map_stats}

@@ -9,6 +9,8 @@ Renderers (``RENDERERS``):
   paired change of perplexity against exact attention, or the metric itself), and the cost row.
 - ``tree_bench <run.json> [<run.json> ...] [L=1024] [E=0.5]``: the tree benchmark's seconds per block
   of each implementation, a column per run, our kernel's factor over the authors' code in brackets.
+- ``alignment_heads <summary.csv> [quantity=score] [column=frac_negative]``: the alignments tool's
+  per-head summary as a layer x head grid (the share of negative query-key scores, in %).
 """
 import math
 import os
@@ -120,4 +122,23 @@ def render_tree_sweep(root, table_csv, protocol="blocks", normalization="bud_mea
     return markdown_table(["sampler", *(f"E = {E:g}" for E in Es)], table)
 
 
-RENDERERS = {"tree_sweep": render_tree_sweep, "tree_bench": render_tree_bench}
+ALIGNMENT_COLUMNS = ("frac_negative", "negative_share")  # fractions, written in %
+
+
+def render_alignment_heads(root, summary_csv, quantity="score", column="frac_negative"):
+    """scripts/analysis/alignments.py's per-head summary (``summary_csv``) as a grid: a row per layer,
+    a column per head, the ``column`` (a fraction: ``ALIGNMENT_COLUMNS``) of ``quantity`` (score or
+    cosine) in % with one decimal. Raises SourceMissing when the file has no row of ``quantity``,
+    RenderError for another column."""
+    if column not in ALIGNMENT_COLUMNS:
+        raise RenderError(f"alignment_heads: column={column!r}: one of {', '.join(ALIGNMENT_COLUMNS)}")
+    rows = [r for r in load_csv(root, summary_csv) if r["quantity"] == quantity]
+    if not rows:
+        raise SourceMissing(f"a rendered block needs rows of {quantity} in {summary_csv}; it has none")
+    by = {(int(r["layer"]), int(r["head"])): float(r[column]) for r in rows}
+    layers, heads = sorted({k[0] for k in by}), sorted({k[1] for k in by})
+    table = [[layer, *(f"{100 * by[layer, h]:.1f}%" if (layer, h) in by else "-" for h in heads)] for layer in layers]
+    return markdown_table(["layer", *(f"head {h}" for h in heads)], table)
+
+
+RENDERERS = {"tree_sweep": render_tree_sweep, "tree_bench": render_tree_bench, "alignment_heads": render_alignment_heads}

@@ -10,6 +10,8 @@ functions and prints the words it returns, so a verdict follows its numbers when
 - ``plateau_words``: a recall accuracy against the 1/N plateau ("stays at 1/N").
 - ``at_chance``: a classifier within two binomial standard errors of its majority class ("fail").
 - ``ratio_words``: a time ratio whose interquartile range includes 1 reads "≈ 1".
+- ``ratio_verdict``: a time ratio's range wholly below 1 ("faster"), above ("slower"), else "not
+  ranked".
 - ``aim_met``: an aim over runs ("met", "not met", "met in k of n runs"), with the known cause of a
   miss said only while it is missed.
 - ``reliably_faster``: faster than the reference in every run of every call, or "not reliably".
@@ -95,6 +97,15 @@ def ratio_words(ratio, low, high):
     """A time ratio (method over reference) with its interquartile range ``low``-``high``: "≈ 1" when
     the range includes 1 (the two times are not told apart, not ranked), else the ratio (2 decimals)."""
     return "≈ 1" if low <= 1 <= high else f"{ratio:.2f}"
+
+
+def ratio_verdict(low, high):
+    """A time ratio (method over reference) by its interquartile range ``low``-``high``: "faster"
+    when the whole range is below 1, "slower" when it is above, "not ranked" when it includes 1 or
+    no range was recorded (either is None: one median says nothing of the noise)."""
+    if low is None or high is None or low <= 1 <= high:
+        return "not ranked"
+    return "faster" if high < 1 else "slower"
 
 
 def aim_met(values, reaches, words=("met", "not met"), cause=""):

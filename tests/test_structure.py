@@ -220,3 +220,16 @@ def test_no_inline_fallback_restates_or_contradicts_a_declared_default():
              for (where, key, fallback), line in found.items() if (where, key, fallback) not in SAVED_BEFORE_THE_KEY}
     assert not wrong, f"read cfg[key] instead, or add the fallback to SAVED_BEFORE_THE_KEY with since when: {wrong}"
     assert set(found) == set(SAVED_BEFORE_THE_KEY), "an allowed fallback is gone: remove it from SAVED_BEFORE_THE_KEY"
+
+
+PUBLISHED_MODULE_LINES = 550  # "about 500" (issue 58 item 1): a module that grows past it is split by area
+
+
+def test_no_module_of_the_rendering_package_is_much_over_500_lines():
+    """scripts/analysis/published/ is read by the table one wants to change: a reader names the
+    module from the table's area, and no module grows back into the one file it was split from."""
+    sizes = {path.name: len(path.read_text().splitlines())
+             for path in sorted((ROOT / "scripts" / "analysis" / "published").glob("*.py"))}
+    assert {"verdicts.py", "loading.py", "formatting.py", "papers.py"} <= set(sizes)
+    over = {name: n for name, n in sizes.items() if n > PUBLISHED_MODULE_LINES}
+    assert not over, f"split these by area (at most about 500 lines a module): {over}"

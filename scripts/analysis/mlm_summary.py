@@ -101,8 +101,9 @@ class Sequences:
     def data(self, cfg):
         key = (cfg["dataset"], cfg["dataset_config"], cfg["tokenizer"])
         if key not in self._data:
-            bert_vocab = self.bert_vocab or cfg.get("bert_vocab", "")
-            mlm_data.prepare(*key, cfg.get("data_source_dir", ""), bert_vocab, verbose=False)
+            # every task="mlm" checkpoint saves both keys (since the task's first commit, 28a393c, 2026-11-22)
+            bert_vocab = self.bert_vocab or cfg["bert_vocab"]
+            mlm_data.prepare(*key, cfg["data_source_dir"], bert_vocab, verbose=False)
             vocab = mlm_data.vocab_info(cfg["tokenizer"], bert_vocab)
             tokens = mlm_data.open_split(self.split, *key)
             self._data[key] = (tokens, vocab, eval_mlm.train_unigram_counts(cfg, vocab))

@@ -196,7 +196,8 @@ def test_every_registered_attention_has_a_flop_formula():
         flops, formula = bench.flop_count(bench.parse_method(name), 256, 16, 2, False), \
             bench.flop_formula(bench.parse_method(name))
         if in_repository(name) or flops is not None:
-            assert flops > 0 and formula != "no formula", name
+            assert flops is not None and flops > 0 and formula != "no formula", \
+                f"{name}: an attention of the repository declares flops and flop_formula (docs/architecture.md)"
         else:
             assert formula == "no formula", name
     # implementation="reference" is the (T, T) form, except tree's (the same buds, one query at a time)

@@ -215,6 +215,43 @@ def test_lra_tasks_a_row_per_task_and_the_text_budgets_side_by_side(tmp_path):
     assert lines[2:4] == ["| softmax | 59.7 | 59.4 (5,000) |", "| fastmax p = 1 | 62.1* | 62.7* (7,000) |"]
 
 
+def test_lra_text_cells_give_each_cells_budget_and_the_commit_of_its_run(tmp_path):
+    """docs/lra.md's table of the leaderboard's LRA Text cells: softmax first, the test reviews of the
+    split's, the commit of the run's manifest (short; "+dirty" kept; each resumed segment's when it
+    differs; "not recorded" for "unknown"); a folder without cards is one SourceMissing."""
+    runs = tmp_path / "results" / "lra"
+    fake_lra_run(runs, "text_softmax_cpu", "softmax", 0.594, 2.8, cpu="AMD EPYC")
+    fake_lra_run(runs, "text_linear_cpu", "linear", 0.61725, 5.3)
+    fake_lra_run(runs, "text_dense_cpu", "dense", 0.632, 5.7, cpu="AMD EPYC")
+    manifests = {"text_softmax_cpu": {"train": {"commit": "unknown", "reconstructed": True}},
+                 "text_linear_cpu": {"train": {"commit": "3ec66fce2b85839b6c281f46b8a58de94e123429"},
+                                     "train_resumed_at_500": {
+                                         "commit": "a2efe8b1343a93df0cf41ac15b72e0833b417141+dirty"}},
+                 "text_dense_cpu": {"train": {"commit": "0468727c4c969606c5add999781afae0f3cc7053",
+                                              "reconstructed": True, "reconstruction": "the log prints it"}}}
+    for name, manifest in manifests.items():
+        (runs / name / "manifest.json").write_text(json.dumps(manifest))
+        metrics = json.loads((runs / name / "final_metrics.json").read_text())
+        metrics["config"]["max_iters"] = 8000
+        (runs / name / "final_metrics.json").write_text(json.dumps(metrics))
+    cards = tmp_path / "results" / "scorecard" / "cards"
+    cards.mkdir(parents=True)
+    for label, name, acc in (("linear", "text_linear_cpu", 0.61725), ("softmax", "text_softmax_cpu", 0.594),
+                             ("dense", "text_dense_cpu", 0.632)):
+        card = {"label": label, "tier": "full", "cells": [
+            {"role": "lra", "steps": 8000, "test_accuracy": acc, "cpu": "AMD EPYC", "source": f"results/lra/{name}"}]}
+        (cards / f"{label}_full.json").write_text(json.dumps(card))
+    lines = published.render("lra_text_cells results/scorecard", str(tmp_path)).splitlines()
+    assert lines[0] == "| attention | test acc % | steps | test reviews | CPU | commit | run |"
+    assert lines[2] == ("| softmax | 59.40 | 8,000 | 4,000 of 25,000 | AMD EPYC | not recorded | "
+                        "`results/lra/text_softmax_cpu` |")
+    assert lines[3].startswith("| dense (DANet) | 63.20 | 8,000 | 4,000 of 25,000 | AMD EPYC | "
+                               "0468727 (reconstructed) |")
+    assert lines[4].startswith("| linear | 61.72 | 8,000 | 4,000 of 25,000 | AMD EPYC | 3ec66fc + a2efe8b+dirty |")
+    with pytest.raises(SourceMissing, match="cards"):
+        published.render("lra_text_cells results/nothing", str(tmp_path))
+
+
 def test_a_run_under_an_older_default_of_its_method_is_named_so(tmp_path):
     """fastmax's runs before normalization="paper" became its default (Fastmax.defaults_date) are
     marked with the old setting in the LRA tables and the README's fields; later ones are not."""
@@ -368,6 +405,16 @@ def test_fastmax_grid_reads_the_benchmark_and_says_a_missed_target(tmp_path):
     again = published.render("fastmax_grid grid.json mem.json retimed=again.json", str(tmp_path))
     assert "forward 2.5x (0.9x re-timed), forward + backward 2.5x (0.9x re-timed) | met in 1 of 2 runs |" in again
     assert "forward 26.0x (18.0x re-timed), forward + backward 26.0x (18.0x re-timed) | met in both runs |" in again
+    # a later full run counts where it measured the cell (p = 1 at D = 64), not where it did not (D = 32)
+    summary = [{"method": "fastmax1", "mode": mode, "causal": causal, "D": 64, "speedup": s}
+               for mode, causal, s in (("forward", True, 9.5), ("forward_backward", True, 11.4),
+                                       ("forward", False, 36.0), ("forward_backward", False, 25.0))]
+    (tmp_path / "all.json").write_text(json.dumps({"summary": {"speedup_vs_sdpa_at_16384": summary}}))
+    three = published.render("fastmax_grid grid.json mem.json retimed=again.json latest=all.json", str(tmp_path))
+    assert ("forward 26.0x (18.0x re-timed, 9.5x in `all.json`), forward + backward 26.0x (18.0x re-timed, 11.4x in "
+            "`all.json`) | met in 2 of 3 runs |") in three
+    assert "forward 2.5x (0.9x re-timed), forward + backward 2.5x (0.9x re-timed) | met in 1 of 2 runs |" in three
+    assert "the later full run `all.json`" in three
     grid["rows"] = rows[1:]
     (tmp_path / "grid.json").write_text(json.dumps(grid))
     with pytest.raises(SourceMissing, match="grid.json has no cell"):

@@ -198,3 +198,34 @@ def test_the_readme_recall_row_reads_softmaxs_card(tmp_path):
     softmax["cells"][0]["test_accuracy"] = 0.5
     write_cards(tmp_path, softmax)
     assert "256/16 solved in 2 of 3" in readme.readme_row(str(tmp_path), row)[1]
+
+
+def test_the_short_leaderboard_states_the_budgets_its_headers_leave_out(tmp_path):
+    """Under the README's leaderboard, one sentence of the cells' budgets (``leaderboard.compact_budgets``),
+    read from the cells: the two recall columns once when they agree, each protocol's; WikiText-2's
+    and LRA Text's test set scored of the split's. A budget changed in a card, the sentence follows."""
+    softmax = card("softmax", [0.995, 0.996, 0.997], [0.99, 0.995, 0.999], [126.0, 127.0, 126.5], 0.6, CONTROL)
+    linear = card("linear", [0.02, 0.03, 0.025], [0.5, 0.6, 0.55], [125.8], 0.61, CONTROL, version=1)
+    budgets = {2: {"max_steps": 3000, "stop_at": 0.995, "test_sequences": 1000},
+               1: {"max_steps": 1500, "stop_at": 0.0, "test_sequences": 1000}}
+    for c in (softmax, linear):
+        for cell in c["cells"]:
+            if cell["role"].startswith("recall"):
+                cell["budget"] = dict(budgets[cell["version"]])
+            elif cell["role"] == "wikitext2":
+                cell["budget"] = {"steps": 650, "tokens_per_step": 4096, "test_tokens": 295588, "split_tokens": 295877}
+            elif cell["role"] == "lra":
+                cell["budget"] = {"steps": 8000, "test_examples": 4000, "test_size": 25000}
+    write_cards(tmp_path, softmax, linear)
+    text = published.render(COMPACT, str(tmp_path))
+    assert ("Budgets: recall 256/16 and 64/4: protocol 2 3,000 steps (stopped at validation accuracy 0.995) and "
+            "1,000 test sequences, protocol 1 1,500 steps and 1,000 test sequences; WikiText-2: 650 steps of 4,096 "
+            "tokens, 295,588 of 295,877 test tokens scored; LRA Text: 8,000 steps, 4,000 of 25,000 test reviews.") in text
+    for cell in softmax["cells"]:
+        if cell["role"] == "recall_small":
+            cell["budget"]["test_sequences"] = 4000
+    write_cards(tmp_path, softmax, linear)
+    text = published.render(COMPACT, str(tmp_path))
+    assert ("recall 256/16: protocol 2 3,000 steps (stopped at validation accuracy 0.995) and 1,000 test sequences, "
+            "protocol 1 1,500 steps and 1,000 test sequences; recall 64/4: protocol 2 3,000 steps (stopped at "
+            "validation accuracy 0.995) and 4,000 test sequences, protocol 1") in text

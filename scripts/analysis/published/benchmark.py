@@ -7,9 +7,10 @@ docs/dense_attention.md's layer table and docs/gpu.md's kernel report. Whether a
 Renderers (``RENDERERS``):
 
 - ``bench_aims``: issue 27's performance aims (``BENCH`` and ``tree.TREE_BENCH`` name the files).
-- ``fastmax_grid <grid.json> <memory.json> [retimed=<json>]``: docs/fastmax.md's benchmark tables
-  (seconds per causal call, the targets, the break-even T against SDPA) from the attention
-  benchmark's JSONs; ``retimed``: a later run of the target cells, shown beside them.
+- ``fastmax_grid <grid.json> <memory.json> [retimed=<json>] [latest=<json>]``: docs/fastmax.md's
+  benchmark tables (seconds per causal call, the targets, the break-even T against SDPA) from the
+  attention benchmark's JSONs; ``retimed``: a later run of the target cells, ``latest``: a later full
+  benchmark run (its summary), each shown beside them and counted in the verdict where it has the cell.
 - ``bench_layer <layer suite .json> [methods=a,b]``: tokens/s of the DANet and softmax layers per T,
   forward and forward + backward (docs/dense_attention.md).
 - ``bench_pair <bench.json> first=<spec> second=<spec> cells=D:mode:causal,... T=t,... [base=sdpa]``: two
@@ -349,15 +350,27 @@ def _seconds(x):
     return f"{x:.2g}" if x < 0.01 else f"{x:.3g}"
 
 
-def render_fastmax_grid(root, grid, memory, retimed=""):
+def summary_target(summary, key):
+    """The grid's speed target ``key`` ("causal_p<p>_D<D>_T<T>_speedup_vs_sdpa") read from a full benchmark
+    run's ``summary`` (its ``speedup_vs_sdpa_at_<T>`` entries of ``fastmax<p>``) as {mode: {"speedup":
+    ...}}, or None when that run did not measure both modes of the cell."""
+    p, D, T = (int(x) for x in re.fullmatch(r"causal_p(\d+)_D(\d+)_T(\d+)_speedup_vs_sdpa", key).groups())
+    found = {e["mode"]: {"speedup": e["speedup"]} for e in summary.get(f"speedup_vs_sdpa_at_{T}", [])
+             if e["method"] == f"fastmax{p}" and e["causal"] and e["D"] == D}
+    return found if all(m in found for m, _ in MODES) else None
+
+
+def render_fastmax_grid(root, grid, memory, retimed="", latest=""):
     """docs/fastmax.md's benchmark tables from the attention benchmark's JSONs ``grid`` (the T x D
     grid of fastmax p = 1, p = 2 and SDPA, with its ``targets``) and ``memory`` (fastmax p = 2 beside
     the authors' formulation at T = 4096): seconds per causal call at T = 1,024 and 16,384, the
-    issue's targets met or not (the speed targets beside their values in ``retimed``, a later run of
-    the target cells, when given), and the break-even T against SDPA. Raises SourceMissing when a
-    file or an entry is absent."""
+    issue's targets met or not, and the break-even T against SDPA. A speed target is judged over every
+    run that measured its cell (``verdicts.aim_met``: met in both modes): the grid, ``retimed`` (a
+    later run of the target cells) and ``latest`` (a later full benchmark run, ``summary_target``), the
+    later runs' values beside the grid's. Raises SourceMissing when a file or an entry is absent."""
     data, mem = load_json(root, grid), load_json(root, memory)
     again = load_json(root, retimed)["targets"] if retimed else None
+    last = load_json(root, latest)["summary"] if latest else None
     seconds = {(r["method"], r["mode"], r["causal"], r["D"], r["T"]): r["seconds"] for r in data["rows"]}
     rows = []
     for D in sorted({r["D"] for r in data["rows"]}):
@@ -372,12 +385,15 @@ def render_fastmax_grid(root, grid, memory, retimed=""):
 
     targets = data["targets"]
     def speedup_row(key, label):
-        runs = [targets[key], *([again[key]] if again else [])]
+        later = [(run, words) for run, words in ((again and again[key], "re-timed"), (
+            last and summary_target(last, key), f"in `{os.path.basename(latest)}`")) if run]
         def values(m):
-            return f"{runs[0][m]['speedup']:.1f}x" + (f" ({runs[1][m]['speedup']:.1f}x re-timed)" if again else "")
+            beside = ", ".join(f"{run[m]['speedup']:.1f}x {words}" for run, words in later)
+            return f"{targets[key][m]['speedup']:.1f}x" + (f" ({beside})" if later else "")
+        target = {m: targets[key][m]["target"] for m, _ in MODES}
         return [label, f"forward {values('forward')}, forward + backward {values('forward_backward')}",
-                verdicts.aim_met(runs, lambda t: all(t[m]["speedup"] >= t[m]["target"]
-                                                     for m in ("forward", "forward_backward")))]
+                verdicts.aim_met([targets[key], *(run for run, _ in later)],
+                                 lambda t: all(t[m]["speedup"] >= target[m] for m, _ in MODES))]
     mem_rows = {r["method"]: r for r in mem["rows"]}
     ours, theirs = mem_rows["fastmax2_pytorch"], mem_rows["authors2"]
     ratio = theirs["peak_mb"] / ours["peak_mb"]
@@ -399,6 +415,7 @@ def render_fastmax_grid(root, grid, memory, retimed=""):
     ]
     out += ["", "The issue's targets, read from the same run (`targets` in the JSON)"
             + (f", the speed targets also from the re-timed run `{retimed}`" if again else "")
+            + (f" and, where it has the cell, the later full run `{latest}`" if last else "")
             + f", and for memory from `{memory}`:", "", markdown_table(["target", "measured", ""], target_rows).rstrip("\n")]
 
     even = {(t["method"], t["mode"], t["causal"], t["D"]): t["T"] for t in targets["break_even_T_vs_sdpa"]}

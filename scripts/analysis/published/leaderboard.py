@@ -29,7 +29,7 @@ import json
 import os
 
 from scripts.analysis.published.loading import RenderError, marker_number, source
-from scripts.scorecard.leaderboard import read_cards, sections
+from scripts.scorecard.leaderboard import RECALL_COLUMNS, leaderboard_rows, read_cards, sections, span
 
 
 LEADERBOARD_PARTS = ("table", "compact", "findings", "floor")
@@ -45,15 +45,55 @@ def render_leaderboard(root, folder, part="table", link_root=""):
     (computed from softmax's control cells)."""
     if part not in LEADERBOARD_PARTS:
         raise RenderError(f"renderer leaderboard: part must be one of {', '.join(LEADERBOARD_PARTS)}, not {part!r}")
-    parts = sections(read_cards(os.path.join(root, folder)), root=root)
+    cards = read_cards(os.path.join(root, folder))
+    parts = sections(cards, root=root)
     if part == "table":
         return parts["table"] + "\n" + parts["notes"]
     if part == "compact":
         full = f"{folder}/leaderboard.md"
-        return (parts["compact"] + "\n" + parts["compact_notes"] + "\n"
-                + f"The budgets and rules of each column, softmax's check seeds, training speeds, the swap cell, the "
+        budgets = compact_budgets(leaderboard_rows(cards, root))
+        return (parts["compact"] + "\n" + parts["compact_notes"] + "\n" + (budgets + "\n\n" if budgets else "")
+                + f"The rules of each column, softmax's check seeds, training speeds, the swap cell, the "
                   f"cells not run yet and the papers' numbers: [{full}]({link_root}{full}).\n")
     return parts[part]
+
+
+def compact_budgets(rows):
+    """The budgets of the full tier's training cells in one sentence (the README's short leaderboard,
+    whose headers do not hold them), read from the cells' runs as the full leaderboard's headers are
+    (``scripts.scorecard.leaderboard.leaderboard_rows``): per recall protocol the steps, the early stop
+    and the test sequences (the two recall columns once when they agree), WikiText-2's steps, tokens
+    per step and the test tokens scored of the split's, LRA Text's steps and test reviews scored of
+    the split's. "" when no cell has a budget."""
+    full = [r for r in rows if r["tier"] == "full"]
+    recall = {}
+    for _, column, (T, N, _) in RECALL_COLUMNS:
+        by_version = {}
+        for r in full:
+            if r[column]:
+                by_version.setdefault(r[column]["version"], []).extend(r[column]["budgets"])
+        texts = []
+        for version in sorted(by_version, reverse=True):
+            budgets = by_version[version]
+            steps, tests = span(b.get("max_steps") for b in budgets), span(b.get("test_sequences") for b in budgets)
+            stop = span((b.get("stop_at") or None for b in budgets), "g")
+            texts.append(f"protocol {version} " + " and ".join(part for part in (
+                steps and f"{steps} steps" + (f" (stopped at validation accuracy {stop})" if stop else ""),
+                tests and f"{tests} test sequences") if part))
+        if texts:
+            recall.setdefault(", ".join(texts), []).append(f"{T}/{N}")
+    parts = [f"recall {' and '.join(cells)}: {text}" for text, cells in recall.items()]
+    wikitext2 = [b for r in full for b in r["wikitext2_budgets"]]
+    if wikitext2:
+        parts.append(f"WikiText-2: {span(b.get('steps') for b in wikitext2)} steps of "
+                     f"{span(b.get('tokens_per_step') for b in wikitext2)} tokens, "
+                     f"{span(b.get('test_tokens') for b in wikitext2)} of {span(b.get('split_tokens') for b in wikitext2)} "
+                     "test tokens scored")
+    lra = [r["lra_budget"] for r in full if r["lra_budget"]]
+    if lra:
+        parts.append(f"LRA Text: {span(b.get('steps') for b in lra)} steps, {span(b.get('test_examples') for b in lra)} "
+                     f"of {span(b.get('test_size') for b in lra)} test reviews")
+    return ("Budgets: " + "; ".join(parts) + ".") if parts else ""
 
 
 def render_leaderboard_figure(root, folder, T="16384", link_root="", *, write=False):

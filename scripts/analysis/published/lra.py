@@ -10,6 +10,9 @@ Renderers (``RENDERERS``):
   steps/s and the majority rate; docs/lra.md's results table).
 - ``lra_text_budgets <pattern> <pattern> [attentions=a,b]``: each attention's Text accuracy in the
   runs of the first pattern beside the second's, with the step of the weights kept.
+- ``lra_text_cells <folder>``: the scorecard's LRA Text cells (the cards under ``<folder>/cards``):
+  each attention's accuracy with its steps, the test reviews scored of the split's, the CPU and the
+  commit each run was made at (its manifest's, "not recorded" where it has none), and its file.
 - ``published_lra [attentions=a,b]``: the papers' LRA rows of those attentions (``PUBLISHED_ACCURACY``,
   the one copy of them in the repository; docs/baselines.md).
 - ``listops_baselines <test.json> <val.json>``: what ListOps offers without evaluating the expression
@@ -27,6 +30,7 @@ from scripts.analysis.published import verdicts
 from scripts.analysis.published.formatting import (bracketed, display_name, fmt_cell, markdown_table, older_defaults,
                                                    short_cpu)
 from scripts.analysis.published.loading import RenderError, SourceMissing, load_json, load_run, run_sources
+from scripts.analysis.published.loading import source as loading_source
 from scripts.analysis.published.papers import (PUBLISHED_ACCURACY, PUBLISHED_NOTES, PUBLISHED_STEPS, SHORT_SOURCES,
                                                TASKS, TITLES)
 from scripts.analysis.runs import FINAL_METRICS, attention_label, find_runs, open_run, run_cpu, run_date
@@ -245,6 +249,52 @@ def render_lra_text_budgets(root, short, long, attentions=""):
     return out + "".join(f"\n{line}\n" for line in star_notes(notes))
 
 
+NOT_RECORDED = "not recorded"  # a run whose manifest has no commit (``"commit": "unknown"``)
+
+
+def run_commits(run):
+    """The commits a run was trained at, from the train.py entries of its manifest.json (``train``,
+    then each ``train_resumed_at_<iter>``): each short hash (with "+dirty" where the tree was),
+    "(reconstructed)" after one that an entry marked so with its ``reconstruction``, joined by " + "
+    when the segments differ; NOT_RECORDED when no entry has one."""
+    manifest = run.manifest or {}
+    entries = [manifest[k] for k in sorted(manifest, key=lambda k: (k != "train", k))
+               if k == "train" or k.startswith("train_resumed_at_")]
+    commits = []
+    for entry in entries:
+        commit = entry.get("commit") or "unknown"
+        if commit == "unknown":
+            continue
+        head, dirty = (commit[:-len("+dirty")], "+dirty") if commit.endswith("+dirty") else (commit, "")
+        text = head[:7] + dirty + (" (reconstructed)" if entry.get("reconstructed") and entry.get("reconstruction") else "")
+        if text not in commits:
+            commits.append(text)
+    return " + ".join(commits) or NOT_RECORDED
+
+
+def render_lra_text_cells(root, folder):
+    """The scorecard's LRA Text cells (``scripts.scorecard.leaderboard``: the cards under
+    ``folder/cards`` and each cell's budget, ``cell_budget``), a row per card with one, softmax's first
+    and then by label (the leaderboard's order): the test accuracy %, the steps, the test reviews scored of the test split's, the
+    CPU (``short_cpu``), the commit of the run (``run_commits``) and its file. Raises SourceMissing
+    when ``folder`` holds no card or no card an LRA Text cell."""
+    from scripts.scorecard.leaderboard import cell_budget, read_cards
+
+    loading_source(root, os.path.join(folder, "cards"))
+    rows = []
+    for card in sorted(read_cards(os.path.join(root, folder)), key=lambda c: (c["label"] != "softmax", c["label"])):
+        for cell in (c for c in card["cells"] if c["role"] == "lra"):
+            budget = cell_budget(cell, "lra", root) or {}
+            run = load_run(root, cell["source"])
+            reviews = (f"{budget['test_examples']:,} of {budget['test_size']:,}"
+                       if budget.get("test_examples") and budget.get("test_size") else NOT_RECORDED)
+            rows.append([display_name(card["label"]), f"{100 * cell['test_accuracy']:.2f}", f"{cell['steps']:,}",
+                         reviews, short_cpu(cell.get("cpu")), run_commits(run), f"`{cell['source']}`"])
+    if not rows:
+        raise SourceMissing(f"a rendered block needs an LRA Text cell in {folder}/cards; there is none")
+    return markdown_table(["attention", "test acc %", "steps", "test reviews", "CPU", "commit", "run"], rows)
+
+
 # ----------------------------------------------------------------------------- ListOps: the plateau and its baselines
 
 # scripts.analysis.listops' predictors: (field prefix in its JSON, what the table calls it)
@@ -372,5 +422,6 @@ def render_listops_by_operator(root, operator_json):
 
 
 RENDERERS = {"lra_text": render_lra_text, "lra_tasks": render_lra_tasks, "lra_text_budgets": render_lra_text_budgets,
+             "lra_text_cells": render_lra_text_cells,
              "published_lra": render_published_lra, "listops_baselines": render_listops_baselines,
              "listops_runs": render_listops_runs, "listops_by_operator": render_listops_by_operator}

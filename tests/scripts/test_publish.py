@@ -792,6 +792,129 @@ def test_a_typed_tables_renderer_reads_its_file_and_needs_it(tmp_path, marker, f
         published.render(marker, str(tmp_path))
 
 
+# ----------------------------------------------------------------------------- the verdict sentences of the prose
+# (issue 58): each renderer of ``sentences`` on copies of its committed results files; a number changed in a
+# copy flips the verdict word, and a missing file raises SourceMissing.
+
+
+def _scale_rows(method, mode, causal, T, factor):
+    def change(data):
+        for r in data["rows"]:
+            if (r["method"], r["mode"], r["causal"], r["T"]) == (method, mode, causal, T):
+                r["seconds"] *= factor
+    return change
+
+
+def _dense_aim_ratio(ratio):
+    def change(data):
+        for key, aims in data["summary"]["aims"].items():
+            if key.startswith("dense_linear_time_per_token_"):
+                aims["forward causal=True D=64"]["ratio"] = ratio
+    return change
+
+
+def _tree_speedup(speedup):
+    def change(data):
+        for s in data["speedups"]:
+            if (s["slow"], s["fast"], s["fast_dtype"], s["fast_threads"]) == ("casinoformer", "cpu", "float32", 1):
+                s["speedup"] = speedup
+    return change
+
+
+TREE_RUNS = [f"results/bench_tree/bench_tree_1024_run{i}.json" for i in (1, 2, 3)]
+BENCH_RERUNS = ["results/bench_attention/rerun_dense_fastmax_tree.json", "results/bench_attention/rerun_malloc_no_mmap.json"]
+FASTMAX2_FILES = ["results/bench_attention/all.json", "results/bench_attention/rerun_dense_fastmax_tree.json",
+                  "results/bench_attention/fastmax2_causal_check.json", "results/bench_attention/manifest.json"]
+MLM_FILES = ["results/mlm_wikitext2/summary_mean.csv", "results/mlm_wikitext2/summary.json"]
+NORM_CSV = "results/recall/fastmax_norm/summary.csv"
+NO_SHIFT = {"token_shift": "False"}
+
+VERDICT_SENTENCE_CASES = [
+    # (marker, files copied, (file, how it changes), the verdict before, the verdict after, the file removed)
+    ("tree_aim " + " ".join(TREE_RUNS) + " float64=no", TREE_RUNS,
+     (TREE_RUNS[0], lambda p: edit_json(p, _tree_speedup(120.0))), "is not met: 61-77x",
+     "is met in 1 of 3 runs: 68-120x", TREE_RUNS[2]),
+    ("bench_dense_aim " + " ".join(BENCH_RERUNS), BENCH_RERUNS,
+     (BENCH_RERUNS[1], lambda p: edit_json(p, _dense_aim_ratio(1.1))), "is **not met**: 1.47",
+     "is **met in 1 of 2 runs**: 1.47", BENCH_RERUNS[1]),
+    ("bench_fastmax2_aim", FASTMAX2_FILES,
+     (FASTMAX2_FILES[0], lambda p: edit_json(p, _scale_rows("fastmax2", "forward", True, 16384, 0.5))),
+     "runs of the aims table above: not reliably: faster forward in 2 of 3 runs",
+     "runs of the aims table above: **yes** in every run", FASTMAX2_FILES[2]),
+    ("mlm_acceptance results/mlm_wikitext2 models=bert_mini,danet_mini L=128 margin=0.3 minutes=45", MLM_FILES,
+     (MLM_FILES[0], lambda p: edit_csv(p, {"model": "bert_mini", "eval_len": "128", "positions": "mask_input"},
+                                       "margin_min", "0.25")),
+     "part 1): met.** The issue", "part 1): not met.** The issue", MLM_FILES[1]),
+    ("recall_target results/recall/summary.csv cell=256/16/64 token_shift=False", [SUMMARY_CSV],
+     (SUMMARY_CSV, lambda p: edit_csv(p, {"attention": "softmax", "seq_len": "256", "learning_rate": "0.01", **NO_SHIFT},
+                                      "test_accuracy", "0.995")),
+     "is not met in this cell as it stands: solved in 1 of 3", "is met in this cell as it stands: solved in 3 of 3",
+     SUMMARY_CSV),
+    ("recall_plateau results/recall/summary.csv cell=1024/64/64 token_shift=True", [SUMMARY_CSV],
+     (SUMMARY_CSV, lambda p: edit_csv(p, {"attention": "softmax", "seq_len": "1024", "learning_rate": "0.001"},
+                                      "test_accuracy", "0.016")),
+     "softmax stays below 1/N at every rate (1/N = 0.016)",
+     "softmax stays at 1/N at 1 of 3 rates; stays below 1/N at 2 of 3 rates", SUMMARY_CSV),
+    ("fastmax_norm_wide results/recall/fastmax_norm/summary.csv", [NORM_CSV],
+     (NORM_CSV, lambda p: edit_csv(p, {"attention": "fastmax1 normalization=max_norm lim=2", "seed": "0"},
+                                   "test_accuracy", "0.25")),
+     "stays below 1/N in every seed (1/N = 0.25): test accuracy at most 0.001",
+     "stays at 1/N in 1 of 9 seeds; stays below 1/N in 8 of 9 seeds (1/N = 0.25): test accuracy at most 0.250",
+     NORM_CSV),
+]
+
+
+@pytest.mark.parametrize("marker, files, change, before, after, removed", VERDICT_SENTENCE_CASES,
+                         ids=[case[0].split()[0] for case in VERDICT_SENTENCE_CASES])
+def test_a_verdict_sentence_follows_its_numbers_and_needs_its_files(tmp_path, marker, files, change, before, after,
+                                                                   removed):
+    copy_results(tmp_path, *files)
+    text = published.render(marker, str(tmp_path))
+    assert text == published.render(marker, publish.ROOT)  # the copies render as the repository's files
+    assert before in text and after not in text
+    path, how = change
+    how(tmp_path / path)
+    text = published.render(marker, str(tmp_path))
+    assert after in text and before not in text
+    (tmp_path / removed).unlink()
+    with pytest.raises(SourceMissing):
+        published.render(marker, str(tmp_path))
+
+
+def test_lra_chance_names_the_runs_at_chance_and_those_not(tmp_path):
+    runs = tmp_path / "results" / "lra"
+    for label in ("softmax", "fastmax1", "dense"):
+        fake_lra_run(runs, f"pathfinder_{label}_cpu", label, 0.479, 2.0, task="pathfinder", iters=1500, majority=0.52)
+    marker = "lra_chance results/lra/*_cpu task=pathfinder"
+    assert published.render(marker, str(tmp_path)).startswith(
+        "Pathfinder: all three models stay at chance (within two binomial standard errors of the majority rate, "
+        "or below): test accuracy 47.9% (softmax), 47.9% (fastmax p = 1), 47.9% (dense (DANet)) against the "
+        "majority class's 52.0% of 4,000 test examples.")
+    edit_json(runs / "pathfinder_dense_cpu" / "final_metrics.json", lambda d: d.update(test_accuracy=0.7))
+    assert published.render(marker, str(tmp_path)).startswith(
+        "Pathfinder: softmax and fastmax p = 1 at chance, dense (DANet) not")
+    with pytest.raises(SourceMissing):
+        published.render("lra_chance results/lra/*_cpu task=text", str(tmp_path))
+    with pytest.raises(RenderError):
+        published.render("lra_chance results/lra/*_cpu task=chess", str(tmp_path))
+
+
+def test_lra_text_aim_a_clause_per_budget_that_follows_the_accuracies(tmp_path):
+    runs = tmp_path / "results" / "lra"
+    for label, short, long in (("softmax", 0.597, 0.594), ("fastmax1", 0.621, 0.627), ("dense", 0.632, 0.632)):
+        fake_lra_run(runs, f"text_{label}_cpu", label, short, 2.0, iters=4000)
+        fake_lra_run(runs / "text_8k", f"text_{label}_cpu", label, long, 2.0, iters=8000)
+    marker = "lra_text_aim results/lra/text_*_cpu results/lra/text_8k attentions=softmax,fastmax1,dense aim=62"
+    assert published.render(marker, str(tmp_path)) == (
+        "Text, the issue's 62%: at 4,000 steps fastmax p = 1 (62.1%) and dense (DANet) (63.2%) reach it, softmax "
+        "(59.7%) does not; at 8,000 steps fastmax p = 1 (62.7%) and dense (DANet) (63.2%) reach it, softmax (59.4%) "
+        "does not.\n")
+    edit_json(runs / "text_8k" / "text_softmax_cpu" / "final_metrics.json", lambda d: d.update(test_accuracy=0.63))
+    assert "; at 8,000 steps every attention reaches it: softmax (63.0%)," in published.render(marker, str(tmp_path))
+    with pytest.raises(SourceMissing):
+        published.render(marker.replace("dense", "fastmax2"), str(tmp_path))
+
+
 def test_attention_map_stats_a_row_per_model_and_the_four_statistics_per_layer(tmp_path):
     np = pytest.importorskip("numpy")
     stats = {k: np.full((2, 2), 0.25) for k in ("stat_value_weight", "stat_value_share", "stat_argmax_value",

@@ -25,7 +25,9 @@ attentions, context use), ``lra`` (Long Range Arena), ``benchmark`` (speed, memo
 ``tree`` (tree attention), ``fastmax`` (Fastmax's own small studies: f(s), dropout variants),
 ``mlm`` (masked language models and the copy probe), ``generation`` (the decode benchmark and
 the quality study at decode, docs/generation.md), ``table_file`` (a tool's table copied),
-``leaderboard`` (the scorecard's), ``readme`` (README.md's Results table).
+``leaderboard`` (the scorecard's), ``readme`` (README.md's Results table), ``sentences`` (the
+sentences of the docs' prose that carry a verdict: an aim met or not, a model at chance or on the
+recall plateau; each reads its area's files through that area's module, issue 58).
 
 Renderers (``RENDERERS``, the names a block's marker uses, gathered from those modules on first
 use, so that importing a base module does not import the renderers): each is
@@ -60,10 +62,11 @@ def renderers():
     call. Raises RenderError if two modules name a renderer alike."""
     if not _RENDERERS:
         from scripts.analysis.published import (benchmark, fastmax, generation, leaderboard, lm, lra, mlm, readme,
-                                                recall, table_file, tree)
+                                                recall, sentences, table_file, tree)
 
         found = {}
-        for module in (recall, lm, lra, benchmark, tree, fastmax, mlm, generation, table_file, leaderboard, readme):
+        for module in (recall, lm, lra, benchmark, tree, fastmax, mlm, generation, table_file, leaderboard, readme,
+                       sentences):
             clash = found.keys() & module.RENDERERS.keys()
             if clash:
                 raise RenderError(f"renderers named twice: {', '.join(sorted(clash))} ({module.__name__})")

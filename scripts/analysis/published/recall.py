@@ -363,7 +363,7 @@ def render_recall_sweep(root, summary, cell, token_shift="True", old="", beside=
 # ----------------------------------------------------------------------------- the Fastmax normalization study
 
 
-def _setting(label, head_dim):
+def norm_setting(label, head_dim):
     """(setting words, the bound on |s|) of a study row's label "fastmax<p> normalization=<n> [temperature=<t>]
     [lim=<l>]": temperatures written against D (D, sqrt(D), 8 sqrt(D)); the bound of ``paper`` is
     D / temperature, of ``max_norm`` lim^2, of ``none`` nothing."""
@@ -411,7 +411,7 @@ def render_fastmax_norm_study(root, summary, head_dim="32", form="seeds"):
     best = {p: max(means[k] for k in means if k[0] == p) for p in ps}
     table = []
     for rest in settings:
-        words, bound = _setting(f"x {rest}", D)
+        words, bound = norm_setting(f"x {rest}", D)
         row = [words, bound]
         for p in ps:
             values = [r["test_accuracy"] for r in sorted(by.get((p, rest), []), key=lambda r: r["seed"])]

@@ -129,7 +129,8 @@ def reference(q, k, v, causal, real, factor, seed, group=GROUP):
     V over the allowed pairs, Q_bar = q on the active rows and zeros elsewhere; q, k, v
     (B, H, T, D) in the work dtype -> (B, H, T, Dv)."""
     B, H, T, D = q.shape
-    scores = q @ k.transpose(-1, -2) / math.sqrt(D)
+    with torch.autocast(device_type=q.device.type, enabled=False):  # the ranking in the work dtype, as ``sparse``
+        scores = q @ k.transpose(-1, -2) / math.sqrt(D)
     # every query's sample as key positions: its own group, then its group's draw
     of_group = torch.arange(T, device=q.device) // group
     own = of_group[:, None] * group + torch.arange(group, device=q.device)  # (T, group)
@@ -159,7 +160,10 @@ def sparse(q, k, v, causal, real, factor, seed, group=GROUP):
     padded_real = pad_positions(real, group, dim=1)
     m = q.new_empty(B, H, n_groups * group)
     step = max(1, score_budget(q, SCORE_BUDGET) // (B * H * group * (group + S)))
-    with torch.no_grad():  # M only ranks the queries: no gradient flows through it
+    # M only ranks the queries: no gradient flows through it, and it is computed in the work dtype
+    # even under autocast, which would lower the products to 16 bits and rank near-tied queries
+    # differently from float32 / float64 (the contract test's bfloat16 case)
+    with torch.no_grad(), torch.autocast(device_type=q.device.type, enabled=False):
         for g0 in range(0, n_groups, step):
             g1 = min(n_groups, g0 + step)
             q_step = qg[:, :, g0:g1] * scale
@@ -185,8 +189,9 @@ def sparse(q, k, v, causal, real, factor, seed, group=GROUP):
 @register("informer")
 class Informer(SparseAttention):
     """Informer ProbSparse self-attention for (B, H, T, D) q, k, v (Zhou et al. 2021, Eq. 3-4;
-    definitions in the module docstring). Computation in float32 or wider; the output has v's
-    dtype.
+    definitions in the module docstring). Computation in float32 or wider (the sparsity
+    measurement also under autocast, so that the active queries do not depend on it); the output
+    has v's dtype.
 
     Args:
         factor (float): > 0, the sampling factor c: u = min(T, ceil(c ln T)) active queries,

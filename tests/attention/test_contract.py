@@ -43,11 +43,7 @@ EXACT = 1e-12  # float64: only rounding may differ
 LONG = 300  # the causality check with the defaults: several chunks of 64 (or blocks, groups) of every path
 AUTOCAST_SIZES = [(B, H, T, D), (2, 2, 200, 32)]  # (B, H, T, D): these, and several blocks of every path
 # Cases of the autocast test that fail today, each with why: (name, causal, input dtype, T) -> reason.
-KNOWN_FAILURES = {
-    ("informer", True, torch.bfloat16, 200): "Informer's sparsity measurement runs in bfloat16 under autocast "
-    "(blockwise.prepare casts to float32, autocast lowers the products again), so near-tied queries are "
-    "ranked differently from float64: 2 of 800 rows differ, relative error 0.056",
-}
+KNOWN_FAILURES = {}  # (name, causal, input dtype, T) -> why it fails, each an xfail(strict=True) until fixed
 
 
 def metadata(name):

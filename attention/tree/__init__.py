@@ -8,7 +8,8 @@ geometric-mean score.
 
 Files: ``reference.py`` (one query at a time; the specification and its conventions),
 ``schedule.py`` (number of terms, P, initial buds: shared by all implementations),
-``cpu.py`` + ``cpu_kernel.cpp`` (compiled CPU kernel, one query per iteration over threads),
+``cpu.py`` + ``cpu_kernel.cpp`` (compiled CPU kernel, one query per iteration over threads; also the
+decode step's bud expansion on a CPU),
 ``vectorized.py`` (PyTorch ops over all positions and batch elements, any device),
 ``samplers.py`` (masses, shared random draws),
 ``decode.py`` (the decode path: a tree over the cached keys growing by a leaf per token, one new
@@ -125,7 +126,8 @@ class TreeAttention(Attention):
         implementation (str): "auto" (default: "cpu" for CPU tensors, "vectorized" otherwise; if
             the CPU kernel cannot be compiled it warns once and uses "vectorized"), "cpu" (compiled
             C++ kernel, cpu.py), "vectorized" (PyTorch ops, any device) or "reference" (readable,
-            one query at a time). All give the same buds for the same seed (float64 inputs).
+            one query at a time). All give the same buds for the same seed (float64 inputs). It
+            also selects the code of ``step``'s bud expansion (``decode_implementation``).
         exclude_self (bool): with causal, query t attends to keys 0..t-1 only (as in the authors'
             code); position 0 gets a zero output. Used by eval_ppl's casino protocol.
         layer_idx (int): 0-based index of the model's block; enters every random draw (seed).
@@ -150,12 +152,15 @@ class TreeAttention(Attention):
     batch index, so its output is that row's (float64: up to rounding; E = 1: exact attention).
     P during decoding: the configured ``P``, else the default from ``block_size`` (the model's,
     fixed), as ``forward`` uses; only a module with neither (not built by a model) takes the default
-    from the prefix length t + 1, as ``forward`` on that prefix does. The step is plain PyTorch on
-    the inputs' device whatever ``implementation`` is (which selects the prefill's forward), computes
-    in float64 (float32 inputs: the CPU kernel's forward keeps float32 sums, so a step and the
-    forward's row agree to float32 rounding, with the same draws unless two buds' keys nearly tie)
-    and records no keys (``record_keys`` concerns ``forward``). Its cost per token and
-    head: n_terms to n_terms + P - 1 inner products (counted in ``stats`` like ``forward``'s), not l.
+    from the prefix length t + 1, as ``forward`` on that prefix does. Which code runs the step's bud
+    expansion follows ``implementation`` (``decode_implementation``): the compiled CPU kernel's
+    per-query function over the state's node tables when the forward's implementation is the
+    kernel ("cpu", or "auto" on a CPU), else PyTorch ops on the inputs' device ("vectorized",
+    "reference", other devices). Both compute in float64 (float32 inputs: the CPU kernel's forward
+    keeps float32 sums, so a step and the forward's row agree to float32 rounding, with the same
+    draws unless two buds' keys nearly tie) and record no keys (``record_keys`` concerns
+    ``forward``). Its cost per token and head: n_terms to n_terms + P - 1 inner products (counted
+    in ``stats`` like ``forward``'s), not l.
     Memory: the state grows with the context (a KV cache of float64 keys and values plus as many
     internal nodes, and feature-key sums for the feature samplers).
 
@@ -404,12 +409,14 @@ class TreeAttention(Attention):
         if not self.exclude_self:
             state.append(k_t, v_t, kf)
         l = t if self.exclude_self else t + 1
-        out = torch.zeros(B, H, v_t.shape[-1], dtype=torch.float64, device=q_t.device)
         ips = terms = 0
-        if l > 0:
+        if l == 0:  # exclude_self at position 0: nothing to attend to
+            out = torch.zeros(B, H, v_t.shape[-1], dtype=torch.float64, device=q_t.device)
+        else:
             out, info = decode_query(state, q_t[:, :, 0].double(), l, t, num_terms(l, self.E),
                                      self.buds_per_round(t + 1), self.sampler, self.normalization,
-                                     1.0 / math.sqrt(D), self.b, self.draw_seed, qf=qf, descent=self.descent)
+                                     1.0 / math.sqrt(D), self.b, self.draw_seed, qf=qf, descent=self.descent,
+                                     implementation=self.decode_implementation(state.K.device))
             ips, terms = int((info["initial"] + info["splits"]).sum()), int(info["terms"].sum())
         if self.exclude_self:
             state.append(k_t, v_t, kf)
@@ -443,6 +450,13 @@ class TreeAttention(Attention):
             return None, None
         fmap = fmap.to(q.device)
         return fmap(q.double()), fmap(k.double())
+
+    def decode_implementation(self, device):
+        """The implementation of ``step``'s bud expansion (``decode.decode_query``) on ``device``:
+        "cpu" (the compiled kernel) when the forward's would be the CPU kernel ("cpu", or "auto" on
+        a CPU with a working compiler), else "torch" (PyTorch ops: other devices, "vectorized",
+        "reference", or "auto" when the kernel cannot be built)."""
+        return "cpu" if self._implementation_for(device) == "cpu" else "torch"
 
     def _implementation_for(self, device):
         if self.implementation != "auto":

@@ -2,8 +2,10 @@
 
 Same algorithm, conventions and random draws as ``reference.py``; the kernel runs Algorithm 1 one
 query at a time, like the reference, but in C++ and spread over torch's intra-op threads
-(``torch.set_num_threads``); it builds the level tables of key / value (/ feature-key) sums (Eq. 1)
-itself. This module passes the inputs and the number of terms per history length, and compiles the
+(``torch.set_num_threads``); for the whole sequence (``cpu_forward``) it builds the level tables of
+key / value (/ feature-key) sums (Eq. 1) itself; for a decode step (``cpu_decode_query``) it reads
+the node tables that ``decode.TreeDecodeState`` keeps, with the same per-query function. This
+module passes the inputs and the number of terms per history length, and compiles the
 kernel on first use with ``torch.utils.cpp_extension.load`` (needs a C++ compiler and ninja; the
 build is cached under ``TORCH_EXTENSIONS_DIR``, by default ``~/.cache/torch_extensions``, in a
 folder per CPU type because it is compiled for the build machine's instruction set).
@@ -131,3 +133,39 @@ def cpu_forward(q, k, v, causal, exclude_self, E, P, sampler, normalization, b, 
         hist = (Tlen * (Tlen - 1) // 2 if exclude_self else Tlen * (Tlen + 1) // 2) if causal else Tlen * Tlen
         add_stats(stats, H, B * Tlen, initial + splits, B * hist, terms, use_f)
     return out
+
+
+def cpu_decode_query(state, q, l, pos, n_terms, P, sampler, normalization, scale, b, seed, qf=None,
+                     descent="authors"):
+    """The decode step with the compiled kernel (``decode_query`` with implementation "cpu"):
+    Algorithm 1 for the query at position ``pos`` of every batch element over the first l leaves
+    of ``state``'s node tables (read in place, not rebuilt), the batch elements over torch's
+    intra-op threads. Arguments, draws and result as ``decode.decode_query`` (without return_buds).
+
+    Args:
+        state (decode.TreeDecodeState): CPU tables K, V (and F), float64 (B, 2C - 1, H, X).
+        q (torch.Tensor): (B, H, D) queries, converted to the tables' dtype (float64).
+        l, pos, n_terms, P (int); sampler, normalization (str); scale, b (float); seed (int);
+            qf (torch.Tensor | None, (B, H, R), feature samplers); descent (str): as ``decode_query``.
+
+    Returns:
+        (out, info): out (B, H, Dv) in the tables' dtype (float64); info dict of int64 (B,)
+        tensors "initial", "splits", "terms".
+
+    Raises:
+        ValueError: tables not on the CPU. RuntimeError: from the kernel's shape checks, or from
+        ``load_kernel`` when the kernel cannot be built.
+
+    Source: "High Attention Scores and Where to Find Them", Algorithm 1 (section 2.2), Eq. 2, the
+    masses of section 2.3 and section 2.4 (P buds per round, one tree for all heads).
+    """
+    if state.K.device.type != "cpu":
+        raise ValueError(f"the compiled decode step needs CPU tensors; got {state.K.device}")
+    use_f = sampler in FEATURE_SAMPLERS
+    empty = torch.empty(0, dtype=torch.float64)
+    out, info = load_kernel().decode_step(
+        q.to(state.K.dtype).contiguous(), state.K, state.V,
+        qf.double().contiguous() if use_f else empty, state.F if use_f else empty,
+        int(l), int(pos), int(n_terms), int(P), SAMPLERS.index(sampler), normalization == "bud_mean",
+        descent == "authors", float(scale), float(b), seed_int64(seed))
+    return out, {"initial": info[:, 0], "splits": info[:, 1], "terms": info[:, 2]}

@@ -6,6 +6,12 @@
 // n_terms table of schedule.py). The seed passed in already contains the layer index
 // (samplers.layer_seed), so the layers of a model draw independently.
 //
+// Two entry points share one per-query function (QueryWorker::query: Algorithm 1 for one query
+// over given level tables, class NodeTables): "forward" (the whole sequence; builds its level tables,
+// class LevelTables, queries over threads) and "decode_step" (the decode path, decode.py: the new
+// query of every batch element over the persistent node tables of decode.TreeDecodeState, read in
+// place, batch elements over threads; tree_decode_step below documents its layout).
+//
 // Precision (scalar_t = the dtype of q, k, v: float or double): key / value level tables, the
 // query-key-sum inner products and the weighted sum of value sums run in scalar_t; alignments are
 // stored in double from there on (so Eq. 2's subtraction is in double), and feature tables, feature
@@ -221,8 +227,10 @@ inline void add_into(Num* dst, const Num* a, const Num* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = a[i] + b[i];
 }
 
+// T, L, causal, exclude_self: the whole-sequence forward only (the decode step sets T = L = C, the
+// capacity). levels: of the tree the queries read (log2 L + 1). Dv: value dimension (= D in the forward).
 struct Params {
-  int64_t B, T, H, D, R, L, levels, P;
+  int64_t B, T, H, D, Dv, R, L, levels, P;
   bool causal, exclude_self, bud_mean, authors_descent;
   int sampler;
   double scale, log_b, log1m_b;  // 1/sqrt(D), log b, log(1 - b) (EDH)
@@ -250,6 +258,30 @@ Num* workspace(int slot, int64_t n) {
   }
   return buf[slot].data();
 }
+
+// Where the nodes of one tree's level tables live (a read-only view): node (h, j) of batch element
+// b is a row of H vectors of X numbers. Level 0 (the leaves) and levels >= 1 (rows
+// internal_offset(L, h) + j of an internal table, one node's heads together) have strides of their
+// own, so that the whole-sequence forward (leaves = the input (B, H, T, X) itself, internal nodes in
+// a workspace, class LevelTables) and the decode step (one persistent table (B, 2C - 1, H, X) of
+// decode.TreeDecodeState, leaves first) share the per-query code (QueryWorker::query).
+// partial: false when only nodes complete within the history [0, l) may be read (an incomplete
+// node's sums come from its pieces, class PathAlignments); true when every node holds the sum over
+// its leaves in [0, l) (the decode state: leaves from l on are empty, i.e. zero).
+template <typename Num>
+struct NodeTables {
+  const Num* leaf = nullptr;
+  int64_t leaf_batch = 0, leaf_pos = 0, leaf_head = 0;  // strides of level 0
+  const Num* inner = nullptr;
+  int64_t inner_batch = 0, L = 1;  // internal rows: H X numbers, head stride X; L leaves in all
+  int64_t H = 0, X = 0;
+  bool partial = false;
+
+  Row<Num> row(int64_t b, int64_t h, int64_t j) const {
+    if (h == 0) return {leaf + b * leaf_batch + j * leaf_pos, leaf_head};
+    return {inner + b * inner_batch + (internal_offset(L, h) + j) * H * X, X};
+  }
+};
 
 // The level tables of x (B, H, T, X) (Eq. 1: a parent is the sum of its two children). Leaves are
 // read from x itself; the internal nodes (levels 1 .. log2 L) live in a workspace (B, L-1, H, X),
@@ -283,10 +315,19 @@ class LevelTables {
     TREE_TOC(kBuild, t_build);
   }
 
-  // the node (h, j) of batch element b (complete within [0, T))
-  Row<Num> row(int64_t b, int64_t h, int64_t j) const {
-    if (h == 0) return {x_ + (b * H_ * T_ + j) * X_, T_ * X_};
-    return {table(b) + (internal_offset(L_, h) + j) * HX_, X_};
+  // the view the queries read: nodes complete within [0, T) only (partial = false)
+  NodeTables<Num> view() const {
+    NodeTables<Num> v;
+    v.leaf = x_;
+    v.leaf_batch = H_ * T_ * X_;
+    v.leaf_pos = X_;
+    v.leaf_head = T_ * X_;
+    v.inner = tab_;
+    v.inner_batch = (L_ - 1) * HX_;
+    v.L = L_;
+    v.H = H_;
+    v.X = X_;
+    return v;
   }
 
  private:
@@ -307,7 +348,7 @@ class PathAlignments {
   explicit PathAlignments(const Params& pr) : H_(pr.H), A_(pr.levels * pr.H), tmp_(pr.H) {}
 
   // q: (head 0 of) the query, head stride q_stride; X: vector length
-  void reset(const LevelTables<Num>* tables, int64_t b, int64_t l, const Num* q, int64_t q_stride, int64_t X) {
+  void reset(const NodeTables<Num>* tables, int64_t b, int64_t l, const Num* q, int64_t q_stride, int64_t X) {
     tables_ = tables;
     b_ = b;
     p_ = l - 1;
@@ -349,7 +390,7 @@ class PathAlignments {
  private:
   int64_t H_;
   std::vector<double> A_, tmp_;  // A_ (levels, H): row h valid for h <= done_
-  const LevelTables<Num>* tables_ = nullptr;
+  const NodeTables<Num>* tables_ = nullptr;
   const Num* q_ = nullptr;
   int64_t b_ = 0, p_ = 0, q_stride_ = 0, X_ = 0;
   int done_ = -1;
@@ -364,32 +405,47 @@ class QueryWorker {
         level_(capacity), index_(capacity), count_(capacity), log_count_(capacity), logm_(capacity),
         logm_ready_(capacity), A_(capacity * pr.H), Af_(capacity * pr.H), keys_(capacity), cand_(capacity),
         noise_(capacity), w_(capacity * pr.H), head_tmp_(pr.H), head_max_(pr.H), head_sum_(pr.H),
-        acc_(pr.H * pr.D), weight_(capacity * pr.H), value_rows_(capacity + pr.levels), value_bud_(capacity + pr.levels) {}
+        acc_(pr.H * pr.Dv), weight_(capacity * pr.H), value_rows_(capacity + pr.levels), value_bud_(capacity + pr.levels) {}
 
-  // Query position t of batch element bi; q, qf point at (bi, head 0, t) of (B, H, T, X) tensors,
-  // out at the same place of the output. Writes info_row = (initial buds, splits, final buds).
-  void run(int64_t bi, int64_t t, const scalar_t* q, const LevelTables<scalar_t>& ktab,
-           const LevelTables<scalar_t>& vtab, const double* qf, const LevelTables<double>* ftab,
+  // Whole-sequence forward: query position t of batch element bi, history l by the causal /
+  // exclude_self rule and n_terms = terms[l]; q, qf point at (bi, head 0, t) of (B, H, T, X)
+  // tensors, out at the same place of the output. Writes info_row = (initial buds, splits, final buds).
+  void run(int64_t bi, int64_t t, const scalar_t* q, const NodeTables<scalar_t>& ktab,
+           const NodeTables<scalar_t>& vtab, const double* qf, const NodeTables<double>* ftab,
            const int64_t* terms, scalar_t* out, int64_t* info_row) {
-    const int64_t H = pr_.H, D = pr_.D, head_stride = pr_.T * D;
-    TREE_TIC(t_query);
-    TREE_COUNT(kNQueries, 1);
-    l_ = pr_.causal ? (pr_.exclude_self ? t : t + 1) : pr_.T;
-    if (l_ == 0) {
-      for (int64_t h = 0; h < H; ++h) std::fill_n(out + h * head_stride, D, scalar_t(0));
+    const int64_t l = pr_.causal ? (pr_.exclude_self ? t : t + 1) : pr_.T;
+    if (l == 0) {
+      TREE_COUNT(kNQueries, 1);
+      for (int64_t h = 0; h < pr_.H; ++h) std::fill_n(out + h * pr_.T * pr_.Dv, pr_.Dv, scalar_t(0));
       info_row[0] = info_row[1] = info_row[2] = 0;
       return;
     }
+    query(bi, t, l, terms[l], q, pr_.T * pr_.D, qf, pr_.T * pr_.R, ktab, vtab, ftab, out, pr_.T * pr_.Dv, info_row);
+  }
+
+  // Algorithm 1 for one query over given level tables: the one function of the whole-sequence
+  // forward (run) and of the decode step (decode_all). bi: batch element (selects the tables' rows
+  // and, with pos, the draws); pos: the query's position (draws only); l >= 1: history length (keys
+  // 0..l-1); n_terms in [1, l]. q: head 0 of the query, head h at q + h q_stride (D numbers); qf
+  // likewise (R numbers, feature samplers, else unused); out: head h at out + h out_stride (Dv
+  // numbers). Writes info_row = (initial buds, splits, final buds).
+  void query(int64_t bi, int64_t pos, int64_t l, int64_t n_terms, const scalar_t* q, int64_t q_stride,
+             const double* qf, int64_t qf_stride, const NodeTables<scalar_t>& ktab, const NodeTables<scalar_t>& vtab,
+             const NodeTables<double>* ftab, scalar_t* out, int64_t out_stride, int64_t* info_row) {
+    TREE_TIC(t_query);
+    TREE_COUNT(kNQueries, 1);
+    l_ = l;
     q_ = q;
+    q_stride_ = q_stride;
     qf_ = qf;
+    qf_stride_ = qf_stride;
     use_f_ = pr_.sampler >= kPositiveAlignment;
     ktab_ = &ktab;
     vtab_ = &vtab;
     ftab_ = ftab;
     bi_ = bi;
-    K_.reset(&ktab, bi, l_, q, pr_.T * D, D);
-    if (use_f_) F_.reset(ftab, bi, l_, qf, pr_.T * pr_.R, pr_.R);
-    const int64_t n_terms = terms[l_];
+    K_.reset(&ktab, bi, l_, q, q_stride, pr_.D);
+    if (use_f_) F_.reset(ftab, bi, l_, qf, qf_stride, pr_.R);
     // initial buds (reference.initial_width): w = max(1, 2^ceil(log2 l) / 2^floor(log2 P))
     const int64_t w = std::max<int64_t>(1, (int64_t(1) << ceil_log2(l_)) >> floor_log2(pr_.P));
     const int h0 = floor_log2(w);
@@ -397,7 +453,7 @@ class QueryWorker {
     nb_ = 0;
     for (int64_t j = 0; j < n0; ++j) add_bud(h0, j);
     TREE_TOC(kQueryInit, t_query);
-    const uint64_t h_query = mix(mix(pr_.seed_hash ^ static_cast<uint64_t>(bi)) ^ static_cast<uint64_t>(t));
+    const uint64_t h_query = mix(mix(pr_.seed_hash ^ static_cast<uint64_t>(bi)) ^ static_cast<uint64_t>(pos));
     int64_t splits = 0;
     for (int64_t rnd = 0; nb_ < n_terms; ++rnd) {
       // Gumbel-top-k keys of the expandable buds (samplers.sampling_keys)
@@ -436,7 +492,7 @@ class QueryWorker {
       splits += nb_ - nb_before;
       TREE_TOC(kExpand, t_expand);
     }
-    write_output(out);
+    write_output(out, out_stride);
     TREE_COUNT(kNFinalBuds, nb_);
     TREE_TOC(kQueries, t_query);
     info_row[0] = n0;
@@ -454,6 +510,8 @@ class QueryWorker {
     return std::min<int64_t>(int64_t(1) << h, std::max<int64_t>(0, l_ - (j << h)));
   }
   bool complete(int h, int64_t j) const { return ((j + 1) << h) <= l_; }
+  // whether node (h, j)'s own row in the tables holds its sums over the history
+  bool readable(const NodeTables<scalar_t>& tab, int h, int64_t j) const { return tab.partial || complete(h, j); }
 
 
   void set_node(int64_t i, int h, int64_t j) {
@@ -469,16 +527,16 @@ class QueryWorker {
     const int64_t i = nb_++;
     set_node(i, h, j);
     TREE_COUNT(kNInnerProducts, H);
-    if (complete(h, j)) {
+    if (readable(*ktab_, h, j)) {
       const Row<scalar_t> ks = ktab_->row(bi_, h, j);
-      alignments(&A_[i * H], q_, pr_.T * D, ks.p, ks.head_stride, H, D);
+      alignments(&A_[i * H], q_, q_stride_, ks.p, ks.head_stride, H, D);
     } else {
       std::copy_n(K_.at(h), H, &A_[i * H]);
     }
     if (use_f_) {
-      if (complete(h, j)) {
+      if (ftab_->partial || complete(h, j)) {
         const Row<double> fs = ftab_->row(bi_, h, j);
-        for (int64_t hh = 0; hh < H; ++hh) Af_[i * H + hh] = dot(qf_ + hh * pr_.T * R, fs.p + hh * fs.head_stride, R);
+        for (int64_t hh = 0; hh < H; ++hh) Af_[i * H + hh] = dot(qf_ + hh * qf_stride_, fs.p + hh * fs.head_stride, R);
       } else {
         std::copy_n(F_.at(h), H, &Af_[i * H]);
       }
@@ -560,8 +618,8 @@ class QueryWorker {
 
   // Output per head: softmax over buds of a_n = scale A_n / |n| (+ log|n| for "bud_mean"),
   // applied to V_n (/ |n| for "bud_mean").
-  void write_output(scalar_t* out) {
-    const int64_t H = pr_.H, D = pr_.D;
+  void write_output(scalar_t* out, int64_t out_stride) {
+    const int64_t H = pr_.H, D = pr_.Dv;
     TREE_TIC(t_softmax);
     double* w = w_.data();
     double* m = head_max_.data();
@@ -598,7 +656,7 @@ class QueryWorker {
     int64_t n_rows = 0;
     for (int64_t i = 0; i < nb_; ++i) {
       const int h = level_[i];
-      if (complete(h, index_[i])) {
+      if (readable(*vtab_, h, index_[i])) {
         value_rows_[n_rows] = vtab_->row(bi_, h, index_[i]);
         value_bud_[n_rows++] = i;
         continue;
@@ -623,16 +681,16 @@ class QueryWorker {
         for (int64_t d = 0; d < D; ++d) acc[d] += wih * vh[d];
       }
     }
-    for (int64_t h = 0; h < H; ++h) std::copy_n(acc_.data() + h * D, D, out + h * pr_.T * D);
+    for (int64_t h = 0; h < H; ++h) std::copy_n(acc_.data() + h * D, D, out + h * out_stride);
     TREE_TOC(kValues, t_values);
   }
 
   const Params& pr_;
   PathAlignments<scalar_t> K_;
   PathAlignments<double> F_;
-  const LevelTables<scalar_t>* ktab_ = nullptr;
-  const LevelTables<scalar_t>* vtab_ = nullptr;
-  const LevelTables<double>* ftab_ = nullptr;
+  const NodeTables<scalar_t>* ktab_ = nullptr;
+  const NodeTables<scalar_t>* vtab_ = nullptr;
+  const NodeTables<double>* ftab_ = nullptr;
   int64_t bi_ = 0;
   std::vector<int> level_;
   std::vector<int64_t> index_, count_;
@@ -646,6 +704,7 @@ class QueryWorker {
   std::vector<int64_t> value_bud_;
   const scalar_t* q_ = nullptr;
   const double* qf_ = nullptr;
+  int64_t q_stride_ = 0, qf_stride_ = 0;
   bool use_f_ = false;
   int64_t l_ = 0, nb_ = 0;
 };
@@ -658,6 +717,9 @@ void run_all(const Params& pr, const torch::Tensor& q, const torch::Tensor& k, c
   const LevelTables<scalar_t> vtab(v.data_ptr<scalar_t>(), pr.B, pr.H, pr.T, pr.D, pr.L, 1);
   std::unique_ptr<LevelTables<double>> ftab;
   if (pr.R > 0) ftab = std::make_unique<LevelTables<double>>(kf.data_ptr<double>(), pr.B, pr.H, pr.T, pr.R, pr.L, 2);
+  const NodeTables<scalar_t> kview = ktab.view(), vview = vtab.view();
+  NodeTables<double> fview;
+  if (ftab) fview = ftab->view();
   const int64_t capacity = terms.max().item<int64_t>() + pr.P + 1;
   const scalar_t* qp = q.data_ptr<scalar_t>();
   const double* qfp = pr.R > 0 ? qf.data_ptr<double>() : nullptr;
@@ -674,7 +736,7 @@ void run_all(const Params& pr, const torch::Tensor& q, const torch::Tensor& k, c
       for (int64_t n = w; n < n_queries; n += n_workers) {
         const int64_t bi = n / pr.T, t = n % pr.T;
         const int64_t first = bi * pr.H * pr.T + t;  // (bi, head 0, t) in (B, H, T, .)
-        worker.run(bi, t, qp + first * pr.D, ktab, vtab, qfp ? qfp + first * pr.R : nullptr, ftab.get(), tp,
+        worker.run(bi, t, qp + first * pr.D, kview, vview, qfp ? qfp + first * pr.R : nullptr, ftab ? &fview : nullptr, tp,
                    op + first * pr.D, ip + 3 * n);
       }
     }
@@ -685,6 +747,70 @@ void run_all(const Params& pr, const torch::Tensor& q, const torch::Tensor& k, c
 #if defined(TREE_PROFILE)
   flush_profile();
 #endif
+}
+
+// The view of one table (B, 2C - 1, H, X) of decode.TreeDecodeState: leaves at rows [0, C), level
+// h >= 1 at rows C + internal_offset(C, h) = 2C - 2 (C >> h) (decode.TreeDecodeState.offset);
+// every node holds the sum over its non-empty leaves (partial = true).
+template <typename Num>
+NodeTables<Num> decode_view(const Num* base, int64_t H, int64_t X, int64_t C) {
+  NodeTables<Num> v;
+  v.leaf = base;
+  v.leaf_batch = v.inner_batch = (2 * C - 1) * H * X;
+  v.leaf_pos = H * X;
+  v.leaf_head = X;
+  v.inner = base + C * H * X;
+  v.L = C;
+  v.H = H;
+  v.X = X;
+  v.partial = true;
+  return v;
+}
+
+// The decode step: Algorithm 1 for the new query of every batch element over the persistent node
+// tables of decode.TreeDecodeState (NodeTables with partial = true), batch elements spread over
+// ATen's intra-op threads (the heads of one batch element share its tree and its sampling, so they
+// are one query). q (B, H, D), qf (B, H, R); out (B, H, Dv), info (B, 3).
+template <typename scalar_t>
+void decode_all(const Params& pr, int64_t l, int64_t pos, int64_t n_terms, const torch::Tensor& q,
+                const torch::Tensor& K, const torch::Tensor& V, const torch::Tensor& qf, const torch::Tensor& F,
+                torch::Tensor& out, torch::Tensor& info) {
+  const NodeTables<scalar_t> kview = decode_view<scalar_t>(K.data_ptr<scalar_t>(), pr.H, pr.D, pr.L);
+  const NodeTables<scalar_t> vview = decode_view<scalar_t>(V.data_ptr<scalar_t>(), pr.H, pr.Dv, pr.L);
+  NodeTables<double> fview;
+  if (pr.R > 0) fview = decode_view<double>(F.data_ptr<double>(), pr.H, pr.R, pr.L);
+  const scalar_t* qp = q.data_ptr<scalar_t>();
+  const double* qfp = pr.R > 0 ? qf.data_ptr<double>() : nullptr;
+  scalar_t* op = out.data_ptr<scalar_t>();
+  int64_t* ip = info.data_ptr<int64_t>();
+  at::parallel_for(0, pr.B, 1, [&](int64_t b0, int64_t b1) {
+    QueryWorker<scalar_t> worker(pr, n_terms + pr.P + 1);
+    for (int64_t bi = b0; bi < b1; ++bi)
+      worker.query(bi, pos, l, n_terms, qp + bi * pr.H * pr.D, pr.D, qfp ? qfp + bi * pr.H * pr.R : nullptr, pr.R,
+                   kview, vview, pr.R > 0 ? &fview : nullptr, op + bi * pr.H * pr.Dv, pr.Dv, ip + 3 * bi);
+#if defined(TREE_PROFILE)
+    flush_profile();
+#endif
+  });
+#if defined(TREE_PROFILE)
+  flush_profile();
+#endif
+}
+
+// The sampling parameters both entry points share (checked here; TreeAttention.__init__ checks them
+// with friendlier messages first).
+void set_sampling(Params& pr, int64_t P, int64_t sampler, bool bud_mean, bool authors_descent, double b,
+                  int64_t seed) {
+  TORCH_CHECK(P >= 1, "P must be >= 1; got ", P);
+  TORCH_CHECK(sampler >= kUniform && sampler <= kFavorPlusRelu, "sampler id out of range: ", sampler);
+  TORCH_CHECK(b > 0.0 && b < 1.0, "b must be in (0, 1); got ", b);
+  pr.P = P;
+  pr.bud_mean = bud_mean;
+  pr.authors_descent = authors_descent;
+  pr.sampler = static_cast<int>(sampler);
+  pr.log_b = std::log(b);
+  pr.log1m_b = std::log1p(-b);
+  pr.seed_hash = mix(static_cast<uint64_t>(seed));
 }
 
 }  // namespace
@@ -707,25 +833,17 @@ std::vector<torch::Tensor> tree_attention_cpu(torch::Tensor q, torch::Tensor k, 
   pr.H = q.size(1);
   pr.T = q.size(2);
   pr.D = q.size(3);
+  pr.Dv = pr.D;
   pr.L = 1;
   while (pr.L < pr.T) pr.L *= 2;  // schedule.block_length
   pr.levels = 0;
   while ((int64_t(1) << pr.levels) <= pr.L) ++pr.levels;  // log2(L) + 1
   TORCH_CHECK(terms.scalar_type() == at::kLong && terms.numel() == pr.T + 1 && terms.is_contiguous(),
               "terms must be int64 (T + 1,)");
-  TORCH_CHECK(P >= 1, "P must be >= 1; got ", P);
-  TORCH_CHECK(sampler >= kUniform && sampler <= kFavorPlusRelu, "sampler id out of range: ", sampler);
-  TORCH_CHECK(b > 0.0 && b < 1.0, "b must be in (0, 1); got ", b);
-  pr.P = P;
+  set_sampling(pr, P, sampler, bud_mean, authors_descent, b, seed);
   pr.causal = causal;
   pr.exclude_self = exclude_self;
-  pr.bud_mean = bud_mean;
-  pr.authors_descent = authors_descent;
-  pr.sampler = static_cast<int>(sampler);
   pr.scale = 1.0 / std::sqrt(static_cast<double>(pr.D));
-  pr.log_b = std::log(b);
-  pr.log1m_b = std::log1p(-b);
-  pr.seed_hash = mix(static_cast<uint64_t>(seed));
   pr.R = 0;
   if (sampler >= kPositiveAlignment) {
     TORCH_CHECK(qf.dim() == 4 && qf.scalar_type() == at::kDouble && kf.scalar_type() == at::kDouble &&
@@ -739,6 +857,68 @@ std::vector<torch::Tensor> tree_attention_cpu(torch::Tensor q, torch::Tensor k, 
   auto info = torch::empty({pr.B, pr.T, 3}, q.options().dtype(at::kLong));
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "tree_attention_cpu",
                              [&] { run_all<scalar_t>(pr, q, k, v, qf, kf, terms, out, info); });
+  return {out, info};
+}
+
+// Python entry point of the decode step (decode.py, ``decode_query`` with implementation "cpu"):
+// Algorithm 1 for the query at position pos of every batch element over the first l leaves of the
+// node tables of decode.TreeDecodeState, with the draws of the forward's row pos.
+//   q   (B, H, D)          scalar_t   the new queries (scalar_t: float or double, K's dtype)
+//   K   (B, 2C - 1, H, D)  scalar_t   key sums, level h at rows [2C - 2 (C >> h), 2C - (C >> h)), C a power
+//   V   (B, 2C - 1, H, Dv) scalar_t   of two; value sums; leaves l .. C - 1 empty (zero), so every node
+//   qf  (B, H, R)          double     holds the sum over its leaves in [0, l) (feature samplers,
+//   F   (B, 2C - 1, H, R)  double     else empty tensors): feature-mapped query, feature-key sums
+// l: history length, 1 <= l <= C; pos >= 0: the query's position (draws); n_terms in [1, l];
+// scale: score scale (1/sqrt(D) in TreeAttention). Returns {out (B, H, Dv) scalar_t, info (B, 3) int64:
+// initial buds, splits, final buds}.
+std::vector<torch::Tensor> tree_decode_step(torch::Tensor q, torch::Tensor K, torch::Tensor V, torch::Tensor qf,
+                                            torch::Tensor F, int64_t l, int64_t pos, int64_t n_terms, int64_t P,
+                                            int64_t sampler, bool bud_mean, bool authors_descent, double scale,
+                                            double b, int64_t seed) {
+  TORCH_CHECK(q.dim() == 3 && q.device().is_cpu(), "decode_step: q must be a CPU tensor (B, H, D); got ", q.sizes());
+  TORCH_CHECK(q.scalar_type() == at::kFloat || q.scalar_type() == at::kDouble,
+              "decode_step: q must be float32 or float64; got ", q.scalar_type());
+  TORCH_CHECK(K.scalar_type() == q.scalar_type() && V.scalar_type() == q.scalar_type(),
+              "decode_step: q, K, V must share a dtype");
+  TORCH_CHECK(K.dim() == 4 && V.dim() == 4 && K.device().is_cpu() && V.device().is_cpu(),
+              "decode_step: K, V must be CPU tensors (B, 2C - 1, H, X)");
+  TORCH_CHECK(q.is_contiguous() && K.is_contiguous() && V.is_contiguous(), "decode_step: q, K, V must be contiguous");
+  Params pr;
+  pr.B = q.size(0);
+  pr.H = q.size(1);
+  pr.D = q.size(2);
+  pr.Dv = V.size(3);
+  const int64_t rows = K.size(1), C = (rows + 1) / 2;
+  TORCH_CHECK(rows >= 1 && (C & (C - 1)) == 0 && rows == 2 * C - 1, "decode_step: K has ", rows,
+              " node rows; expected 2C - 1 with C a power of two");
+  TORCH_CHECK(K.size(0) == pr.B && K.size(2) == pr.H && K.size(3) == pr.D, "decode_step: K ", K.sizes(),
+              " does not match q ", q.sizes());
+  TORCH_CHECK(V.size(0) == pr.B && V.size(1) == rows && V.size(2) == pr.H, "decode_step: V ", V.sizes(),
+              " does not match K ", K.sizes());
+  TORCH_CHECK(l >= 1 && l <= C, "decode_step: history length l=", l, " outside [1, C=", C, "]");
+  TORCH_CHECK(n_terms >= 1 && n_terms <= l, "decode_step: n_terms=", n_terms, " outside [1, l=", l, "]");
+  TORCH_CHECK(pos >= 0, "decode_step: pos must be >= 0; got ", pos);
+  pr.T = pr.L = C;
+  pr.levels = 0;
+  while ((int64_t(1) << pr.levels) <= C) ++pr.levels;  // log2(C) + 1
+  set_sampling(pr, P, sampler, bud_mean, authors_descent, b, seed);
+  pr.causal = true;
+  pr.exclude_self = false;
+  pr.scale = scale;
+  pr.R = 0;
+  if (sampler >= kPositiveAlignment) {
+    TORCH_CHECK(qf.dim() == 3 && F.dim() == 4 && qf.scalar_type() == at::kDouble && F.scalar_type() == at::kDouble &&
+                    qf.is_contiguous() && F.is_contiguous(),
+                "decode_step: feature samplers need float64 contiguous qf (B, H, R) and F (B, 2C - 1, H, R)");
+    pr.R = qf.size(2);
+    TORCH_CHECK(qf.size(0) == pr.B && qf.size(1) == pr.H && F.size(0) == pr.B && F.size(1) == rows &&
+                    F.size(2) == pr.H && F.size(3) == pr.R,
+                "decode_step: qf ", qf.sizes(), " / F ", F.sizes(), " do not match q ", q.sizes(), " / K ", K.sizes());
+  }
+  auto out = torch::empty({pr.B, pr.H, pr.Dv}, q.options());
+  auto info = torch::empty({pr.B, 3}, q.options().dtype(at::kLong));
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "tree_decode_step",
+                             [&] { decode_all<scalar_t>(pr, l, pos, n_terms, q, K, V, qf, F, out, info); });
   return {out, info};
 }
 
@@ -763,6 +943,8 @@ std::vector<std::map<std::string, double>> read_profile() {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("forward", &tree_attention_cpu, "Tree attention forward on CPU (see cpu_kernel.cpp header)");
+  m.def("decode_step", &tree_decode_step,
+        "Tree attention decode step on CPU over decode.TreeDecodeState's node tables (see tree_decode_step)");
 #if defined(TREE_PROFILE)
   m.def("profile", &read_profile, "profile build: ({phase: seconds}, {operation: count}) since the last read");
 #endif

@@ -22,9 +22,15 @@ root, is put on top; a doubling copies O(C) numbers, so T appends copy O(T) in a
 per token). Node indices do not depend on C (node j of level h always covers [j 2^h, (j+1) 2^h)), so
 growing changes no bud and no result.
 
-The step (``decode_query``) runs Algorithm 1 for the one new query of every batch element at once
-(batch elements are rows of a bud table, as in ``vectorized.py``; the Python loop runs over
-rounds only), with the conventions and the counter-based random draws of ``reference.py``: the
+The step (``decode_query``) runs Algorithm 1 for the one new query of every batch element, in one
+of two implementations with the same draws: "cpu", the compiled kernel (``cpu_kernel.cpp``'s
+``decode_step``, through ``cpu.cpu_decode_query``): the per-query function of the whole-sequence
+kernel, reading this state's node tables in place (an incomplete node, the one holding the newest
+leaves, is read as it is: its empty leaves are zero), batch elements over torch's intra-op threads,
+CPU only, what ``TreeAttention.step`` uses when the module's forward is the CPU kernel's; and
+"torch", the PyTorch ops below, on any device (batch elements are rows of a bud table, as in
+``vectorized.py``; the Python loop runs over rounds only), the readable one and the tests' second
+reference. Both follow the conventions and the counter-based random draws of ``reference.py``: the
 initial buds of ``schedule.initial_width``, n_terms = ceil(l^E) (``schedule.num_terms``), P buds
 per round drawn without replacement by Gumbel-top-k with the noise of (seed, batch index, query
 position, round, bud start) (``samplers.gumbel_noise``), the same masses (``samplers.log_mass``),
@@ -32,17 +38,23 @@ the same descent rules and the same output normalizations. The draws depend on t
 the position, not on the sequence length or the other queries, so the step's buds are those of the
 whole-sequence path's row t for the same inputs. Cost per step: one inner product per head for
 every bud (the initial buds and the right child of every split), n_terms to n_terms + P - 1 of them,
-instead of l for exact attention; P log-mass evaluations and Gumbel draws per bud table slot and
-round. Everything is computed in float64 on the inputs' device.
+instead of l for exact attention; a log-mass evaluation per new bud and a Gumbel draw per expandable
+bud and round. Everything is computed in float64 on the inputs' device. In time, the "torch" step
+pays about a millisecond of Python and small-op overhead per round (several milliseconds per step
+even at a 1k context); the "cpu" step pays a fixed ~0.1-0.2 ms of Python around the kernel call
+(checks, the ``index_add_`` of the new leaf, conversions) plus the kernel's own time, which grows
+like the number of buds (docs/tree_attention.md, "Decoding a token at a time", for rough timings).
 """
 import math
 
 import torch
 
+from attention.tree.cpu import cpu_decode_query
 from attention.tree.samplers import FEATURE_SAMPLERS, gumbel_noise, log_mass, sampling_keys
 from attention.tree.schedule import DESCENTS, initial_width
 
 MIN_CAPACITY = 16  # leaves a new tree has at least (as attention.kv_cache.MIN_CAPACITY)
+DECODE_IMPLEMENTATIONS = ("torch", "cpu")  # decode_query: PyTorch ops (any device) or the compiled kernel
 
 
 def _pow2(h):
@@ -130,8 +142,9 @@ class TreeDecodeState:
         tree first when its C leaves are in use."""
         if self.length == self.capacity:
             self._grow()
-        t, dev = self.length, self.K.device
-        path = torch.tensor([self.offset(h) + (t >> h) for h in range(self.levels)], dtype=torch.int64, device=dev)
+        t, C = self.length, self.capacity
+        path = torch.tensor([2 * C - 2 * (C >> h) + (t >> h) for h in range(self.levels)], dtype=torch.int64,
+                            device=self.K.device)                          # rows offset(h) + (t >> h)
         for table, x in ((self.K, k_t), (self.V, v_t), (self.F, kf_t)):
             if table is not None:
                 row = x.double()[:, :, 0][:, None]                          # (B, 1, H, X)
@@ -164,9 +177,15 @@ class TreeDecodeState:
 
 
 def decode_query(state, q, l, pos, n_terms, P, sampler, normalization, scale, b, seed, qf=None,
-                 descent="authors", return_buds=False):
+                 descent="authors", return_buds=False, implementation="torch"):
     """Algorithm 1 for the query at position ``pos`` of every batch element, over a tree whose first
     l leaves are its history (conventions of ``reference.tree_attention_query``, batched).
+
+    Two implementations, the same draws: "torch" (the PyTorch ops below, any device, the readable
+    one: a bud table with a row per batch element and a Python loop over rounds) and "cpu" (the
+    compiled kernel, ``cpu.cpu_decode_query``: the whole-sequence kernel's per-query function over
+    this state's node tables, in C++, the batch elements over torch's intra-op threads; CPU tensors
+    only). Both compute in float64 (the state's dtype) and agree up to rounding.
 
     Args:
         state (TreeDecodeState): holds exactly the keys / values of positions 0..l-1 (l = state.length).
@@ -178,7 +197,9 @@ def decode_query(state, q, l, pos, n_terms, P, sampler, normalization, scale, b,
         sampler, normalization (str), scale (float), b (float), seed (int): as ``reference.tree_attention_query``.
         qf (torch.Tensor | None): float64 (B, H, R) feature-mapped queries for FEATURE_SAMPLERS.
         descent (str): "authors" or "split" (reference.py).
-        return_buds (bool): also put the final buds in ``info["bud_start"]`` (off by default).
+        return_buds (bool): also put the final buds in ``info["bud_start"]`` (off by default;
+            implementation "torch" only).
+        implementation (str): "torch" (default) or "cpu" (see above).
 
     Returns:
         (out, info): out float64 (B, H, Dv); info dict of int64 (B,) tensors "initial" (initial
@@ -187,9 +208,11 @@ def decode_query(state, q, l, pos, n_terms, P, sampler, normalization, scale, b,
         position of the bud that holds key i (the labels of ``reference_forward``'s record).
 
     Raises:
-        ValueError: l != state.length, n_terms outside [1, l], P < 1, an unknown descent, or a
-            feature sampler without qf.
-        RuntimeError: no expandable bud left before n_terms buds (cannot happen for n_terms <= l).
+        ValueError: l != state.length, n_terms outside [1, l], P < 1, an unknown descent, a
+            feature sampler without qf, an unknown implementation, "cpu" with a state not on the
+            CPU or with return_buds.
+        RuntimeError: no expandable bud left before n_terms buds (cannot happen for n_terms <= l);
+            "cpu": the kernel cannot be built (no C++ compiler: ``cpu.load_kernel``).
 
     Source: "High Attention Scores and Where to Find Them", Algorithm 1 (section 2.2), Eq. 2 (the
     left child's alignment as parent minus right child), the masses of section 2.3 (Eq. 3-7) and
@@ -206,6 +229,13 @@ def decode_query(state, q, l, pos, n_terms, P, sampler, normalization, scale, b,
     use_f = sampler in FEATURE_SAMPLERS
     if use_f and qf is None:
         raise ValueError(f"sampler '{sampler}' needs the feature-mapped query qf")
+    if implementation not in DECODE_IMPLEMENTATIONS:
+        raise ValueError(f"implementation '{implementation}' unknown; allowed: {', '.join(DECODE_IMPLEMENTATIONS)}")
+    if implementation == "cpu":
+        if return_buds:
+            raise ValueError("decode_query: return_buds needs implementation='torch' (the kernel returns no buds)")
+        return cpu_decode_query(state, q, l, pos, n_terms, P, sampler, normalization, scale, b, seed, qf=qf,
+                                descent=descent)
     B, H, _ = q.shape
     dev = q.device
     batch = torch.arange(B, device=dev)

@@ -7,7 +7,11 @@ every sampler, both normalizations and descent rules, self-exclusion, P and bloc
 and the three forward implementations, in float64 within 1e-10 of the forward's last row (the step
 makes the whole-sequence path's draws, asserted bud by bud against the reference's record); the tree
 doubling past its initial capacity; the inner products per step against ceil(l^E); a GPT with tree
-attention decoding as it recomputes (float32, stated tolerance).
+attention decoding as it recomputes (float32, stated tolerance). The step's two implementations
+(decode.decode_query: "cpu", the compiled kernel's per-query function over the state's node tables,
+which modules with implementation "cpu" or "auto" use on a CPU; "torch", PyTorch ops, the others):
+equal to each other and to the forward's row for every sampler across tree doublings, with the same
+bud counts; the compiled ones skip when the kernel cannot be built (no C++ compiler or ninja).
 """
 import math
 
@@ -17,6 +21,7 @@ import torch
 import attention
 from attention.registry import InferenceOnlyError, state_nbytes
 from attention.testing import random_qkv
+from attention.tree.cpu import load_kernel
 from attention.tree.decode import TreeDecodeState, decode_query
 from attention.tree.samplers import SAMPLERS
 from attention.tree.schedule import initial_width, num_terms
@@ -232,3 +237,153 @@ def test_gpt_decodes_with_tree_as_it_recomputes(params):
     decoded = model.generate(idx[:, :4], 20, temperature=0, stats=stats)
     assert stats["mode"] == "decode"
     assert torch.equal(decoded, model.generate(idx[:, :4], 20, temperature=0, recompute=True))
+
+
+# --- the compiled step (cpu_kernel.cpp's decode_step) -------------------------------------------------
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    """The compiled CPU kernel, or a skip when it cannot be built here (no C++ compiler or ninja)."""
+    try:
+        return load_kernel()
+    except Exception as exc:  # noqa: BLE001  (torch.utils.cpp_extension raises several kinds)
+        pytest.skip(f"the CPU kernel cannot be built here ({type(exc).__name__}: {str(exc)[:200]})")
+
+
+COMPILED_VARIANTS = [{}, {"exclude_self": True}, {"E": 0.7, "descent": "split", "P": 3, "normalization": "paper"}]
+
+
+@pytest.mark.parametrize("variant", COMPILED_VARIANTS,
+                         ids=lambda p: "-".join(f"{k}={v}" for k, v in p.items()) or "default")
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_compiled_step_equals_the_torch_step_and_the_forward_row(kernel, sampler, variant):
+    """A module with implementation "cpu" steps with the kernel, one with "vectorized" with PyTorch
+    ops: every step of both equals the other and the whole-sequence path's last row within 1e-10
+    (float64), through three doublings of the tree (8 -> 64 leaves), and both count the same inner
+    products and buds (the same draws)."""
+    compiled = build(sampler=sampler, seed=5, implementation="cpu", **variant)
+    plain = build(sampler=sampler, seed=5, implementation="vectorized", **variant)
+    whole = build(sampler=sampler, seed=5, implementation="cpu", **variant)
+    assert (compiled.decode_implementation(CPU), plain.decode_implementation(CPU)) == ("cpu", "torch")
+    T, prompt = 40, 5
+    q, k, v = random_qkv(B, H, T, D, seed=6)
+    with torch.no_grad():
+        _, s_c = compiled.prefill(q[:, :, :prompt], k[:, :, :prompt], v[:, :, :prompt], capacity=8)
+        _, s_p = plain.prefill(q[:, :, :prompt], k[:, :, :prompt], v[:, :, :prompt], capacity=8)
+        compiled.reset_stats()
+        plain.reset_stats()
+        for t in range(prompt, T):
+            step = [q[:, :, t:t + 1], k[:, :, t:t + 1], v[:, :, t:t + 1]]
+            o_c, s_c = compiled.step(*step, s_c)
+            o_p, s_p = plain.step(*step, s_p)
+            last = whole(q[:, :, :t + 1], k[:, :, :t + 1], v[:, :, :t + 1], True)[:, :, -1:]
+            assert o_c.dtype == torch.float64
+            torch.testing.assert_close(o_c, o_p, rtol=0, atol=EXACT, msg=lambda m: f"position {t}: {m}")
+            torch.testing.assert_close(o_c, last, rtol=0, atol=EXACT, msg=lambda m: f"position {t}: {m}")
+    assert (s_c.capacity, s_c.growths) == (64, 3)
+    assert compiled.stats() == plain.stats()
+
+
+@pytest.mark.parametrize("params", [{"sampler": "alignment", "E": 0.5}, {"sampler": "edh", "E": 0.6},
+                                    {"sampler": "favor_plus_relu", "E": 0.4, "descent": "split"},
+                                    {"sampler": "uniform", "E": 0.5, "normalization": "paper"}],
+                         ids=lambda p: "-".join(f"{k}={v}" for k, v in p.items()))
+def test_compiled_decode_query_makes_the_torch_draws(kernel, params):
+    """decode_query's two implementations on the same state: equal outputs (1e-10) and, per batch
+    element, equal numbers of initial buds, splits and final buds, at every length of a sequence of
+    300 keys (P = 4 from block_size 1024, up to 18 buds per query, several sampled rounds) in a tree
+    that doubles from 16 to 512 leaves; values of another head dim (Dv = 12, D = 8)."""
+    module = build(block_size=1024, seed=9, feature_redraw="per_layer", **params)
+    T, Bn = 300, 3
+    q, k, v = random_qkv(Bn, H, T, D, Dv=12, seed=8)
+    fmap = module.feature_map(D)
+    kf = None if fmap is None else fmap(k.double())
+    qf = None if fmap is None else fmap(q.double())
+    state = TreeDecodeState(k[:, :, :1], v[:, :, :1], None if kf is None else kf[:, :, :1])
+    for t in range(1, T):
+        state.append(k[:, :, t:t + 1], v[:, :, t:t + 1], None if kf is None else kf[:, :, t:t + 1])
+        l = t + 1
+        args = (state, q[:, :, t].double(), l, t, num_terms(l, module.E), module.buds_per_round(l), module.sampler,
+                module.normalization, 1 / math.sqrt(D), module.b, module.draw_seed)
+        extra = {"qf": None if qf is None else qf[:, :, t], "descent": module.descent}
+        out_c, info_c = decode_query(*args, implementation="cpu", **extra)
+        out_t, info_t = decode_query(*args, implementation="torch", **extra)
+        torch.testing.assert_close(out_c, out_t, rtol=0, atol=EXACT, msg=lambda m: f"l={l}: {m}")
+        for key in ("initial", "splits", "terms"):
+            assert torch.equal(info_c[key], info_t[key]), (l, key, info_c[key], info_t[key])
+    assert state.capacity == 512 and state.growths == 5
+
+
+@pytest.mark.parametrize("sampler", ["edh", "alignment", "favor_plus"])
+def test_compiled_step_with_float32_inputs(kernel, sampler):
+    """float32 inputs: the state and both step implementations compute in float64, so the compiled
+    and the PyTorch step agree to 1e-10 before the cast to float32 (within one float32 rounding
+    after it); the forward's row comes from the CPU kernel's float32 path (float32 key / value sums,
+    inner products and value sum, cpu.py), so a step and that row agree to the kernel's float32
+    precision (rtol 1e-4, atol 1e-5, as tests/attention/test_tree.py's float32 check), with the same
+    draws on these inputs (no near-tie)."""
+    compiled = build(sampler=sampler, seed=2, implementation="cpu")
+    plain = build(sampler=sampler, seed=2, implementation="vectorized")
+    whole = build(sampler=sampler, seed=2, implementation="cpu")
+    T, prompt = 40, 6
+    q, k, v = random_qkv(B, H, T, D, seed=11, dtype=torch.float32)
+    with torch.no_grad():
+        _, s_c = compiled.prefill(q[:, :, :prompt], k[:, :, :prompt], v[:, :, :prompt], capacity=8)
+        _, s_p = plain.prefill(q[:, :, :prompt], k[:, :, :prompt], v[:, :, :prompt], capacity=8)
+        compiled.reset_stats()
+        plain.reset_stats()
+        for t in range(prompt, T):
+            step = [q[:, :, t:t + 1], k[:, :, t:t + 1], v[:, :, t:t + 1]]
+            o_c, s_c = compiled.step(*step, s_c)
+            o_p, s_p = plain.step(*step, s_p)
+            assert o_c.dtype == torch.float32 and s_c.K.dtype == torch.float64
+            torch.testing.assert_close(o_c, o_p, rtol=2.0 ** -23, atol=EXACT)
+            last = whole(q[:, :, :t + 1], k[:, :, :t + 1], v[:, :, :t + 1], True)[:, :, -1:]
+            assert last.dtype == torch.float32
+            torch.testing.assert_close(o_c, last, rtol=1e-4, atol=1e-5, msg=lambda m: f"position {t}: {m}")
+    assert compiled.stats() == plain.stats()
+
+
+def test_decode_implementation_follows_the_forward_and_falls_back(monkeypatch):
+    """"cpu" and "auto" on a CPU step with the kernel; "vectorized", "reference" and other devices
+    with PyTorch ops; "auto" falls back to PyTorch ops where the kernel cannot be built (no test of
+    the kernel itself: runs without a compiler)."""
+    import attention.tree as tree_pkg
+    assert build(implementation="vectorized").decode_implementation(CPU) == "torch"
+    assert build(implementation="reference").decode_implementation(CPU) == "torch"
+    assert build().decode_implementation(torch.device("meta")) == "torch"
+    assert build(implementation="cpu").decode_implementation(CPU) == "cpu"
+    monkeypatch.setattr(tree_pkg, "_KERNEL_STATE", {"ok": False})
+    assert build().decode_implementation(CPU) == "torch"
+    monkeypatch.setattr(tree_pkg, "_KERNEL_STATE", {"ok": True})
+    assert build().decode_implementation(CPU) == "cpu"
+    q, k, v = random_qkv(B, H, 6, D)
+    state = TreeDecodeState(k, v)
+    args = (state, q[:, :, 5], 6, 5, 3, 2, "edh", "bud_mean", 0.3, 0.99, 0)
+    with pytest.raises(ValueError, match="implementation 'gpu' unknown"):
+        decode_query(*args, implementation="gpu")
+    with pytest.raises(ValueError, match="return_buds needs implementation='torch'"):
+        decode_query(*args, implementation="cpu", return_buds=True)
+
+
+def test_compiled_decode_step_rejects_bad_tables(kernel):
+    q, k, v = random_qkv(B, H, 6, D)
+    state = TreeDecodeState(k, v, capacity=8)
+    empty = torch.empty(0, dtype=torch.float64)
+    q5 = q[:, :, 5].contiguous()
+    args = (empty, empty, 6, 5, 3, 2, 1, True, True, 0.3, 0.99, 0)
+    with pytest.raises(RuntimeError, match="expected 2C - 1"):
+        kernel.decode_step(q5, state.K[:, :14].contiguous(), state.V[:, :14].contiguous(), *args)
+    with pytest.raises(RuntimeError, match="does not match q"):
+        kernel.decode_step(q5[:1], state.K, state.V, *args)
+    with pytest.raises(RuntimeError, match="share a dtype"):
+        kernel.decode_step(q5.float(), state.K, state.V, *args)
+    with pytest.raises(RuntimeError, match=r"l=9 outside \[1, C=8\]"):
+        kernel.decode_step(q5, state.K, state.V, empty, empty, 9, 5, 3, 2, 1, True, True, 0.3, 0.99, 0)
+    with pytest.raises(RuntimeError, match="n_terms=7 outside"):
+        kernel.decode_step(q5, state.K, state.V, empty, empty, 6, 5, 7, 2, 1, True, True, 0.3, 0.99, 0)
+    with pytest.raises(RuntimeError, match="feature samplers need"):
+        kernel.decode_step(q5, state.K, state.V, empty, empty, 6, 5, 3, 2, 3, True, True, 0.3, 0.99, 0)

@@ -79,16 +79,16 @@ def test_decode_table_follows_its_numbers(tmp_path):
     write(tmp_path, DECODE, DECODE_PAYLOAD)
     text = published.render(f"decode_table {DECODE}", str(tmp_path))
     assert "| method | decode | L = 1,024 (ms) | L = 65,536 (ms) | state bytes |" in text
-    assert "| linear | state | 0.1 (0.12x) | 0.11 (0.01x) | 130 KiB |" in text
-    assert "| softmax | kv_cache | 0.8 | 9 | 8.0 MiB-512 MiB |" in text
-    assert "| softmax_reference | kv_cache | 0.4 (0.50x) | skipped (memory) | 8.0 MiB |" in text
+    assert "| linear | state | 0.1 [0.1-0.1] (0.12x) | 0.11 [0.11-0.11] (0.01x) | 130 KiB |" in text
+    assert "| softmax | kv_cache | 0.8 [0.8-0.8] | 9 [9-9] | 8.0 MiB-512 MiB |" in text
+    assert "| softmax_reference | kv_cache | 0.4 [0.4-0.4] (0.50x) | skipped (memory) | 8.0 MiB |" in text
     assert "median of 5 samples of 16 tokens" in text and "Intel Xeon, 2 threads." in text
     changed = copy.deepcopy(DECODE_PAYLOAD)
-    changed["rows"][2]["seconds_per_token"] = 2.34e-4
+    changed["rows"][2].update(seconds_per_token=2.34e-4, seconds_min=2.1e-4, seconds_max=2.5e-4)
     write(tmp_path, DECODE, changed)
-    assert "| linear | state | 0.234 (0.12x) |" in published.render(f"decode_table {DECODE}", str(tmp_path))
+    assert "| linear | state | 0.234 [0.21-0.25] (0.12x) |" in published.render(f"decode_table {DECODE}", str(tmp_path))
     gpt = published.render(f"decode_table {DECODE} suite=gpt", str(tmp_path))
-    assert "| softmax (recompute) | kv_cache, recompute | 50 (25x) | - |" in gpt and "GPT mini" in gpt
+    assert "| softmax (recompute) | kv_cache, recompute | 50 [50-50] (25x) | - |" in gpt and "GPT mini" in gpt
     with pytest.raises(RenderError, match="suite"):
         published.render(f"decode_table {DECODE} suite=nope", str(tmp_path))
 

@@ -83,8 +83,10 @@ def render_decode_table(root, decode_json, suite="layer"):
                 cells.append(skipped(r["note"]))
             else:
                 ratio = r["ratio_to_baseline"]
-                cells.append(milliseconds(r["seconds_per_token"]) + ("" if ratio is None or label == BASELINE
-                                                                     else f" ({factor(ratio)})"))
+                spread = (f" [{milliseconds(r['seconds_min'])}-{milliseconds(r['seconds_max'])}]"
+                          if r.get("seconds_min") is not None and r.get("seconds_max") is not None else "")
+                cells.append(milliseconds(r["seconds_per_token"]) + spread
+                             + ("" if ratio is None or label == BASELINE else f" ({factor(ratio)})"))
         sizes = sorted({r["state_bytes"] for r in mine if r["state_bytes"] is not None})
         state = "-" if not sizes else size(sizes[0]) if len(sizes) == 1 else f"{size(sizes[0])}-{size(sizes[-1])}"
         kind = mine[0]["decode"] or "-"
@@ -98,7 +100,7 @@ def render_decode_table(root, decode_json, suite="layer"):
     sizes_words = (f"B = 1, H = {s['heads']}, D = {s['D']}, {s['dtype']}" if suite == "layer" else
                    f"{s['gpt_config']}, randomly initialised, greedy")
     line = (f"\nTime per generated token in ms, median of {s['repeats']} samples of {s['steps']} tokens after a "
-            f"warm-up (in brackets: over softmax's KV cache at the same context); {SUITES[suite]}, {sizes_words}; "
+            f"warm-up [their range] (in round brackets: the median over softmax's KV cache's at the same context); {SUITES[suite]}, {sizes_words}; "
             f"{short_cpu(s['machine']['cpu'])}, {s['threads']} thread{'' if s['threads'] == 1 else 's'}"
             f"{', quick run' if s.get('quick') else ''}.\n")
     return markdown_table(header, table) + line

@@ -19,6 +19,7 @@ import statistics
 from scripts.analysis.published import verdicts
 from scripts.analysis.published.benchmark import FASTMAX_AIM, bench_run, find_aim, fastmax2_runs
 from scripts.analysis.published.formatting import join_words, markdown_table, median_range, number_word, sci
+from scripts.analysis.published.generation import load_decode, milliseconds
 from scripts.analysis.published.loading import (RenderError, SourceMissing, load_csv, load_json, read_text, run_config,
                                                 run_sources, sources)
 from scripts.analysis.published.lra import ORDER, at_chance, lra_chosen, read_lra_runs
@@ -228,6 +229,32 @@ def _bench_fields(root):
             "verdict": verdicts.reliably_faster({"forward": fwd, "forward + backward": bwd}, fast_target, short=True)}
 
 
+DECODE_RUN = "results/decode/2026-11-29_intel-xeon/decode.json"  # the decode benchmark the README quotes
+QUALITY_RUN = "results/decode_quality/wikitext2_gpt_mini/quality.json"
+
+
+def _generation_fields(root):
+    """Tree attention's decode step (E = 0.5, the benchmark's layer suite) against softmax's KV cache
+    at the largest context of DECODE_RUN, and the quality study's agreement with exact attention
+    (QUALITY_RUN: tree at E = 0.5 with its default sampler, the 32-key window)."""
+    import attention
+
+    bench = load_decode(root, DECODE_RUN)
+    rows = [r for r in bench["rows"] if r["suite"] == "layer" and r["seconds_per_token"] is not None]
+    L = max(r["context"] for r in rows if r["method"] == "tree")
+    tree = next(r for r in rows if r["method"] == "tree" and r["context"] == L)
+    kv = next(r for r in rows if r["method"] == "softmax" and r["context"] == L)
+    quality = load_json(root, QUALITY_RUN)
+    sampler = attention.accepted_params("tree")["sampler"]
+    by = {m["method"]: m for m in quality["methods"]}
+    tree_q = by[f"tree:E=0.5,sampler={sampler}"] if f"tree:E=0.5,sampler={sampler}" in by else by["tree:E=0.5"]
+    window = next(m for m in quality["methods"] if m["name"] == "softmax" and m["params"].get("window"))
+    return {"L": f"{L:,}", "tree_ms": milliseconds(tree["seconds_per_token"]), "kv_ms": milliseconds(kv["seconds_per_token"]),
+            "ips": f"{tree['inner_products_per_token']:.0f}", "tree_agree": f"{100 * tree_q['agreement']['mean']:.1f}",
+            "window": window["params"]["window"], "window_agree": f"{100 * window['agreement']['mean']:.1f}",
+            "prompts": quality["settings"]["prompts"], "steps": quality["settings"]["steps"]}
+
+
 # (experiment template, result template, page, fields function): every {field} of a row is computed
 # by its function from files under results/ (the function names them); one short line each
 README_ROWS = [
@@ -253,6 +280,12 @@ README_ROWS = [
     ("Long Range Arena, CPU sizes",
      "at the CPU budget, ListOps ({listops_budget}): {listops} (softmax {x_acc}% at LRA's {x_budget}); "
      "Pathfinder ({pathfinder_budget}) {pathfinder}; Text: the leaderboard", "[lra](docs/lra.md)", _lra_fields),
+    ("Generation (`sample.py`, a decode state for every causal attention)",
+     "one layer's decode step at a {L}-token context: tree attention (E = 0.5) {tree_ms} ms per token ({ips} inner "
+     "products per head), softmax's KV cache {kv_ms} ms; swapped into a trained softmax GPT mini, tree attention picks "
+     "exact attention's next token in {tree_agree}% of {steps} greedy steps x {prompts} prompts, a {window}-key "
+     "window in {window_agree}%",
+     "[generation](docs/generation.md)", _generation_fields),
     ("Benchmark of every attention",
      "T = {tmin} ... {tmax}; causal fastmax p = 2 at T = {T}, forward: {fmed}x SDPA's speed (median of {n} runs, "
      "{frange}x), {verdict}", "[benchmark](docs/benchmark.md)", _bench_fields),

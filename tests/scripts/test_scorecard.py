@@ -197,17 +197,17 @@ def test_reuse_only_fills_a_card_from_archived_runs_and_runs_nothing(tmp_path):
     attention config, its missing cells marked "not run (budget)" and listed."""
     out = scorecard("linear", "--tier=full", "--reuse_only", f"--results={tmp_path / 'results'}",
                     f"--out_root={tmp_path / 'out'}")
-    assert "speed: T=1024 causal=False forward: needs a new run" in out  # timings are never archived
+    assert "recall: recall_T256_N16_d64_lr0.001_s0: needs a new run" in out  # no protocol 2 run of linear archived
     assert not (tmp_path / "out").exists()  # nothing trained, nothing timed
     card = json.loads((tmp_path / "results" / "cards" / "linear_full.json").read_text())
     assert {"wikitext2", "lra"} <= {c["role"] for c in card["cells"]}
-    assert "speed" not in {c["role"] for c in card["cells"]}
-    assert all(c["source"].startswith("results/") for c in card["cells"])  # archived runs only
+    assert not {"recall_reference", "recall_small"} & {c["role"] for c in card["cells"]}
+    assert all(c["source"].startswith("results/") for c in card["cells"] if c["role"] in ("wikitext2", "lra"))
     board = (tmp_path / "results" / "leaderboard.md").read_text()
     configs = sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "configs", "attention")) if f.endswith(".py"))
     for label in configs:
         assert f"| {label} | full | " in board
-    assert "- linear: " in board and "speed T=1024, speed T=4096, speed T=16384" in board
+    assert "- linear: recall 256/16, recall 64/4" in board
     assert "| tree | full | does not apply (inference only) |" in board
 
 

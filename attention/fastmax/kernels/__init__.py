@@ -29,7 +29,10 @@ import functools
 from types import SimpleNamespace
 
 from attention.fastmax.kernels import chunk, common, parallel
-from attention.fastmax.triton_limits import CHUNK_SIZES, HEAD_DIMS, KERNELS, check as check_limits  # noqa: F401 (the kernels' limits)
+
+KERNELS = ("auto", "chunk", "parallel")
+HEAD_DIMS = (16, 32, 64, 128)
+CHUNK_SIZES = (16, 32, 64, 128)  # positions per chunk of the chunk kernels (their register budget ends at 128)
 PARALLEL_MAX_T = 8192  # p = 2: the parallel kernel up to this T, the chunk kernels beyond (estimate, above)
 
 
@@ -53,7 +56,16 @@ def kernel_for(kernel, p, T, D):
 
 def _check(q, k, v, kl, ka, kb, chunk_size):
     common.check_dtype(q, k, v)
-    check_limits(q.shape[-1], v.shape[-1], chunk_size, any(t is not None for t in (kl, ka, kb)))
+    if any(t is not None for t in (kl, ka, kb)):
+        raise ValueError("the fastmax Triton kernels have no dropout on the factorized terms (separate numerator "
+                         "keys); use dropout_variant='output_noise' or implementation='pytorch'")
+    D, Dv = q.shape[-1], v.shape[-1]
+    if D not in HEAD_DIMS or Dv not in HEAD_DIMS:
+        raise ValueError(f"the fastmax Triton kernels support head dims {', '.join(map(str, HEAD_DIMS))}; got q/k "
+                         f"head dim {D} and v head dim {Dv} (use implementation='pytorch')")
+    if chunk_size not in CHUNK_SIZES:
+        raise ValueError(f"the fastmax Triton kernels need chunk_size in {', '.join(map(str, CHUNK_SIZES))}; "
+                         f"got {chunk_size}")
 
 
 def forward(q, k, v, kl, ka, kb, rho, has_key, causal, coeffs, chunk_size, kernel="auto"):
